@@ -1,0 +1,334 @@
+"""Step events of a task: the envelope and every payload, schema version 1.
+
+An event on the wire is one JSON object: the envelope fields plus ``kind`` (the
+tag that selects the payload type) and ``payload``. Every Struct forbids unknown
+fields, so a typo is an error that names its path instead of a silently dropped
+value. Personal content (turn text, outputs marked ``personal``) arrives as
+plaintext and is sealed by the ledger-writer before it is stored; see
+``agentledger.contracts.sealed``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+SCHEMA_VERSION = 1
+
+# Safe tokens: they become NATS subject tokens and SQL keys, so no dots, spaces,
+# wildcards or control characters.
+Token = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                            description="1-64 chars of [A-Za-z0-9_-]")]
+EventId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_:-]+$",
+                              description="client-chosen unique id: 1-128 chars of [A-Za-z0-9_:-]")]
+StepId = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+Name = Annotated[str, Meta(min_length=1, max_length=128)]
+Text = Annotated[str, Meta(max_length=16384)]
+Hash = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$", description="blake3, 64 lowercase hex")]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Amount = Annotated[int, Meta(ge=0, le=2**53)]
+Version = Annotated[int, Meta(ge=1, le=2**31)]
+
+
+class Strict(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """Base of every contract Struct: unknown fields are errors, instances immutable."""
+
+
+class Sealed(Strict):
+    """Personal content encrypted with its data subject's key (AES-256-GCM).
+
+    ``aad`` binds the ciphertext to its tenant, task, event and field, so a
+    sealed value copied into another event does not decrypt.
+    """
+
+    subject: Token
+    key_id: Token
+    nonce: str
+    ciphertext: str
+
+
+class ArtifactRef(Strict):
+    """A reference to content in the artifact store; never the content itself."""
+
+    uri: Annotated[str, Meta(min_length=1, max_length=1024)]
+    blake3: Hash
+    schema: Name
+    producer: Name
+    version: Version = 1
+    size: Amount | None = None
+
+
+class Goal(Strict):
+    """The goal contract: what done means, and a hash that pins it."""
+
+    text: Annotated[str, Meta(min_length=1, max_length=16384)]
+    acceptance_criteria: list[Text]
+    goal_hash: Hash
+
+
+class StepDef(Strict):
+    """One node of a plan DAG. ``id`` is stable across plan versions."""
+
+    id: StepId
+    title: Text = ""
+    depends_on: list[StepId] = []
+    side_effect: bool = False
+    tool: Name | None = None
+
+
+class Output(Strict):
+    """A typed output variable of a step. ``personal`` values are sealed at rest."""
+
+    name: Name
+    value: Any = None
+    personal: bool = False
+    sealed: Sealed | None = None
+
+
+# ---- payloads -------------------------------------------------------------
+
+class TaskCreated(Strict):
+    goal: Goal
+    budget: dict[Token, Amount] = {}
+    title: Text = ""
+
+
+class PlanVersioned(Strict):
+    plan_id: Token
+    version: Version
+    steps: Annotated[list[StepDef], Meta(min_length=1, max_length=1000)]
+    reason: Text = ""
+
+
+class StepStarted(Strict):
+    plan_version: Version
+    step_id: StepId
+    attempt: PositiveInt = 1
+    idempotency_key: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
+
+
+class StepSucceeded(Strict):
+    plan_version: Version
+    step_id: StepId
+    attempt: PositiveInt = 1
+    outputs: list[Output] = []
+    artifacts: list[ArtifactRef] = []
+
+
+class StepFailed(Strict):
+    plan_version: Version
+    step_id: StepId
+    error_code: Name
+    attempt: PositiveInt = 1
+    message: Text = ""
+    evidence: ArtifactRef | None = None
+    retryable: bool = False
+
+
+class StepCancelled(Strict):
+    plan_version: Version
+    step_id: StepId
+    reason: Text = ""
+
+
+class BudgetReserved(Strict):
+    reservation_id: Token
+    resource: Token
+    amount: Amount
+
+
+class BudgetConsumed(Strict):
+    reservation_id: Token
+    resource: Token
+    amount: Amount
+
+
+class BudgetReleased(Strict):
+    """Returns what is left of a reservation to the pool and closes it."""
+
+    reservation_id: Token
+    resource: Token
+
+
+class QuestionOpened(Strict):
+    question_id: Token
+    text: Text
+    blocking: bool = False
+    step_id: StepId | None = None
+
+
+class QuestionResolved(Strict):
+    question_id: Token
+    answer: Text
+
+
+class VariableSet(Strict):
+    name: Name
+    value: Any = None
+    personal: bool = False
+    sealed: Sealed | None = None
+    producer_step: StepId | None = None
+
+
+class ArtifactRegistered(Strict):
+    """An artifact that entered the task outside a step (an upload, a fetched document)."""
+
+    artifact: ArtifactRef
+    note: Text = ""
+
+
+class TaskCompleted(Strict):
+    summary: Text = ""
+
+
+class TaskFailed(Strict):
+    error_code: Name
+    message: Text = ""
+
+
+class TaskCancelled(Strict):
+    reason: Text = ""
+
+
+class TurnAppended(Strict):
+    """One conversation turn. ``content`` is personal: it is stored sealed."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    ordinal: PositiveInt
+    content: Annotated[str, Meta(max_length=65536)] | None = None
+    sealed: Sealed | None = None
+
+
+# ---- envelope --------------------------------------------------------------
+
+class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True,
+                tag_field="kind", kw_only=True):
+    """Fields every event carries, whatever its kind."""
+
+    event_id: EventId
+    tenant: Token
+    task_id: Token
+    producer: Name
+    occurred_at: datetime
+    schema_version: Literal[1]
+    causation_id: EventId | None = None
+    correlation_id: EventId | None = None
+    trace_id: Annotated[str, Meta(max_length=128)] | None = None
+    data_subject: Token | None = None
+
+
+class TaskCreatedEvent(EventBase, tag="task_created"):
+    payload: TaskCreated
+
+
+class PlanVersionedEvent(EventBase, tag="plan_versioned"):
+    payload: PlanVersioned
+
+
+class StepStartedEvent(EventBase, tag="step_started"):
+    payload: StepStarted
+
+
+class StepSucceededEvent(EventBase, tag="step_succeeded"):
+    payload: StepSucceeded
+
+
+class StepFailedEvent(EventBase, tag="step_failed"):
+    payload: StepFailed
+
+
+class StepCancelledEvent(EventBase, tag="step_cancelled"):
+    payload: StepCancelled
+
+
+class BudgetReservedEvent(EventBase, tag="budget_reserved"):
+    payload: BudgetReserved
+
+
+class BudgetConsumedEvent(EventBase, tag="budget_consumed"):
+    payload: BudgetConsumed
+
+
+class BudgetReleasedEvent(EventBase, tag="budget_released"):
+    payload: BudgetReleased
+
+
+class QuestionOpenedEvent(EventBase, tag="question_opened"):
+    payload: QuestionOpened
+
+
+class QuestionResolvedEvent(EventBase, tag="question_resolved"):
+    payload: QuestionResolved
+
+
+class VariableSetEvent(EventBase, tag="variable_set"):
+    payload: VariableSet
+
+
+class ArtifactRegisteredEvent(EventBase, tag="artifact_registered"):
+    payload: ArtifactRegistered
+
+
+class TaskCompletedEvent(EventBase, tag="task_completed"):
+    payload: TaskCompleted
+
+
+class TaskFailedEvent(EventBase, tag="task_failed"):
+    payload: TaskFailed
+
+
+class TaskCancelledEvent(EventBase, tag="task_cancelled"):
+    payload: TaskCancelled
+
+
+class TurnAppendedEvent(EventBase, tag="turn_appended"):
+    payload: TurnAppended
+
+
+AnyEvent = (
+    TaskCreatedEvent
+    | PlanVersionedEvent
+    | StepStartedEvent
+    | StepSucceededEvent
+    | StepFailedEvent
+    | StepCancelledEvent
+    | BudgetReservedEvent
+    | BudgetConsumedEvent
+    | BudgetReleasedEvent
+    | QuestionOpenedEvent
+    | QuestionResolvedEvent
+    | VariableSetEvent
+    | ArtifactRegisteredEvent
+    | TaskCompletedEvent
+    | TaskFailedEvent
+    | TaskCancelledEvent
+    | TurnAppendedEvent
+)
+
+EVENT_TYPES: dict[str, type[EventBase]] = {
+    "task_created": TaskCreatedEvent,
+    "plan_versioned": PlanVersionedEvent,
+    "step_started": StepStartedEvent,
+    "step_succeeded": StepSucceededEvent,
+    "step_failed": StepFailedEvent,
+    "step_cancelled": StepCancelledEvent,
+    "budget_reserved": BudgetReservedEvent,
+    "budget_consumed": BudgetConsumedEvent,
+    "budget_released": BudgetReleasedEvent,
+    "question_opened": QuestionOpenedEvent,
+    "question_resolved": QuestionResolvedEvent,
+    "variable_set": VariableSetEvent,
+    "artifact_registered": ArtifactRegisteredEvent,
+    "task_completed": TaskCompletedEvent,
+    "task_failed": TaskFailedEvent,
+    "task_cancelled": TaskCancelledEvent,
+    "turn_appended": TurnAppendedEvent,
+}
+
+
+def kind_of(event: EventBase) -> str:
+    """The ``kind`` tag of an event instance."""
+    return type(event).__struct_config__.tag  # type: ignore[return-value]

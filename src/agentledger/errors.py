@@ -1,0 +1,75 @@
+"""One root error for agentledger, with typed children that cross the wire.
+
+Every error a caller can see carries a stable ``code``, the JSON ``path`` of the
+offending field (when there is one) and whether retrying can help. The wire form
+(`ErrorBody` in the contracts) is built from these attributes, so a client in any
+language can branch on ``code`` without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class AgentLedgerError(Exception):
+    """Root of every error raised by agentledger code."""
+
+    code: str = "internal"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, path: str | None = None, code: str | None = None,
+                 retryable: bool | None = None, current_seq: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        if code is not None:
+            self.code = code
+        if retryable is not None:
+            self.retryable = retryable
+        self.current_seq = current_seq
+
+    def __str__(self) -> str:
+        if self.path:
+            return f"{self.code}: {self.message} - at `{self.path}`"
+        return f"{self.code}: {self.message}"
+
+
+class ContractError(AgentLedgerError):
+    """Input that does not satisfy a wire contract (shape, type, version, token)."""
+
+    code = "invalid_field"
+
+
+class ConflictError(AgentLedgerError):
+    """An optimistic-concurrency expectation did not hold; carries the current sequence."""
+
+    code = "conflict"
+
+
+class DuplicateError(AgentLedgerError):
+    """Part of an atomic batch was already stored while the rest was not."""
+
+    code = "partial_duplicate"
+
+
+class UnavailableError(AgentLedgerError):
+    """A dependency (NATS, PostgreSQL) did not answer in time; retrying is safe."""
+
+    code = "unavailable"
+    retryable = True
+
+
+class NotFoundError(AgentLedgerError):
+    """The requested task, key or record does not exist."""
+
+    code = "not_found"
+
+
+class KeyDestroyedError(AgentLedgerError):
+    """The data-subject key was destroyed: the sealed content is gone for good."""
+
+    code = "key_destroyed"
+
+
+class RuntimeStateError(AgentLedgerError):
+    """The embedded runtime is not in the state the command needs (not up, already up)."""
+
+    code = "runtime_state"
