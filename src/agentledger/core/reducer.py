@@ -1,0 +1,297 @@
+"""The Working Memory reducer: ``reduce(state, event, seq) -> (state, trace)``.
+
+Deterministic and free of I/O, clocks and randomness: the same events in the
+same order give the same state, byte for byte. An event that would make an
+illegal transition leaves the state unchanged except for a ``Rejection`` entry,
+so a refusal is visible and explainable rather than silently dropped. A
+duplicate event id is a no-op.
+
+``reduce`` copies its input and is what callers and tests use; ``apply`` mutates
+a state the caller owns, which lets the projector and replay fold long streams
+without copying the state once per event. Both run the same transition code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from msgspec import Struct
+
+from agentledger.contracts import events as ev
+from agentledger.core.state import (
+    Question,
+    Rejection,
+    Reservation,
+    StepState,
+    Turn,
+    Variable,
+    WorkingMemory,
+    budget_reserved,
+    decode_state,
+    encode_state,
+)
+
+TERMINAL_TASK = frozenset({"completed", "failed", "cancelled"})
+
+
+class Trace(Struct, frozen=True, omit_defaults=True):
+    """What the reducer did with one event: applied, rejected or duplicate."""
+
+    seq: int
+    event_id: str
+    kind: str
+    outcome: str
+    code: str | None = None
+    reason: str | None = None
+
+
+class _Reject(Exception):  # noqa: N818 - control flow inside this module only
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+def reduce(state: WorkingMemory, event: ev.EventBase, seq: int) -> tuple[WorkingMemory, Trace]:
+    """Pure transition: a new state and the trace line; ``state`` is not modified."""
+    new = decode_state(encode_state(state))
+    return new, apply(new, event, seq)
+
+
+def fold(state: WorkingMemory, events: Iterable[tuple[ev.EventBase, int]]) -> tuple[WorkingMemory, list[Trace]]:
+    """Apply ``(event, seq)`` pairs in order to a copy of ``state``."""
+    new = decode_state(encode_state(state))
+    return new, [apply(new, e, s) for e, s in events]
+
+
+def apply(state: WorkingMemory, event: ev.EventBase, seq: int) -> Trace:
+    """Apply one event to ``state`` in place and return its trace line."""
+    kind = ev.kind_of(event)
+    if event.event_id in state.applied:
+        return Trace(seq, event.event_id, kind, "duplicate",
+                     reason=f"event id already applied at seq {state.applied[event.event_id]}")
+    try:
+        _check_task_status(state, kind)
+        _HANDLERS[kind](state, event.payload, seq)  # type: ignore[attr-defined]
+    except _Reject as r:
+        state.rejections.append(Rejection(seq, event.event_id, kind, r.code, r.reason))
+        trace = Trace(seq, event.event_id, kind, "rejected", r.code, r.reason)
+    else:
+        trace = Trace(seq, event.event_id, kind, "applied")
+    # A rejected event is still consumed: replaying it must not apply it later.
+    state.applied[event.event_id] = seq
+    state.watermark = max(state.watermark, seq)
+    return trace
+
+
+def _check_task_status(state: WorkingMemory, kind: str) -> None:
+    if kind == "task_created":
+        if state.status != "new":
+            raise _Reject("already_created", "task_created for a task that already exists")
+        return
+    if state.status == "new":
+        raise _Reject("task_not_created", f"{kind} before task_created")
+    if state.status in TERMINAL_TASK and kind != "turn_appended":
+        raise _Reject("task_closed", f"{kind} after the task was {state.status}")
+
+
+# ---- task -------------------------------------------------------------------
+
+def _task_created(state: WorkingMemory, p: ev.TaskCreated, seq: int) -> None:
+    state.status = "open"
+    state.goal = p.goal
+    state.title = p.title
+    state.budget_limits = dict(p.budget)
+
+
+def _task_completed(state: WorkingMemory, p: ev.TaskCompleted, seq: int) -> None:
+    unfinished = [s.id for s in state.steps
+                  if state.step_states[s.id].status not in ("succeeded", "cancelled")]
+    if unfinished:
+        raise _Reject("steps_not_done", "steps not succeeded or cancelled: " + ", ".join(unfinished))
+    state.status = "completed"
+
+
+def _task_failed(state: WorkingMemory, p: ev.TaskFailed, seq: int) -> None:
+    state.status = "failed"
+
+
+def _task_cancelled(state: WorkingMemory, p: ev.TaskCancelled, seq: int) -> None:
+    state.status = "cancelled"
+
+
+# ---- plan and steps -----------------------------------------------------------
+
+def _plan_versioned(state: WorkingMemory, p: ev.PlanVersioned, seq: int) -> None:
+    if p.version <= state.plan_version:
+        raise _Reject("stale_plan_version",
+                      f"plan v{p.version} is not newer than the current v{state.plan_version}")
+    old_defs = {s.id: s for s in state.steps}
+    new_states: dict[str, StepState] = {}
+    for step in p.steps:
+        old = state.step_states.get(step.id)
+        if old is not None and old_defs.get(step.id) == step:
+            new_states[step.id] = old  # unchanged definition: its progress carries over
+        else:
+            new_states[step.id] = StepState(plan_version=p.version, defined_in=p.version, seq=seq)
+    state.plan_id = p.plan_id
+    state.plan_version = p.version
+    state.steps = list(p.steps)
+    state.step_states = new_states
+
+
+def _step(state: WorkingMemory, step_id: str, plan_version: int) -> StepState:
+    """The step's state, if an event for ``plan_version`` may still act on it."""
+    if plan_version > state.plan_version:
+        raise _Reject("unknown_plan_version",
+                      f"event for plan v{plan_version}, current plan is v{state.plan_version}")
+    st = state.step_states.get(step_id)
+    if st is None:
+        raise _Reject("unknown_step", f"step {step_id!r} is not in plan v{state.plan_version}")
+    if plan_version < st.defined_in:
+        raise _Reject("stale_plan_version",
+                      f"step {step_id!r} was replanned in v{st.defined_in}; "
+                      f"event for plan v{plan_version} no longer applies")
+    return st
+
+
+def _step_started(state: WorkingMemory, p: ev.StepStarted, seq: int) -> None:
+    st = _step(state, p.step_id, p.plan_version)
+    if st.status not in ("pending", "failed"):
+        raise _Reject("illegal_transition", f"step {p.step_id!r} is {st.status}, cannot start")
+    if p.attempt <= st.attempt:
+        raise _Reject("stale_attempt", f"attempt {p.attempt} is not after attempt {st.attempt}")
+    definition = next(s for s in state.steps if s.id == p.step_id)
+    waiting = [d for d in definition.depends_on if state.step_states[d].status != "succeeded"]
+    if waiting:
+        raise _Reject("dependencies_not_done", "waiting for " + ", ".join(waiting))
+    if definition.side_effect and p.idempotency_key is None:
+        raise _Reject("missing_idempotency_key",
+                      f"step {p.step_id!r} has side effects and needs an idempotency key")
+    st.status, st.attempt, st.plan_version, st.seq = "running", p.attempt, p.plan_version, seq
+    st.idempotency_key, st.error_code = p.idempotency_key, None
+
+
+def _running(state: WorkingMemory, step_id: str, plan_version: int, attempt: int) -> StepState:
+    st = _step(state, step_id, plan_version)
+    if st.status != "running":
+        code = "not_started" if st.status == "pending" else "illegal_transition"
+        raise _Reject(code, f"step {step_id!r} is {st.status}, not running")
+    if attempt != st.attempt:
+        raise _Reject("stale_attempt", f"attempt {attempt} is not the running attempt {st.attempt}")
+    return st
+
+
+def _step_succeeded(state: WorkingMemory, p: ev.StepSucceeded, seq: int) -> None:
+    st = _running(state, p.step_id, p.plan_version, p.attempt)
+    st.status, st.seq = "succeeded", seq
+    for out in p.outputs:
+        state.variables[out.name] = Variable(out.value, out.sealed, p.step_id, seq)
+    for art in p.artifacts:
+        state.artifacts[art.uri] = art
+
+
+def _step_failed(state: WorkingMemory, p: ev.StepFailed, seq: int) -> None:
+    st = _running(state, p.step_id, p.plan_version, p.attempt)
+    st.status, st.error_code, st.seq = "failed", p.error_code, seq
+    if p.evidence is not None:
+        state.artifacts[p.evidence.uri] = p.evidence
+
+
+def _step_cancelled(state: WorkingMemory, p: ev.StepCancelled, seq: int) -> None:
+    st = _step(state, p.step_id, p.plan_version)
+    if st.status in ("succeeded", "cancelled"):
+        raise _Reject("illegal_transition", f"step {p.step_id!r} is {st.status}, cannot cancel")
+    st.status, st.seq = "cancelled", seq
+
+
+# ---- budget -------------------------------------------------------------------
+
+def _budget_reserved(state: WorkingMemory, p: ev.BudgetReserved, seq: int) -> None:
+    if p.reservation_id in state.reservations:
+        raise _Reject("duplicate_reservation", f"reservation {p.reservation_id!r} exists")
+    limit = state.budget_limits.get(p.resource)
+    if limit is not None:
+        committed = state.budget_used.get(p.resource, 0) + budget_reserved(state).get(p.resource, 0)
+        if committed + p.amount > limit:
+            raise _Reject("budget_exceeded",
+                          f"{p.resource}: reserving {p.amount} exceeds what is left "
+                          f"({limit - committed} of {limit})")
+    state.reservations[p.reservation_id] = Reservation(p.resource, p.amount)
+
+
+def _reservation(state: WorkingMemory, reservation_id: str, resource: str) -> Reservation:
+    res = state.reservations.get(reservation_id)
+    if res is None or not res.open:
+        raise _Reject("unknown_reservation", f"no open reservation {reservation_id!r}")
+    if res.resource != resource:
+        raise _Reject("resource_mismatch",
+                      f"reservation {reservation_id!r} is for {res.resource!r}, not {resource!r}")
+    return res
+
+
+def _budget_consumed(state: WorkingMemory, p: ev.BudgetConsumed, seq: int) -> None:
+    res = _reservation(state, p.reservation_id, p.resource)
+    if res.consumed + p.amount > res.amount:
+        raise _Reject("over_reservation",
+                      f"consuming {p.amount} exceeds reservation {p.reservation_id!r} "
+                      f"({res.amount - res.consumed} of {res.amount} left)")
+    res.consumed += p.amount
+    state.budget_used[p.resource] = state.budget_used.get(p.resource, 0) + p.amount
+
+
+def _budget_released(state: WorkingMemory, p: ev.BudgetReleased, seq: int) -> None:
+    _reservation(state, p.reservation_id, p.resource).open = False
+
+
+# ---- questions, variables, artifacts, conversation ---------------------------------
+
+def _question_opened(state: WorkingMemory, p: ev.QuestionOpened, seq: int) -> None:
+    if p.question_id in state.questions:
+        raise _Reject("duplicate_question", f"question {p.question_id!r} exists")
+    state.questions[p.question_id] = Question(p.text, p.blocking, p.step_id)
+
+
+def _question_resolved(state: WorkingMemory, p: ev.QuestionResolved, seq: int) -> None:
+    q = state.questions.get(p.question_id)
+    if q is None or q.status != "open":
+        raise _Reject("unknown_question", f"no open question {p.question_id!r}")
+    q.status, q.answer = "resolved", p.answer
+
+
+def _variable_set(state: WorkingMemory, p: ev.VariableSet, seq: int) -> None:
+    state.variables[p.name] = Variable(p.value, p.sealed, p.producer_step, seq)
+
+
+def _artifact_registered(state: WorkingMemory, p: ev.ArtifactRegistered, seq: int) -> None:
+    state.artifacts[p.artifact.uri] = p.artifact
+
+
+def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int) -> None:
+    expected = len(state.transcript) + 1
+    if p.ordinal != expected:
+        raise _Reject("ordinal_mismatch", f"turn ordinal {p.ordinal}, expected {expected}")
+    state.transcript.append(Turn(p.role, p.ordinal, seq, p.content, p.sealed))
+
+
+_HANDLERS: dict[str, Callable[[WorkingMemory, Any, int], None]] = {
+    "task_created": _task_created,
+    "plan_versioned": _plan_versioned,
+    "step_started": _step_started,
+    "step_succeeded": _step_succeeded,
+    "step_failed": _step_failed,
+    "step_cancelled": _step_cancelled,
+    "budget_reserved": _budget_reserved,
+    "budget_consumed": _budget_consumed,
+    "budget_released": _budget_released,
+    "question_opened": _question_opened,
+    "question_resolved": _question_resolved,
+    "variable_set": _variable_set,
+    "artifact_registered": _artifact_registered,
+    "task_completed": _task_completed,
+    "task_failed": _task_failed,
+    "task_cancelled": _task_cancelled,
+    "turn_appended": _turn_appended,
+}
+assert set(_HANDLERS) == set(ev.EVENT_TYPES), "every event kind needs a handler"

@@ -1,0 +1,170 @@
+"""Working Memory ``W_t`` of one task: the reducer's state and its public view.
+
+The state holds only what events established; derived facts (done set,
+next-ready, budget left) are computed by ``view`` every time, never stored.
+Dicts keep insertion order, which the event order fixes, so encoding a state
+is deterministic and its hash is stable across replays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import blake3
+import msgspec
+from msgspec import Struct
+
+from agentledger.contracts.events import ArtifactRef, Goal, Sealed, StepDef
+from agentledger.core.dag import next_ready
+
+STATE_VERSION = 1
+
+
+class StepState(Struct, omit_defaults=True):
+    """Where one step of the current plan stands."""
+
+    status: str = "pending"  # pending | running | succeeded | failed | cancelled
+    attempt: int = 0
+    # Plan version under which the current attempt started (or the reset happened).
+    plan_version: int = 0
+    # First plan version from which this step's definition has been unchanged.
+    defined_in: int = 0
+    idempotency_key: str | None = None
+    error_code: str | None = None
+    seq: int = 0
+
+
+class Variable(Struct, omit_defaults=True):
+    value: Any = None
+    sealed: Sealed | None = None
+    producer_step: str | None = None
+    seq: int = 0
+
+
+class Reservation(Struct):
+    resource: str
+    amount: int
+    consumed: int = 0
+    open: bool = True
+
+
+class Question(Struct, omit_defaults=True):
+    text: str
+    blocking: bool = False
+    step_id: str | None = None
+    status: str = "open"  # open | resolved
+    answer: str | None = None
+
+
+class Turn(Struct, omit_defaults=True):
+    role: str
+    ordinal: int
+    seq: int
+    content: str | None = None
+    sealed: Sealed | None = None
+
+
+class Rejection(Struct):
+    """An event the reducer refused, kept so the refusal is explainable."""
+
+    seq: int
+    event_id: str
+    kind: str
+    code: str
+    reason: str
+
+
+class WorkingMemory(Struct):
+    tenant: str
+    task_id: str
+    state_version: int = STATE_VERSION
+    status: str = "new"  # new | open | completed | failed | cancelled
+    goal: Goal | None = None
+    title: str = ""
+    plan_id: str | None = None
+    plan_version: int = 0
+    steps: list[StepDef] = []
+    step_states: dict[str, StepState] = {}
+    variables: dict[str, Variable] = {}
+    artifacts: dict[str, ArtifactRef] = {}
+    budget_limits: dict[str, int] = {}
+    budget_used: dict[str, int] = {}
+    reservations: dict[str, Reservation] = {}
+    questions: dict[str, Question] = {}
+    transcript: list[Turn] = []
+    rejections: list[Rejection] = []
+    # Event id -> ledger sequence of every applied event: duplicates are no-ops.
+    applied: dict[str, int] = {}
+    watermark: int = 0
+
+
+def new_state(tenant: str, task_id: str) -> WorkingMemory:
+    return WorkingMemory(tenant=tenant, task_id=task_id)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(WorkingMemory)
+
+
+def encode_state(state: WorkingMemory) -> bytes:
+    return _encoder.encode(state)
+
+
+def decode_state(data: bytes) -> WorkingMemory:
+    return _decoder.decode(data)
+
+
+def state_hash(state: WorkingMemory) -> str:
+    """blake3 of the canonical encoding: equal hashes mean equal projections."""
+    return blake3.blake3(encode_state(state)).hexdigest()
+
+
+def budget_reserved(state: WorkingMemory) -> dict[str, int]:
+    """Outstanding reservations per resource (reserved but not yet consumed)."""
+    out: dict[str, int] = {}
+    for r in state.reservations.values():
+        if r.open:
+            out[r.resource] = out.get(r.resource, 0) + r.amount - r.consumed
+    return out
+
+
+def view(state: WorkingMemory) -> dict[str, Any]:
+    """The Working Memory as readers see it, with the derived sets computed now."""
+    status = {sid: st.status for sid, st in state.step_states.items()}
+    reserved = budget_reserved(state)
+    resources = sorted({*state.budget_limits, *state.budget_used, *reserved})
+    budget = {
+        r: {
+            "limit": state.budget_limits.get(r),
+            "used": state.budget_used.get(r, 0),
+            "reserved": reserved.get(r, 0),
+            "left": (state.budget_limits[r] - state.budget_used.get(r, 0) - reserved.get(r, 0)
+                     if r in state.budget_limits else None),
+        }
+        for r in resources
+    }
+    by = lambda s: [sid for sid in (st.id for st in state.steps) if status.get(sid) == s]  # noqa: E731
+    return {
+        "tenant": state.tenant,
+        "task_id": state.task_id,
+        "status": state.status,
+        "goal": msgspec.to_builtins(state.goal) if state.goal else None,
+        "title": state.title,
+        "plan": {"plan_id": state.plan_id, "version": state.plan_version,
+                 "steps": msgspec.to_builtins(state.steps)},
+        "steps": msgspec.to_builtins(state.step_states),
+        "done": by("succeeded"),
+        "running": by("running"),
+        "failed": by("failed"),
+        "cancelled": by("cancelled"),
+        "next_ready": next_ready(state.steps, status) if state.status == "open" else [],
+        "variables": msgspec.to_builtins(state.variables),
+        "artifacts": msgspec.to_builtins(list(state.artifacts.values())),
+        "budget": budget,
+        "open_questions": {qid: msgspec.to_builtins(q) for qid, q in state.questions.items()
+                           if q.status == "open"},
+        "transcript": msgspec.to_builtins(state.transcript),
+        "rejections": msgspec.to_builtins(state.rejections),
+        "watermark": state.watermark,
+        "events_applied": len(state.applied),
+    }
