@@ -26,6 +26,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str = "agentledger"
     # Largest accepted event, in bytes of JSON; larger payloads belong in artifacts.
     max_event_bytes: int = 256 * 1024
+    # Replicas of the ledger stream (1 on the embedded single server).
+    stream_replicas: int = 1
     # JetStream dedupe window for event ids, in seconds.
     dedupe_window_s: float = 120.0
     # Group commit: most events in one atomic batch (JetStream allows 1000).
@@ -46,7 +48,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.data_dir / "runtime.json"
 
 
-_INT = {"max_event_bytes", "max_batch_events", "max_inflight_batches", "projector_batch"}
+_INT = {"stream_replicas", "max_event_bytes", "max_batch_events", "max_inflight_batches", "projector_batch"}
 _FLOAT = {"dedupe_window_s"}
 
 
