@@ -1,1 +1,1 @@
-"""x."""
+"""The agentledger service processes, one package each."""

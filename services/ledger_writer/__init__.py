@@ -1,1 +1,1 @@
-"""x."""
+"""ledger-writer: the validated, durable, group-committed append endpoint."""

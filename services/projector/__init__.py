@@ -1,1 +1,1 @@
-"""x."""
+"""projector: folds the ledger into Working Memory rows in PostgreSQL."""

@@ -36,12 +36,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_batches: int = 4
     # Projector: most messages fetched and committed in one transaction.
     projector_batch: int = 500
+    # Key-encryption key wrapping the data-subject keys; default data_dir/keyring.key.
+    kek_file: Path | None = None
     log_level: str = "info"
 
     @property
     def stream(self) -> str:
         """Name of the ledger stream (derived so two prefixes never share one)."""
         return f"{self.prefix.upper().replace('-', '_')}_LEDGER"
+
+    @property
+    def keys_bucket(self) -> str:
+        """KV bucket of the wrapped data-subject keys."""
+        return f"{self.prefix.upper().replace('-', '_')}_KEYS"
+
+    @property
+    def kek_path(self) -> Path:
+        return self.kek_file or self.data_dir / "keyring.key"
 
     @property
     def runtime_file(self) -> Path:
@@ -65,7 +76,7 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 values[field] = int(raw)
             elif field in _FLOAT:
                 values[field] = float(raw)
-            elif field == "data_dir":
+            elif field in ("data_dir", "kek_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

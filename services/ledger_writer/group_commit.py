@@ -1,0 +1,257 @@
+"""Group commit: concurrent appends coalesced into JetStream atomic batches.
+
+With ``sync_interval: always`` every durable publish pays an fsync, so one
+append per publish caps throughput. Appends wait in a queue; a flusher takes
+whatever has gathered (never waiting for more, so a lone append goes out at
+once) and commits it as one atomic batch, keeping a few batches in flight.
+
+An atomic batch is all-or-nothing, which is what a caller's own batch needs but
+not what unrelated callers sharing one batch deserve: one stale expectation
+(10071) or one already-stored id (10201) rejects them all. A failed coalesced
+batch is therefore split and each caller's unit committed alone, so the
+offender gets its own answer and the others are stored, each exactly once:
+ids are deduplicated by the server, and an id the server already holds is found
+with a non-writing probe rather than by writing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+from nats.aio.client import Client
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.nuid import NUID
+
+from agentledger.contracts.api import AppendResult
+from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError, UnavailableError
+from agentledger.ledger import MSG_ID
+
+log = structlog.get_logger()
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+ERR_BATCH_DUPLICATE_ID = 10201
+# `Nats-Expected-Last-Msg-Id` is checked after dedupe: a stored id answers
+# "duplicate" with its sequence, a new id fails the check and nothing is written.
+# Real ids always contain two slashes, so this value can never match one.
+_PROBE_LAST_ID = "agentledger-probe"
+_nuid = NUID()
+
+
+@dataclass(eq=False)
+class Unit:
+    """One caller's append: events of one task, stored together or not at all."""
+
+    subject: str
+    msg_ids: list[str]
+    bodies: list[bytes]
+    event_ids: list[str]
+    expected_last_seq: int | None = None
+    future: asyncio.Future[list[AppendResult]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+
+class _BatchFailed(Exception):  # noqa: N818 - internal signal, never escapes this module
+    def __init__(self, err_code: int, description: str) -> None:
+        super().__init__(description)
+        self.err_code = err_code
+        self.description = description
+
+
+class GroupCommitter:
+    """Queue of units plus a flusher that commits them in atomic batches."""
+
+    def __init__(self, nc: Client, stream: str, *, max_batch: int = 1000,
+                 max_inflight: int = 4, timeout: float = 5.0) -> None:
+        self._nc = nc
+        self._stream = stream
+        self._max_batch = max_batch
+        self._timeout = timeout
+        self._queue: deque[Unit] = deque()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(max_inflight)
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def submit(self, unit: Unit) -> list[AppendResult]:
+        """Queue ``unit`` and wait until it is durably stored (or refused)."""
+        if self._closed:
+            raise UnavailableError("the writer is shutting down")
+        self._queue.append(unit)
+        self._wakeup.set()
+        return await unit.future
+
+    async def run(self) -> None:
+        """Flusher loop: runs until cancelled; returns after ``close`` drains."""
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._slots.acquire()
+            batch = self._take()
+            task = asyncio.create_task(self._commit_batch(batch))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def close(self) -> None:
+        """Refuse new units, then wait for queued and in-flight ones to finish."""
+        self._closed = True
+        self._wakeup.set()
+        while self._queue or self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+            await asyncio.sleep(0)
+
+    def _take(self) -> list[Unit]:
+        """Greedily take queued units that may share one atomic batch.
+
+        A unit carrying an expectation must be the first writer of its subject in
+        the batch (the server checks expectations against the pre-batch state and
+        refuses one on a subject the batch already wrote); such a unit waits for
+        the next batch instead.
+        """
+        batch: list[Unit] = []
+        size = 0
+        subjects: set[str] = set()
+        deferred: list[Unit] = []
+        while self._queue:
+            unit = self._queue[0]
+            if batch and size + len(unit) > self._max_batch:
+                break
+            self._queue.popleft()
+            if unit.expected_last_seq is not None and unit.subject in subjects:
+                deferred.append(unit)
+                continue
+            batch.append(unit)
+            size += len(unit)
+            subjects.add(unit.subject)
+        self._queue.extendleft(reversed(deferred))
+        return batch
+
+    async def _commit_batch(self, batch: list[Unit]) -> None:
+        try:
+            if len(batch) == 1:
+                await self._commit_alone(batch[0])
+                return
+            try:
+                last = await self._publish(batch)
+            except (_BatchFailed, UnavailableError) as exc:
+                # Someone's expectation or id sank the shared batch: commit each unit
+                # alone, in arrival order, so only the offender is refused.
+                log.info("group_commit.split", units=len(batch), reason=str(exc))
+                for unit in batch:
+                    await self._commit_alone(unit)
+                return
+            _resolve(batch, last)
+        except Exception as exc:  # noqa: BLE001 - every waiter must get an answer
+            log.exception("group_commit.failed")
+            for unit in batch:
+                if not unit.future.done():
+                    unit.future.set_exception(exc)
+        finally:
+            self._slots.release()
+
+    async def _commit_alone(self, unit: Unit, *, retries: int = 1) -> None:
+        """Commit one unit and settle its future with results or a typed error."""
+        try:
+            last = await self._publish([unit])
+        except _BatchFailed as exc:
+            outcome = await self._explain(unit, exc)
+            if isinstance(outcome, AgentLedgerError):
+                unit.future.set_exception(outcome)
+            else:
+                unit.future.set_result(outcome)
+        except UnavailableError as exc:
+            if retries > 0:  # same ids again: stored once whatever happened before
+                await self._commit_alone(unit, retries=retries - 1)
+            else:
+                unit.future.set_exception(exc)
+        else:
+            _resolve([unit], last)
+
+    async def _publish(self, units: Sequence[Unit]) -> int:
+        """Send ``units`` as one atomic batch; return the last stored sequence."""
+        batch_id = _nuid.next().decode()
+        total = sum(len(u) for u in units)
+        n = 0
+        try:
+            for unit in units:
+                for i, body in enumerate(unit.bodies):
+                    n += 1
+                    headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
+                               MSG_ID: unit.msg_ids[i]}
+                    if i == 0 and unit.expected_last_seq is not None:
+                        headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+                    if n == total:
+                        headers["Nats-Batch-Commit"] = "1"
+                        reply = await self._nc.request(unit.subject, body, timeout=self._timeout,
+                                                       headers=headers)
+                    else:
+                        await self._nc.publish(unit.subject, body, headers=headers)
+        except (NatsTimeout, NoRespondersError) as exc:
+            # Outcome unknown; retrying the same ids is safe (dedupe + probe).
+            raise UnavailableError("the ledger did not acknowledge the batch in time") from exc
+        ack = json.loads(reply.data)
+        if "error" in ack:
+            err = ack["error"]
+            raise _BatchFailed(int(err.get("err_code", 0)), str(err.get("description", "")))
+        return int(ack["seq"])
+
+    async def _explain(self, unit: Unit, exc: _BatchFailed) -> list[AppendResult] | AgentLedgerError:
+        """Turn a refused single-unit batch into its answer: duplicate, conflict, ..."""
+        if exc.err_code not in (ERR_WRONG_LAST_SEQUENCE, ERR_BATCH_DUPLICATE_ID):
+            return AgentLedgerError(f"the ledger refused the append: {exc.description}",
+                                    code="ledger_rejected")
+        stored = [await self._probe(unit.subject, mid) for mid in unit.msg_ids]
+        if all(seq is not None for seq in stored):
+            # A retry of an append that was stored (its ack was lost): report the
+            # original sequences, never a conflict and never a second copy.
+            return [AppendResult(eid, seq, True)  # type: ignore[arg-type]
+                    for eid, seq in zip(unit.event_ids, stored, strict=True)]
+        if any(seq is not None for seq in stored):
+            i = next(i for i, seq in enumerate(stored) if seq is not None)
+            return DuplicateError(
+                f"event {unit.event_ids[i]!r} is already stored (seq {stored[i]}) but others "
+                "of this atomic append are not; resend only the new events",
+                path=f"$.events[{i}].event_id")
+        if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
+            current = await self._last_seq(unit.subject)
+            return ConflictError(
+                f"expected last sequence {unit.expected_last_seq}, the task is at {current}",
+                path="$.expected_last_seq", current_seq=current)
+        return UnavailableError("the ledger reported a duplicate it no longer holds; retry")
+
+    async def _probe(self, subject: str, mid: str) -> int | None:
+        """Sequence of the stored message with id ``mid`` (within the dedupe window)."""
+        reply = await self._nc.request(subject, b"", timeout=self._timeout,
+                                       headers={MSG_ID: mid, "Nats-Expected-Last-Msg-Id": _PROBE_LAST_ID})
+        ack = json.loads(reply.data)
+        return int(ack["seq"]) if ack.get("duplicate") else None
+
+    async def _last_seq(self, subject: str) -> int:
+        """Stream sequence of the last message on ``subject`` (0 when none)."""
+        reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
+                                       json.dumps({"last_by_subj": subject}).encode(),
+                                       timeout=self._timeout)
+        seq = (reply.headers or {}).get("Nats-Sequence")
+        return int(seq) if seq else 0
+
+
+def _resolve(units: Sequence[Unit], last_seq: int) -> None:
+    """Give each unit the sequences its messages got: a batch is contiguous."""
+    seq = last_seq - sum(len(u) for u in units)
+    for unit in units:
+        results = []
+        for eid in unit.event_ids:
+            seq += 1
+            results.append(AppendResult(eid, seq, False))
+        unit.future.set_result(results)

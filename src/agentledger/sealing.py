@@ -1,0 +1,159 @@
+"""Crypto-shredding: personal content sealed with a per-data-subject key.
+
+Each data subject (a pseudonymous token chosen by the platform, never a name or
+an e-mail) gets its own random 256-bit data key. Personal values are encrypted
+with AES-256-GCM under that key before they enter the ledger; destroying the key
+makes every copy in the log, the projections and any backup unreadable without
+rewriting them, and replay keeps working because the ciphertext stays in place.
+
+Data keys live in a JetStream key-value bucket, wrapped (AES-GCM) by a key-
+encryption key that never leaves the host: ``data_dir/keyring.key``, or
+``AGENTLEDGER_KEK_FILE``. The associated data binds every ciphertext to its
+tenant and task, so a sealed value copied into another task fails to open.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from nats.aio.client import Client
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+
+from agentledger.contracts import events as ev
+from agentledger.core.validate import has_personal_content
+from agentledger.errors import AgentLedgerError, KeyDestroyedError
+
+_b64 = base64.b64encode
+_unb64 = base64.b64decode
+_encode_value = msgspec.json.Encoder().encode
+
+
+class _WrappedKey(msgspec.Struct, frozen=True):
+    key_id: str
+    nonce: str
+    wrapped: str
+
+
+def load_kek(path: Path) -> bytes:
+    """Read the key-encryption key, creating it (mode 0600) on first use."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(_b64(AESGCM.generate_key(bit_length=256)))
+    key = _unb64(path.read_bytes().strip())
+    if len(key) != 32:
+        raise AgentLedgerError(f"{path} does not hold a 256-bit key", code="invalid_config")
+    return key
+
+
+class Keyring:
+    """Per-subject data keys in a KV bucket; one in-process cache per service."""
+
+    def __init__(self, nc: Client, bucket: str, kek: bytes) -> None:
+        self._js = nc.jetstream()
+        self._bucket = bucket
+        self._kek = AESGCM(kek)
+        self._cache: dict[str, tuple[str, AESGCM]] = {}
+        self._kv: Any = None
+
+    async def _store(self) -> Any:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(self._bucket)
+            except BucketNotFoundError:
+                self._kv = await self._js.create_key_value(bucket=self._bucket, history=1)
+        return self._kv
+
+    def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
+        w = msgspec.json.decode(raw, type=_WrappedKey)
+        dek = self._kek.decrypt(_unb64(w.nonce), _unb64(w.wrapped), subject.encode())
+        return w.key_id, AESGCM(dek)
+
+    async def key_for(self, subject: str, *, create: bool) -> tuple[str, AESGCM]:
+        """The subject's data key; created (race-safely, by CAS) when ``create``."""
+        if subject in self._cache:
+            return self._cache[subject]
+        kv = await self._store()
+        try:
+            entry = await kv.get(subject)
+            if not entry.value:
+                raise KeyDestroyedError(f"the key of data subject {subject!r} was destroyed")
+            found = self._unwrap(subject, entry.value)
+        except KeyNotFoundError:
+            if not create:
+                raise KeyDestroyedError(f"no key for data subject {subject!r}") from None
+            found = await self._create(kv, subject)
+        self._cache[subject] = found
+        return found
+
+    async def _create(self, kv: Any, subject: str) -> tuple[str, AESGCM]:
+        dek = AESGCM.generate_key(bit_length=256)
+        nonce = secrets.token_bytes(12)
+        body = _WrappedKey(key_id=secrets.token_hex(8), nonce=_b64(nonce).decode(),
+                           wrapped=_b64(self._kek.encrypt(nonce, dek, subject.encode())).decode())
+        try:
+            await kv.create(subject, msgspec.json.encode(body))
+        except KeyWrongLastSequenceError:
+            # Another writer created it first: use theirs, so there is one key per subject.
+            return self._unwrap(subject, (await kv.get(subject)).value)
+        return body.key_id, AESGCM(dek)
+
+
+def aad_for(tenant: str, task_id: str) -> bytes:
+    """Associated data of every sealed value of one task: it opens only there."""
+    return f"{tenant}/{task_id}".encode()
+
+
+def _seal(key: tuple[str, AESGCM], subject: str, plaintext: bytes, aad: bytes) -> ev.Sealed:
+    key_id, aes = key
+    nonce = secrets.token_bytes(12)
+    return ev.Sealed(subject=subject, key_id=key_id, nonce=_b64(nonce).decode(),
+                     ciphertext=_b64(aes.encrypt(nonce, plaintext, aad)).decode())
+
+
+async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
+    """Return the event with every personal value replaced by its sealed form."""
+    if not has_personal_content(event):
+        return event
+    subject = event.data_subject
+    assert subject is not None  # guaranteed by core.validate.check_event
+    key = await keyring.key_for(subject, create=True)
+    aad = aad_for(event.tenant, event.task_id)
+    p = event.payload  # type: ignore[attr-defined]
+    if isinstance(p, ev.TurnAppended):
+        assert p.content is not None
+        sealed = _seal(key, subject, p.content.encode(), aad)
+        p = msgspec.structs.replace(p, content=None, sealed=sealed)
+    elif isinstance(p, ev.VariableSet):
+        sealed = _seal(key, subject, _encode_value(p.value), aad)
+        p = msgspec.structs.replace(p, value=None, sealed=sealed)
+    elif isinstance(p, ev.StepSucceeded):
+        outputs = [
+            msgspec.structs.replace(o, value=None, sealed=_seal(
+                key, subject, _encode_value(o.value), aad))
+            if o.personal else o
+            for o in p.outputs
+        ]
+        p = msgspec.structs.replace(p, outputs=outputs)
+    return msgspec.structs.replace(event, payload=p)  # type: ignore[arg-type]
+
+
+async def unseal(sealed: ev.Sealed, aad: bytes, keyring: Keyring) -> bytes | None:
+    """Plaintext of a sealed value, or None when its subject's key is gone."""
+    try:
+        _, aes = await keyring.key_for(sealed.subject, create=False)
+    except KeyDestroyedError:
+        return None
+    try:
+        return aes.decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), aad)
+    except InvalidTag as exc:
+        raise AgentLedgerError("sealed value does not open with its subject key",
+                               code="seal_mismatch") from exc
