@@ -28,7 +28,7 @@ class AppendResult(Struct, frozen=True):
     duplicate: bool
 
 
-class ErrorBody(Struct, frozen=True, omit_defaults=True):
+class ErrorBody(Struct, frozen=True):
     """A typed error on the wire: branch on ``code``; ``path`` names the field."""
 
     code: str

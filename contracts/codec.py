@@ -19,6 +19,8 @@ from agentledger.errors import ContractError
 
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 _FIELD = re.compile(r"field `([^`]+)`")
+# "Expected `int`, got `str`" is a wrong type; "Expected `int` >= 0" is a bad value.
+_WRONG_TYPE = re.compile(r"^Expected `[^`]+`, got `")
 _TOKEN_FIELDS = ("tenant", "task_id", "event_id", "data_subject", "causation_id",
                  "correlation_id")
 
@@ -54,7 +56,7 @@ def contract_error(exc: msgspec.MsgspecError, prefix: str = "") -> ContractError
         message = f"{message}; supported schema versions: [1]"
     elif "matching regex" in message and path.rsplit(".", 1)[-1] in _TOKEN_FIELDS:
         code = "invalid_token"
-    elif message.startswith("Expected `"):
+    elif _WRONG_TYPE.match(message):
         code = "invalid_type"
     else:
         code = "invalid_value"

@@ -27,7 +27,6 @@ from agentledger.core.state import (
     Turn,
     Variable,
     WorkingMemory,
-    budget_reserved,
     decode_state,
     encode_state,
 )
@@ -213,17 +212,18 @@ def _budget_reserved(state: WorkingMemory, p: ev.BudgetReserved, seq: int) -> No
         raise _Reject("duplicate_reservation", f"reservation {p.reservation_id!r} exists")
     limit = state.budget_limits.get(p.resource)
     if limit is not None:
-        committed = state.budget_used.get(p.resource, 0) + budget_reserved(state).get(p.resource, 0)
+        committed = state.budget_used.get(p.resource, 0) + state.budget_reserved.get(p.resource, 0)
         if committed + p.amount > limit:
             raise _Reject("budget_exceeded",
                           f"{p.resource}: reserving {p.amount} exceeds what is left "
                           f"({limit - committed} of {limit})")
     state.reservations[p.reservation_id] = Reservation(p.resource, p.amount)
+    state.budget_reserved[p.resource] = state.budget_reserved.get(p.resource, 0) + p.amount
 
 
 def _reservation(state: WorkingMemory, reservation_id: str, resource: str) -> Reservation:
     res = state.reservations.get(reservation_id)
-    if res is None or not res.open:
+    if res is None:
         raise _Reject("unknown_reservation", f"no open reservation {reservation_id!r}")
     if res.resource != resource:
         raise _Reject("resource_mismatch",
@@ -239,10 +239,13 @@ def _budget_consumed(state: WorkingMemory, p: ev.BudgetConsumed, seq: int) -> No
                       f"({res.amount - res.consumed} of {res.amount} left)")
     res.consumed += p.amount
     state.budget_used[p.resource] = state.budget_used.get(p.resource, 0) + p.amount
+    state.budget_reserved[p.resource] -= p.amount
 
 
 def _budget_released(state: WorkingMemory, p: ev.BudgetReleased, seq: int) -> None:
-    _reservation(state, p.reservation_id, p.resource).open = False
+    res = _reservation(state, p.reservation_id, p.resource)
+    state.budget_reserved[p.resource] -= res.amount - res.consumed
+    del state.reservations[p.reservation_id]
 
 
 # ---- questions, variables, artifacts, conversation ---------------------------------

@@ -45,7 +45,6 @@ class Reservation(Struct):
     resource: str
     amount: int
     consumed: int = 0
-    open: bool = True
 
 
 class Question(Struct, omit_defaults=True):
@@ -89,6 +88,10 @@ class WorkingMemory(Struct):
     artifacts: dict[str, ArtifactRef] = {}
     budget_limits: dict[str, int] = {}
     budget_used: dict[str, int] = {}
+    # Outstanding (reserved, not yet consumed) per resource, kept in step with
+    # ``reservations`` so a reservation check does not rescan them all.
+    budget_reserved: dict[str, int] = {}
+    # Open reservations only: a released one is removed.
     reservations: dict[str, Reservation] = {}
     questions: dict[str, Question] = {}
     transcript: list[Turn] = []
@@ -119,19 +122,10 @@ def state_hash(state: WorkingMemory) -> str:
     return blake3.blake3(encode_state(state)).hexdigest()
 
 
-def budget_reserved(state: WorkingMemory) -> dict[str, int]:
-    """Outstanding reservations per resource (reserved but not yet consumed)."""
-    out: dict[str, int] = {}
-    for r in state.reservations.values():
-        if r.open:
-            out[r.resource] = out.get(r.resource, 0) + r.amount - r.consumed
-    return out
-
-
 def view(state: WorkingMemory) -> dict[str, Any]:
     """The Working Memory as readers see it, with the derived sets computed now."""
     status = {sid: st.status for sid, st in state.step_states.items()}
-    reserved = budget_reserved(state)
+    reserved = state.budget_reserved
     resources = sorted({*state.budget_limits, *state.budget_used, *reserved})
     budget = {
         r: {

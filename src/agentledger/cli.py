@@ -1,0 +1,166 @@
+"""``agentledger``: start and stop the stack, run the demo, append, inspect, replay, bench."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentledger.config import Settings, from_env
+from agentledger.errors import AgentLedgerError
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return from_env(data_dir=getattr(args, "data_dir", None))
+
+
+def _connected(args: argparse.Namespace) -> Settings:
+    from agentledger.runtime.state import resolve_urls
+
+    return resolve_urls(_settings(args))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from agentledger.runtime.commands import up
+
+    info = up(_settings(args))
+    print("agentledger is up")
+    print(f"  NATS        {info.nats_url}")
+    print(f"  PostgreSQL  {info.database_url}")
+    print(f"  data        {info.data_dir}")
+    print(f"  supervisor  pid {info.supervisor_pid}")
+    for name, pid in info.services.items():
+        print(f"  {name:<11} pid {pid}")
+    print(f"  runtime     {Path(info.data_dir) / 'runtime.json'}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from agentledger.runtime.commands import down
+
+    down(_settings(args))
+    print("agentledger is down")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from agentledger.demo import render, run_demo
+
+    print(render(asyncio.run(run_demo(_connected(args)))))
+    return 0
+
+
+def _append_request(doc: Any, expected: int | None) -> dict[str, Any]:
+    """Accept an AppendRequest, a list of events or one event."""
+    if isinstance(doc, dict) and "events" in doc:
+        request = dict(doc)
+    else:
+        request = {"events": doc if isinstance(doc, list) else [doc]}
+    if expected is not None:
+        request["expected_last_seq"] = expected
+    return request
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    from agentledger.client import connect
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AgentLedgerError(f"input is not JSON: {exc}", code="malformed_json") from exc
+
+    async def run() -> list[Any]:
+        async with await connect(_connected(args)) as client:
+            payload = msgspec.json.encode(_append_request(doc, args.expected_last_seq))
+            return await client.append_raw(payload)
+
+    print(msgspec.json.encode(asyncio.run(run())).decode())
+    return 0
+
+
+def cmd_task_show(args: argparse.Namespace) -> int:
+    from agentledger.client import connect
+    from agentledger.demo import render
+
+    async def run() -> Any:
+        async with await connect(_connected(args)) as client:
+            return await client.working_memory(args.tenant, args.task_id,
+                                               reveal_personal=args.reveal_personal)
+
+    wm = asyncio.run(run())
+    if args.json:
+        print(msgspec.json.encode(wm).decode())
+    else:
+        print(render(wm))
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() or done == total:
+        print(f"\r  replayed {done}/{total} events", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from agentledger.services.projector import rebuild
+
+    settings = _connected(args)
+    if args.verify:
+        report = asyncio.run(rebuild.verify(settings, progress=_progress))
+        print(report.summary())
+        return 0 if report.ok else 1
+    asyncio.run(rebuild.drop_projection(settings))
+    print("projection dropped; the projector rebuilds it from the ledger")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from agentledger.bench import run_all
+
+    return asyncio.run(run_all(_settings(args), only=args.only))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="runtime folder (default .agentledger or AGENTLEDGER_DATA_DIR)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start NATS, PostgreSQL and the services").set_defaults(fn=cmd_up)
+    sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
+    sub.add_parser("demo", help="run the seeds' crash-and-replan scenario").set_defaults(fn=cmd_demo)
+    p = sub.add_parser("append", help="append events (JSON from a file or - for stdin)")
+    p.add_argument("file")
+    p.add_argument("--expected-last-seq", type=int, default=None)
+    p.set_defaults(fn=cmd_append)
+    task = sub.add_parser("task", help="inspect tasks").add_subparsers(dest="task_command", required=True)
+    p = task.add_parser("show", help="print a task's Working Memory")
+    p.add_argument("tenant")
+    p.add_argument("task_id")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--reveal-personal", action="store_true")
+    p.set_defaults(fn=cmd_task_show)
+    p = sub.add_parser("replay", help="rebuild the projection from the ledger")
+    p.add_argument("--verify", action="store_true",
+                   help="rebuild into a scratch schema and compare with the live projection")
+    p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
+    p.add_argument("--only", action="append", default=None,
+                   help="run only this benchmark (append, latency, rebuild, reducer)")
+    p.set_defaults(fn=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.fn(args)
+    except AgentLedgerError as exc:
+        print(f"agentledger: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
