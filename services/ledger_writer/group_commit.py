@@ -21,6 +21,7 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from nats.aio.client import Client
@@ -69,11 +70,12 @@ class GroupCommitter:
     """Queue of units plus a flusher that commits them in atomic batches."""
 
     def __init__(self, nc: Client, stream: str, *, max_batch: int = 1000,
-                 max_inflight: int = 4, timeout: float = 5.0) -> None:
+                 max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0) -> None:
         self._nc = nc
         self._stream = stream
         self._max_batch = max_batch
         self._timeout = timeout
+        self._pipeline_below = pipeline_below
         self._queue: deque[Unit] = deque()
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(max_inflight)
@@ -139,11 +141,13 @@ class GroupCommitter:
 
     async def _commit_batch(self, batch: list[Unit]) -> None:
         try:
-            if len(batch) == 1:
-                await self._commit_alone(batch[0])
+            if len(batch) < self._pipeline_below and all(len(u) == 1 for u in batch):
+                # A few single events: plain publishes, pipelined, are cheaper than an
+                # atomic batch (which has a fixed commit cost) and fail independently.
+                await asyncio.gather(*(self._commit_alone(u) for u in batch))
                 return
             try:
-                last = await self._publish(batch)
+                last, _ = await self._publish(batch)
             except (_BatchFailed, UnavailableError) as exc:
                 # Someone's expectation or id sank the shared batch: commit each unit
                 # alone, in arrival order, so only the offender is refused.
@@ -163,7 +167,7 @@ class GroupCommitter:
     async def _commit_alone(self, unit: Unit, *, retries: int = 1) -> None:
         """Commit one unit and settle its future with results or a typed error."""
         try:
-            last = await self._publish([unit])
+            last, duplicate = await self._publish([unit])
         except _BatchFailed as exc:
             outcome = await self._explain(unit, exc)
             if isinstance(outcome, AgentLedgerError):
@@ -176,35 +180,50 @@ class GroupCommitter:
             else:
                 unit.future.set_exception(exc)
         else:
-            _resolve([unit], last)
+            _resolve([unit], last, duplicate=duplicate)
 
-    async def _publish(self, units: Sequence[Unit]) -> int:
-        """Send ``units`` as one atomic batch; return the last stored sequence."""
+    async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
+        """Store ``units`` together: (last stored sequence, whether it was a duplicate).
+
+        One event goes as a plain durable publish; anything more as one atomic
+        batch, whose duplicates and failed expectations reject it whole.
+        """
+        if len(units) == 1 and len(units[0]) == 1:
+            unit = units[0]
+            headers = {MSG_ID: unit.msg_ids[0]}
+            if unit.expected_last_seq is not None:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+            ack = await self._request(unit.subject, unit.bodies[0], headers)
+            return int(ack["seq"]), bool(ack.get("duplicate"))
         batch_id = _nuid.next().decode()
         total = sum(len(u) for u in units)
         n = 0
+        for unit in units:
+            for i, body in enumerate(unit.bodies):
+                n += 1
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
+                           MSG_ID: unit.msg_ids[i]}
+                if i == 0 and unit.expected_last_seq is not None:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+                if n == total:
+                    headers["Nats-Batch-Commit"] = "1"
+                    ack = await self._request(unit.subject, body, headers)
+                else:
+                    await self._nc.publish(unit.subject, body, headers=headers)
+        return int(ack["seq"]), False
+
+    async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+        """A publish that waits for JetStream's ack; raise on an error ack or no ack."""
         try:
-            for unit in units:
-                for i, body in enumerate(unit.bodies):
-                    n += 1
-                    headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
-                               MSG_ID: unit.msg_ids[i]}
-                    if i == 0 and unit.expected_last_seq is not None:
-                        headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
-                    if n == total:
-                        headers["Nats-Batch-Commit"] = "1"
-                        reply = await self._nc.request(unit.subject, body, timeout=self._timeout,
-                                                       headers=headers)
-                    else:
-                        await self._nc.publish(unit.subject, body, headers=headers)
+            reply = await self._nc.request(subject, body, timeout=self._timeout, headers=headers)
         except (NatsTimeout, NoRespondersError) as exc:
             # Outcome unknown; retrying the same ids is safe (dedupe + probe).
-            raise UnavailableError("the ledger did not acknowledge the batch in time") from exc
-        ack = json.loads(reply.data)
+            raise UnavailableError("the ledger did not acknowledge in time") from exc
+        ack: dict[str, Any] = json.loads(reply.data)
         if "error" in ack:
             err = ack["error"]
             raise _BatchFailed(int(err.get("err_code", 0)), str(err.get("description", "")))
-        return int(ack["seq"])
+        return ack
 
     async def _explain(self, unit: Unit, exc: _BatchFailed) -> list[AppendResult] | AgentLedgerError:
         """Turn a refused single-unit batch into its answer: duplicate, conflict, ..."""
@@ -232,9 +251,11 @@ class GroupCommitter:
 
     async def _probe(self, subject: str, mid: str) -> int | None:
         """Sequence of the stored message with id ``mid`` (within the dedupe window)."""
-        reply = await self._nc.request(subject, b"", timeout=self._timeout,
-                                       headers={MSG_ID: mid, "Nats-Expected-Last-Msg-Id": _PROBE_LAST_ID})
-        ack = json.loads(reply.data)
+        try:
+            ack = await self._request(subject, b"", {MSG_ID: mid,
+                                                     "Nats-Expected-Last-Msg-Id": _PROBE_LAST_ID})
+        except _BatchFailed:
+            return None  # the expectation failed: the id is not stored, nothing was written
         return int(ack["seq"]) if ack.get("duplicate") else None
 
     async def _last_seq(self, subject: str) -> int:
@@ -246,12 +267,12 @@ class GroupCommitter:
         return int(seq) if seq else 0
 
 
-def _resolve(units: Sequence[Unit], last_seq: int) -> None:
+def _resolve(units: Sequence[Unit], last_seq: int, *, duplicate: bool = False) -> None:
     """Give each unit the sequences its messages got: a batch is contiguous."""
     seq = last_seq - sum(len(u) for u in units)
     for unit in units:
         results = []
         for eid in unit.event_ids:
             seq += 1
-            results.append(AppendResult(eid, seq, False))
+            results.append(AppendResult(eid, seq, duplicate))
         unit.future.set_result(results)
