@@ -1,0 +1,260 @@
+"""The local runtime: embedded servers, the supervisor, runtime.json, up and down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import asyncpg
+import nats
+import pytest
+
+from agentledger.config import Settings
+from agentledger.errors import RuntimeStateError
+from agentledger.runtime import commands
+from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres, pid_alive
+from agentledger.runtime.state import (
+    RuntimeInfo,
+    read_runtime,
+    resolve_urls,
+    settings_env,
+    write_runtime,
+)
+from helpers import assert_eventually
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+# Ignores SIGTERM, and says so once it does (so the test knows the handler is in place).
+STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"]
+# Stands in for the ledger writer: answers the NATS micro PING that `up` waits for.
+FAKE_WRITER = [sys.executable, "-c", f"""
+import asyncio, os, nats
+async def main():
+    nc = await nats.connect(os.environ["AGENTLEDGER_NATS_URL"])
+    async def pong(msg):
+        await msg.respond(b"{{}}")
+    await nc.subscribe("$SRV.PING.{commands.WRITER_SERVICE}", cb=pong)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""]
+
+
+# --- embedded servers ---------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_embedded_nats_is_durable_and_keeps_streams_across_restarts(tmp_path: Path) -> None:
+    """Protects the ledger's durability: fsync before ack, and data that survives a restart.
+
+    Also covers stopping a server through its pid file, which is how `down`
+    stops a server that an earlier `up` process started.
+    """
+    first = EmbeddedNats(tmp_path).start()
+    assert "sync_interval: always" in first.conf_file.read_text()
+    nc = await nats.connect(first.url)
+    js = nc.jetstream()
+    await js.add_stream(name="DURABLE", subjects=["durable.>"])
+    await js.publish("durable.one", b"kept")
+    await nc.close()
+    assert EmbeddedNats(tmp_path).pid == first.pid
+    first_pid = first.pid
+    assert first_pid is not None
+
+    EmbeddedNats(tmp_path).stop()
+    assert not pid_alive(first_pid)
+    first.stop()
+
+    with EmbeddedNats(tmp_path) as second:
+        nc = await nats.connect(second.url)
+        msg = await nc.jetstream().get_msg("DURABLE", 1)
+        await nc.close()
+    assert msg.data == b"kept"
+
+
+@pytest.mark.asyncio
+async def test_embedded_postgres_serves_tcp_and_keeps_data_across_restarts(tmp_path: Path) -> None:
+    """Protects the projection store: the cluster is created once and reused, data included.
+
+    As root, PostgreSQL must run as its own user (it refuses root), which
+    needs ownership of its directory and traversable parents.
+    """
+    with EmbeddedPostgres(tmp_path) as server:
+        if os.geteuid() == 0:
+            assert server.pgdata.stat().st_uid != 0
+        url = server.create_database("kept")
+        assert server.create_database("kept") == url
+        conn = await asyncpg.connect(url)
+        await conn.execute("CREATE TABLE t (v text); INSERT INTO t VALUES ('kept')")
+        await conn.close()
+    assert EmbeddedPostgres(tmp_path).pid is None
+
+    with EmbeddedPostgres(tmp_path) as server:
+        conn = await asyncpg.connect(server.url.rsplit("/", 1)[0] + "/kept")
+        assert await conn.fetchval("SELECT v FROM t") == "kept"
+        await conn.close()
+
+
+# --- supervisor -----------------------------------------------------------------
+
+StartSupervisor = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def start_supervisor(tmp_path: Path) -> Iterator[StartSupervisor]:
+    """Start `python -m agentledger.runtime.supervisor` over the given services; kill it after."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(services: list[tuple[str, list[str]]], *extra: str) -> subprocess.Popen[bytes]:
+        settings = Settings(nats_url="nats://127.0.0.1:1", database_url="postgresql://x/y",
+                            data_dir=tmp_path)
+        with (tmp_path / "supervisor.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agentledger.runtime.supervisor", "--data-dir",
+                 str(tmp_path), "--services", json.dumps(services), *extra],
+                env={**os.environ, **settings_env(settings)}, start_new_session=True,
+                stderr=log)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _live_services(path: Path, names: set[str]) -> dict[str, int] | None:
+    """The services in runtime.json if every one in ``names`` is listed and alive."""
+    try:
+        services = read_runtime(path).services
+    except RuntimeStateError:
+        return None
+    if names <= services.keys() and all(pid_alive(pid) for pid in services.values()):
+        return services
+    return None
+
+
+@pytest.mark.asyncio
+async def test_supervisor_restarts_a_killed_service_and_stops_all_on_sigterm(
+        tmp_path: Path, start_supervisor: StartSupervisor) -> None:
+    """Protects self-healing: a crashed service comes back, runtime.json follows its pid,
+    and SIGTERM to the supervisor leaves no service behind.
+
+    Also checks that runtime.json written by the supervisor is what resolve_urls reads.
+    """
+    runtime = tmp_path / "runtime.json"
+    supervisor = start_supervisor([("a", SLEEPER), ("b", SLEEPER)])
+    before = await assert_eventually(lambda: _live_services(runtime, {"a", "b"}))
+    assert before is not None
+    assert read_runtime(runtime).supervisor_pid == supervisor.pid
+    resolved = resolve_urls(Settings(data_dir=tmp_path, nats_url="nats://explicit:4222"))
+    assert (resolved.nats_url, resolved.database_url) == ("nats://explicit:4222",
+                                                          "postgresql://x/y")
+
+    os.kill(before["a"], signal.SIGKILL)
+    after = await assert_eventually(
+        lambda: (s := _live_services(runtime, {"a", "b"})) and s["a"] != before["a"] and s)
+    assert after
+    assert after["b"] == before["b"]
+    assert (tmp_path / "logs" / "a.log").exists()
+
+    supervisor.send_signal(signal.SIGTERM)
+    assert await assert_eventually(lambda: supervisor.poll() is not None) is True
+    assert supervisor.returncode == 0
+    assert not any(pid_alive(pid) for pid in after.values())
+    assert read_runtime(runtime).services == {}
+
+
+@pytest.mark.asyncio
+async def test_supervisor_kills_a_service_that_ignores_sigterm(
+        tmp_path: Path, start_supervisor: StartSupervisor) -> None:
+    """Protects shutdown: a hung service cannot keep the supervisor (and `down`) waiting forever."""
+    supervisor = start_supervisor([("stubborn", STUBBORN)], "--stop-timeout", "0.2")
+    services = await assert_eventually(lambda: _live_services(tmp_path / "runtime.json",
+                                                              {"stubborn"}))
+    assert services is not None
+    log = tmp_path / "logs" / "stubborn.log"
+    await assert_eventually(lambda: log.exists() and "ready" in log.read_text())
+
+    supervisor.send_signal(signal.SIGTERM)
+    await assert_eventually(lambda: supervisor.poll() is not None)
+    assert not pid_alive(services["stubborn"])
+
+
+# --- runtime.json ---------------------------------------------------------------
+
+def test_runtime_file_round_trips_and_absence_means_not_up(tmp_path: Path) -> None:
+    """Protects the contract every command relies on to find a running runtime."""
+    path = tmp_path / "runtime.json"
+    with pytest.raises(RuntimeStateError, match="agentledger up"):
+        read_runtime(path)
+    with pytest.raises(RuntimeStateError, match="AGENTLEDGER_NATS_URL"):
+        resolve_urls(Settings(data_dir=tmp_path))
+    info = RuntimeInfo(nats_url="nats://a", database_url="postgresql://b", data_dir=str(tmp_path),
+                       supervisor_pid=1, services={"x": 2},
+                       started_at=datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC))
+    write_runtime(path, info)
+    assert read_runtime(path) == info
+    assert list(tmp_path.iterdir()) == [path]
+
+
+# --- up / down ------------------------------------------------------------------
+
+def test_up_starts_everything_and_down_stops_everything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects `agentledger up` / `down` end to end with embedded servers.
+
+    The real services, migrations and stream setup belong to other modules:
+    here stand-ins record the hooks `up` calls and answer the readiness PING.
+    """
+    prepared: list[str] = []
+
+    async def migrate(dsn: str) -> None:
+        prepared.append(f"migrate {dsn}")
+
+    async def ensure_stream(settings: Settings) -> None:
+        prepared.append(f"stream {settings.nats_url}")
+
+    monkeypatch.setitem(sys.modules, "agentledger.db", types.SimpleNamespace(migrate=migrate))
+    monkeypatch.setitem(sys.modules, "agentledger.ledger",
+                        types.SimpleNamespace(ensure_stream=ensure_stream))
+    monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER),
+                                               ("projector", SLEEPER)])
+    settings = Settings(data_dir=tmp_path, prefix="uptest")
+    try:
+        info = commands.up(settings)
+        assert info.database_url.endswith("/agentledger")
+        assert prepared == [f"migrate {info.database_url}", f"stream {info.nats_url}"]
+        assert set(info.services) == {"ledger-writer", "projector"}
+        pids = [info.supervisor_pid, info.nats_pid, info.postgres_pid, *info.services.values()]
+        assert all(pid is not None and pid_alive(pid) for pid in pids)
+        assert resolve_urls(settings).database_url == info.database_url
+        with pytest.raises(RuntimeStateError, match="already up"):
+            commands.up(settings)
+    finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
+    assert not any(pid_alive(pid) for pid in pids if pid is not None)
+    assert not settings.runtime_file.exists()
+    with pytest.raises(RuntimeStateError, match="not up"):
+        commands.down(settings)
+
+
+# --- fixtures ---------------------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_settings_fixture_gives_a_private_database_and_prefix(settings: Settings) -> None:
+    """Protects test isolation: each test's database and stream are its own."""
+    conn = await asyncpg.connect(settings.database_url)
+    assert await conn.fetchval("SELECT current_database()") == f"test_{settings.prefix}"
+    await conn.close()
+    nc = await nats.connect(settings.nats_url)
+    await nc.jetstream().add_stream(name=settings.stream, subjects=[f"{settings.prefix}.>"])
+    await nc.close()
+    assert settings.prefix.upper() in settings.stream
