@@ -1,0 +1,64 @@
+"""Export the wire contracts as JSON Schema, for agents written in other languages.
+
+``python -m agentledger.contracts.export`` rewrites ``contracts/schema/``. The
+output is deterministic (sorted keys, two-space indent, trailing newline), so the
+checked-in files change only when a contract does, and a test fails when they
+drift from the Structs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from agentledger.contracts import api
+from agentledger.contracts.events import AnyEvent
+
+SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+
+# File name -> the type whose schema it holds.
+CONTRACTS: dict[str, Any] = {
+    "event.schema.json": AnyEvent,
+    "append_request.schema.json": api.AppendRequest,
+    "append_reply.schema.json": api.AppendReply,
+    "task_ref.schema.json": api.TaskRef,
+    "working_memory_reply.schema.json": api.WorkingMemoryReply,
+    "task_changed.schema.json": api.TaskChanged,
+}
+
+
+def render_schemas() -> dict[str, str]:
+    """The text of every schema file, keyed by file name."""
+    return {
+        name: json.dumps(msgspec.json.schema(tp), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        for name, tp in CONTRACTS.items()
+    }
+
+
+def write_schemas(directory: Path = SCHEMA_DIR) -> list[Path]:
+    """Write every schema file into ``directory``; return the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in render_schemas().items():
+        path = directory / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentledger.contracts.export",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=SCHEMA_DIR,
+                        help=f"output directory (default: {SCHEMA_DIR})")
+    args = parser.parse_args(argv)
+    for path in write_schemas(args.dir):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

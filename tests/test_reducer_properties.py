@@ -1,0 +1,331 @@
+"""Properties of the reducer over generated event streams.
+
+The strategy writes plausible streams of one task: mostly legal moves (it peeks
+at a scratch fold to start ready steps, finish running ones, use open
+reservations) mixed with stale plans, wrong versions and attempts, over-budget
+reservations, unknown ids, events after the task closed, and re-deliveries of
+earlier events.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+from agentledger.contracts import events as ev
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentledger.core.dag import next_ready
+from agentledger.core.reducer import Trace, apply, fold, reduce
+from agentledger.core.state import WorkingMemory, new_state, state_hash, view
+from agentledger.core.validate import goal_hash
+
+TENANT, TASK = "acme-eng", "task-prop"
+STEP_IDS = ["S1", "S2", "S3", "S4", "S5", "S6"]
+LIMITS = {"llm_tokens": 1000, "tool_calls": 12}
+RESOURCES = [*LIMITS, "gpu_seconds"]  # gpu_seconds has no limit
+RESERVATIONS = [f"r{i}" for i in range(6)]
+QUESTIONS = ["q1", "q2", "q3"]
+GOAL = ev.Goal(text="ship it", acceptance_criteria=["green CI"], goal_hash=goal_hash("ship it", ["green CI"]))
+AT = datetime(2025, 6, 12, 9, 0, tzinfo=UTC)
+# On a failure hypothesis may shrink for up to five minutes; let it finish so the report
+# shows the minimal stream instead of a timeout.
+pytestmark = pytest.mark.timeout(900)
+
+STEP_PAYLOADS = (ev.StepStarted, ev.StepSucceeded, ev.StepFailed, ev.StepCancelled)
+PROPS = settings(max_examples=80, deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# Weighted menu of moves; repeats make the common moves common.
+MOVES = (["start"] * 6 + ["succeed"] * 5 + ["fail"] * 2 + ["cancel"] + ["plan"] * 2
+         + ["reserve"] * 3 + ["consume"] * 3 + ["release"] * 2 + ["question_open", "question_resolve"]
+         + ["turn"] * 2 + ["variable", "artifact", "duplicate", "duplicate", "close"])
+
+
+def event(kind: str, event_id: str, payload: Any) -> ev.EventBase:
+    return ev.EVENT_TYPES[kind](event_id=event_id, tenant=TENANT, task_id=TASK, producer="prop",
+                                occurred_at=AT, schema_version=1, payload=payload)  # type: ignore[call-arg]
+
+
+def _plan(draw: st.DrawFn, state: WorkingMemory) -> ev.PlanVersioned:
+    current = state.plan_version
+    version = draw(st.sampled_from([current + 1] * 4 + [current + 2, current, max(current - 1, 1)]))
+    chosen = draw(st.lists(st.sampled_from(STEP_IDS), min_size=1, max_size=len(STEP_IDS), unique=True))
+    old = {s.id: s for s in state.steps}
+    steps: list[ev.StepDef] = []
+    for sid in chosen:
+        earlier = [s.id for s in steps]
+        keep = old.get(sid)
+        if keep is not None and set(keep.depends_on) <= set(earlier) and draw(st.integers(0, 3)):
+            steps.append(keep)  # unchanged definition: progress must carry over
+            continue
+        deps = draw(st.lists(st.sampled_from(earlier), unique=True, max_size=2)) if earlier else []
+        steps.append(ev.StepDef(id=sid, title=draw(st.sampled_from(["", "v-a", "v-b"])),
+                                depends_on=deps, side_effect=draw(st.booleans())))
+    return ev.PlanVersioned(plan_id="plan", version=version, steps=steps)
+
+
+def _version(draw: st.DrawFn, state: WorkingMemory, sid: str) -> int:
+    st_ = state.step_states.get(sid)
+    floor = st_.defined_in if st_ else state.plan_version
+    options = [state.plan_version] * 6 + [floor, floor - 1, state.plan_version + 1]
+    return max(1, draw(st.sampled_from(options)))
+
+
+def _running_or_any(draw: st.DrawFn, state: WorkingMemory) -> str:
+    running = [s for s, x in state.step_states.items() if x.status == "running"]
+    if running and draw(st.integers(0, 4)):
+        return draw(st.sampled_from(running))
+    return draw(st.sampled_from(STEP_IDS))
+
+
+def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: int) -> ev.EventBase:
+    eid = f"e{n}"
+    if state.status == "new" and draw(st.integers(0, 9)):
+        return event("task_created", eid, ev.TaskCreated(goal=GOAL, budget=LIMITS, title="prop"))
+    move = draw(st.sampled_from(MOVES))
+    if move == "duplicate" and events:
+        return draw(st.sampled_from(events))
+    if move == "plan" or (not state.steps and move in ("start", "succeed", "fail", "cancel")):
+        return event("plan_versioned", eid, _plan(draw, state))
+    if move == "start":
+        status = {s: x.status for s, x in state.step_states.items()}
+        ready = next_ready(state.steps, status) + [s for s, x in status.items() if x == "failed"]
+        sid = draw(st.sampled_from(ready)) if ready and draw(st.integers(0, 4)) else draw(
+            st.sampled_from(STEP_IDS))
+        prior = state.step_states[sid].attempt if sid in state.step_states else 0
+        attempt = draw(st.sampled_from([prior + 1] * 4 + [max(prior, 1)]))
+        key = None if not draw(st.integers(0, 5)) else f"{TASK}:{sid}:{attempt}"
+        return event("step_started", eid, ev.StepStarted(plan_version=_version(draw, state, sid), step_id=sid,
+                                                         attempt=attempt, idempotency_key=key))
+    if move in ("succeed", "fail"):
+        sid = _running_or_any(draw, state)
+        cur = state.step_states[sid].attempt if sid in state.step_states else 1
+        attempt = max(1, draw(st.sampled_from([cur] * 5 + [cur + 1, cur - 1])))
+        version = _version(draw, state, sid)
+        if move == "succeed":
+            outputs = [ev.Output(name=f"out_{sid}", value=draw(st.integers(0, 9)))]
+            return event("step_succeeded", eid, ev.StepSucceeded(plan_version=version, step_id=sid,
+                                                                 attempt=attempt, outputs=outputs))
+        return event("step_failed", eid, ev.StepFailed(plan_version=version, step_id=sid, attempt=attempt,
+                                                       error_code="boom"))
+    if move == "cancel":
+        sid = draw(st.sampled_from(STEP_IDS))
+        return event("step_cancelled", eid, ev.StepCancelled(plan_version=_version(draw, state, sid),
+                                                             step_id=sid))
+    if move in ("reserve", "consume", "release"):
+        held = sorted(state.reservations)
+        if move != "reserve" and held and draw(st.integers(0, 4)):
+            rid = draw(st.sampled_from(held))
+        else:
+            rid = draw(st.sampled_from(RESERVATIONS))
+        res = state.reservations.get(rid)
+        resource = res.resource if res is not None and draw(st.integers(0, 5)) else draw(
+            st.sampled_from(RESOURCES))
+        if move == "reserve":
+            return event("budget_reserved", eid, ev.BudgetReserved(reservation_id=rid, resource=resource,
+                                                                   amount=draw(st.integers(0, 600))))
+        if move == "consume":
+            room = res.amount - res.consumed if res is not None else 0
+            amount = draw(st.integers(0, room) if room and draw(st.integers(0, 3)) else st.integers(0, 400))
+            return event("budget_consumed", eid, ev.BudgetConsumed(reservation_id=rid, resource=resource,
+                                                                   amount=amount))
+        return event("budget_released", eid, ev.BudgetReleased(reservation_id=rid, resource=resource))
+    if move == "question_open":
+        qid = draw(st.sampled_from(QUESTIONS))
+        return event("question_opened", eid, ev.QuestionOpened(question_id=qid, text="which branch?",
+                                                               blocking=draw(st.booleans())))
+    if move == "question_resolve":
+        return event("question_resolved", eid, ev.QuestionResolved(
+            question_id=draw(st.sampled_from(QUESTIONS)), answer="main"))
+    if move == "turn":
+        expected = len(state.transcript) + 1
+        ordinal = draw(st.sampled_from([expected] * 5 + [expected + 1, max(expected - 1, 1)]))
+        role = draw(st.sampled_from(["user", "assistant", "tool"]))
+        return event("turn_appended", eid, ev.TurnAppended(role=role, ordinal=ordinal, content=f"turn {n}"))
+    if move == "variable":
+        return event("variable_set", eid, ev.VariableSet(name=draw(st.sampled_from(["branch", "pr"])),
+                                                         value=draw(st.integers(0, 99))))
+    if move == "artifact":
+        i = draw(st.integers(0, 2))
+        ref = ev.ArtifactRef(uri=f"s3://bucket/a{i}", blake3=f"{i:064x}", schema="log", producer="ci")
+        return event("artifact_registered", eid, ev.ArtifactRegistered(artifact=ref))
+    finished = all(x.status in ("succeeded", "cancelled") for x in state.step_states.values())
+    if move == "close" and (finished or not draw(st.integers(0, 2))):
+        kind = "task_completed" if finished and draw(st.integers(0, 2)) else draw(
+            st.sampled_from(["task_completed", "task_failed", "task_cancelled"]))
+        payload = {"task_completed": ev.TaskCompleted(), "task_failed": ev.TaskFailed(error_code="gave_up"),
+                   "task_cancelled": ev.TaskCancelled()}[kind]
+        return event(kind, eid, payload)
+    return event("variable_set", eid, ev.VariableSet(name="note", value=n))
+
+
+@st.composite
+def streams(draw: st.DrawFn, max_size: int = 45) -> list[tuple[ev.EventBase, int]]:
+    """A plausible ``(event, seq)`` stream of one task, seqs 1..n."""
+    scratch = new_state(TENANT, TASK)
+    events: list[ev.EventBase] = []
+    for n in range(1, draw(st.integers(1, max_size)) + 1):
+        e = _move(draw, scratch, events, n)
+        apply(scratch, e, n)
+        events.append(e)
+    return [(e, i) for i, e in enumerate(events, start=1)]
+
+
+def encoded(state: WorkingMemory) -> bytes:
+    return msgspec.json.encode(state)
+
+
+def outstanding(state: WorkingMemory) -> dict[str, int]:
+    """Reserved-but-unconsumed per resource, recomputed from the (open) reservations."""
+    out: dict[str, int] = {}
+    for r in state.reservations.values():
+        out[r.resource] = out.get(r.resource, 0) + r.amount - r.consumed
+    return out
+
+
+def check_invariants(state: WorkingMemory) -> None:
+    """next-ready and budget invariants that must hold after every event."""
+    v = view(state)
+    status = {sid: x.status for sid, x in state.step_states.items()}
+    assert [s.id for s in state.steps] == list(state.step_states)
+    done = {sid for sid, s in status.items() if s == "succeeded"}
+    expected = [s.id for s in state.steps if status[s.id] == "pending" and set(s.depends_on) <= done]
+    assert v["next_ready"] == (expected if state.status == "open" else [])
+    assert v["done"] == [s.id for s in state.steps if status[s.id] == "succeeded"]
+
+    held = outstanding(state)
+    for resource, used in state.budget_used.items():
+        assert used >= 0, resource
+    for r in state.reservations.values():
+        assert 0 <= r.consumed <= r.amount
+    for resource, limit in state.budget_limits.items():
+        used = state.budget_used.get(resource, 0)
+        assert used + held.get(resource, 0) <= limit, (resource, used, held)
+        assert v["budget"][resource]["left"] == limit - used - held.get(resource, 0) >= 0
+    for resource, b in v["budget"].items():
+        assert b["reserved"] == held.get(resource, 0)
+        assert b["used"] == state.budget_used.get(resource, 0)
+
+
+# ---- properties -------------------------------------------------------------------------
+
+@PROPS
+@given(streams())
+def test_fold_is_deterministic(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """Folding the same stream twice gives byte-identical states, equal hashes and traces."""
+    a, ta = fold(new_state(TENANT, TASK), stream)
+    b, tb = fold(new_state(TENANT, TASK), stream)
+    assert encoded(a) == encoded(b)
+    assert state_hash(a) == state_hash(b)
+    assert ta == tb
+    assert view(a) == view(b)
+
+
+@PROPS
+@given(streams(), st.data())
+def test_duplicate_is_idempotent(stream: list[tuple[ev.EventBase, int]], data: st.DataObject) -> None:
+    """Re-inserting an earlier event anywhere after it changes nothing but adds a duplicate trace."""
+    i = data.draw(st.integers(0, len(stream) - 1), label="copied")
+    j = data.draw(st.integers(i + 1, len(stream)), label="inserted at")
+    seq = data.draw(st.integers(1, 10**6), label="redelivery seq")
+    copy = (stream[i][0], seq)
+    base, base_traces = fold(new_state(TENANT, TASK), stream)
+    dup, dup_traces = fold(new_state(TENANT, TASK), [*stream[:j], copy, *stream[j:]])
+    assert encoded(dup) == encoded(base)
+    extra = dup_traces.pop(j)
+    assert dup_traces == base_traces
+    assert (extra.outcome, extra.event_id, extra.seq) == ("duplicate", stream[i][0].event_id, seq)
+
+
+@PROPS
+@given(streams())
+def test_stepwise_reduce_equals_fold_and_does_not_mutate(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """reduce one event at a time equals fold, and never modifies the state it is given."""
+    state = new_state(TENANT, TASK)
+    traces: list[Trace] = []
+    for e, seq in stream:
+        before = encoded(state)
+        new, trace = reduce(state, e, seq)
+        assert encoded(state) == before, "reduce mutated its input"
+        assert new is not state
+        state = new
+        traces.append(trace)
+    folded, fold_traces = fold(new_state(TENANT, TASK), stream)
+    assert encoded(state) == encoded(folded)
+    assert state_hash(state) == state_hash(folded)
+    assert traces == fold_traces
+
+
+def _without_bookkeeping(state: WorkingMemory) -> dict[str, Any]:
+    data = msgspec.to_builtins(state)
+    for key in ("rejections", "applied", "watermark"):
+        del data[key]
+    return data
+
+
+@PROPS
+@given(streams())
+def test_no_regression(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """Plan version never decreases; stale step events never touch the step; refusals change nothing."""
+    state = new_state(TENANT, TASK)
+    for e, seq in stream:
+        before = msgspec.json.decode(encoded(state), type=WorkingMemory)
+        trace = apply(state, e, seq)
+        assert state.plan_version >= before.plan_version
+        assert state.watermark >= before.watermark
+        if trace.outcome != "applied":
+            assert _without_bookkeeping(state) == _without_bookkeeping(before)
+            assert len(state.rejections) == len(before.rejections) + (trace.outcome == "rejected")
+            continue
+        p = e.payload  # type: ignore[attr-defined]
+        if isinstance(p, STEP_PAYLOADS) and p.step_id in before.step_states:
+            assert p.plan_version >= before.step_states[p.step_id].defined_in, "stale step event applied"
+        # A finished step only changes when a newer plan redefines or drops it.
+        if not isinstance(p, ev.PlanVersioned):
+            for step, old in before.step_states.items():
+                if old.status in ("succeeded", "cancelled"):
+                    assert state.step_states[step] == old, step
+
+
+@PROPS
+@given(streams())
+def test_stale_step_events_are_rejected(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """A step event for a plan older than the step's definition is refused stale_plan_version."""
+    state = new_state(TENANT, TASK)
+    for e, seq in stream:
+        p = e.payload  # type: ignore[attr-defined]
+        if not isinstance(p, STEP_PAYLOADS):
+            apply(state, e, seq)
+            continue
+        before = state.step_states.get(p.step_id)
+        stale = (state.status == "open" and e.event_id not in state.applied
+                 and before is not None and p.plan_version < before.defined_in)
+        before = msgspec.structs.replace(before) if before is not None else None
+        trace = apply(state, e, seq)
+        if stale:
+            assert (trace.outcome, trace.code) == ("rejected", "stale_plan_version")
+            assert state.step_states[p.step_id] == before
+
+
+@PROPS
+@given(streams())
+def test_invariants_hold_after_every_event(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """next-ready matches the DAG and done set, and budget never over-commits, after each event."""
+    state = new_state(TENANT, TASK)
+    check_invariants(state)
+    for e, seq in stream:
+        apply(state, e, seq)
+        check_invariants(state)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(max_size=80))
+def test_watermark_is_highest_consumed_seq(stream: list[tuple[ev.EventBase, int]]) -> None:
+    """The watermark is the highest seq applied or rejected; duplicates never move it."""
+    state, traces = fold(new_state(TENANT, TASK), stream)
+    assert len(traces) == len(stream)
+    assert state.watermark == max((t.seq for t in traces if t.outcome != "duplicate"), default=0)
