@@ -66,7 +66,7 @@ def contract_error(exc: msgspec.MsgspecError, prefix: str = "") -> ContractError
 def decode_event(data: bytes | str | msgspec.Raw, prefix: str = "") -> EventBase:
     """Decode and validate one event; raise ``ContractError`` naming the path."""
     try:
-        return _event_decoder.decode(data)  # type: ignore[no-any-return]
+        return _event_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise contract_error(exc, prefix) from exc
 

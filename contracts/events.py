@@ -37,7 +37,7 @@ class Strict(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True
     """Base of every contract Struct: unknown fields are errors, instances immutable."""
 
 
-class Sealed(Strict):
+class Sealed(Strict, frozen=True):
     """Personal content encrypted with its data subject's key (AES-256-GCM).
 
     ``aad`` binds the ciphertext to its tenant, task, event and field, so a
@@ -50,7 +50,7 @@ class Sealed(Strict):
     ciphertext: str
 
 
-class ArtifactRef(Strict):
+class ArtifactRef(Strict, frozen=True):
     """A reference to content in the artifact store; never the content itself."""
 
     uri: Annotated[str, Meta(min_length=1, max_length=1024)]
@@ -61,7 +61,7 @@ class ArtifactRef(Strict):
     size: Amount | None = None
 
 
-class Goal(Strict):
+class Goal(Strict, frozen=True):
     """The goal contract: what done means, and a hash that pins it."""
 
     text: Annotated[str, Meta(min_length=1, max_length=16384)]
@@ -69,7 +69,7 @@ class Goal(Strict):
     goal_hash: Hash
 
 
-class StepDef(Strict):
+class StepDef(Strict, frozen=True):
     """One node of a plan DAG. ``id`` is stable across plan versions."""
 
     id: StepId
@@ -79,7 +79,7 @@ class StepDef(Strict):
     tool: Name | None = None
 
 
-class Output(Strict):
+class Output(Strict, frozen=True):
     """A typed output variable of a step. ``personal`` values are sealed at rest."""
 
     name: Name
@@ -90,27 +90,27 @@ class Output(Strict):
 
 # ---- payloads -------------------------------------------------------------
 
-class TaskCreated(Strict):
+class TaskCreated(Strict, frozen=True):
     goal: Goal
     budget: dict[Token, Amount] = {}
     title: Text = ""
 
 
-class PlanVersioned(Strict):
+class PlanVersioned(Strict, frozen=True):
     plan_id: Token
     version: Version
     steps: Annotated[list[StepDef], Meta(min_length=1, max_length=1000)]
     reason: Text = ""
 
 
-class StepStarted(Strict):
+class StepStarted(Strict, frozen=True):
     plan_version: Version
     step_id: StepId
     attempt: PositiveInt = 1
     idempotency_key: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
 
 
-class StepSucceeded(Strict):
+class StepSucceeded(Strict, frozen=True):
     plan_version: Version
     step_id: StepId
     attempt: PositiveInt = 1
@@ -118,7 +118,7 @@ class StepSucceeded(Strict):
     artifacts: list[ArtifactRef] = []
 
 
-class StepFailed(Strict):
+class StepFailed(Strict, frozen=True):
     plan_version: Version
     step_id: StepId
     error_code: Name
@@ -128,44 +128,44 @@ class StepFailed(Strict):
     retryable: bool = False
 
 
-class StepCancelled(Strict):
+class StepCancelled(Strict, frozen=True):
     plan_version: Version
     step_id: StepId
     reason: Text = ""
 
 
-class BudgetReserved(Strict):
+class BudgetReserved(Strict, frozen=True):
     reservation_id: Token
     resource: Token
     amount: Amount
 
 
-class BudgetConsumed(Strict):
+class BudgetConsumed(Strict, frozen=True):
     reservation_id: Token
     resource: Token
     amount: Amount
 
 
-class BudgetReleased(Strict):
+class BudgetReleased(Strict, frozen=True):
     """Returns what is left of a reservation to the pool and closes it."""
 
     reservation_id: Token
     resource: Token
 
 
-class QuestionOpened(Strict):
+class QuestionOpened(Strict, frozen=True):
     question_id: Token
     text: Text
     blocking: bool = False
     step_id: StepId | None = None
 
 
-class QuestionResolved(Strict):
+class QuestionResolved(Strict, frozen=True):
     question_id: Token
     answer: Text
 
 
-class VariableSet(Strict):
+class VariableSet(Strict, frozen=True):
     name: Name
     value: Any = None
     personal: bool = False
@@ -173,27 +173,27 @@ class VariableSet(Strict):
     producer_step: StepId | None = None
 
 
-class ArtifactRegistered(Strict):
+class ArtifactRegistered(Strict, frozen=True):
     """An artifact that entered the task outside a step (an upload, a fetched document)."""
 
     artifact: ArtifactRef
     note: Text = ""
 
 
-class TaskCompleted(Strict):
+class TaskCompleted(Strict, frozen=True):
     summary: Text = ""
 
 
-class TaskFailed(Strict):
+class TaskFailed(Strict, frozen=True):
     error_code: Name
     message: Text = ""
 
 
-class TaskCancelled(Strict):
+class TaskCancelled(Strict, frozen=True):
     reason: Text = ""
 
 
-class TurnAppended(Strict):
+class TurnAppended(Strict, frozen=True):
     """One conversation turn. ``content`` is personal: it is stored sealed."""
 
     role: Literal["user", "assistant", "system", "tool"]
@@ -220,71 +220,71 @@ class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=T
     data_subject: Token | None = None
 
 
-class TaskCreatedEvent(EventBase, tag="task_created"):
+class TaskCreatedEvent(EventBase, tag="task_created", frozen=True):
     payload: TaskCreated
 
 
-class PlanVersionedEvent(EventBase, tag="plan_versioned"):
+class PlanVersionedEvent(EventBase, tag="plan_versioned", frozen=True):
     payload: PlanVersioned
 
 
-class StepStartedEvent(EventBase, tag="step_started"):
+class StepStartedEvent(EventBase, tag="step_started", frozen=True):
     payload: StepStarted
 
 
-class StepSucceededEvent(EventBase, tag="step_succeeded"):
+class StepSucceededEvent(EventBase, tag="step_succeeded", frozen=True):
     payload: StepSucceeded
 
 
-class StepFailedEvent(EventBase, tag="step_failed"):
+class StepFailedEvent(EventBase, tag="step_failed", frozen=True):
     payload: StepFailed
 
 
-class StepCancelledEvent(EventBase, tag="step_cancelled"):
+class StepCancelledEvent(EventBase, tag="step_cancelled", frozen=True):
     payload: StepCancelled
 
 
-class BudgetReservedEvent(EventBase, tag="budget_reserved"):
+class BudgetReservedEvent(EventBase, tag="budget_reserved", frozen=True):
     payload: BudgetReserved
 
 
-class BudgetConsumedEvent(EventBase, tag="budget_consumed"):
+class BudgetConsumedEvent(EventBase, tag="budget_consumed", frozen=True):
     payload: BudgetConsumed
 
 
-class BudgetReleasedEvent(EventBase, tag="budget_released"):
+class BudgetReleasedEvent(EventBase, tag="budget_released", frozen=True):
     payload: BudgetReleased
 
 
-class QuestionOpenedEvent(EventBase, tag="question_opened"):
+class QuestionOpenedEvent(EventBase, tag="question_opened", frozen=True):
     payload: QuestionOpened
 
 
-class QuestionResolvedEvent(EventBase, tag="question_resolved"):
+class QuestionResolvedEvent(EventBase, tag="question_resolved", frozen=True):
     payload: QuestionResolved
 
 
-class VariableSetEvent(EventBase, tag="variable_set"):
+class VariableSetEvent(EventBase, tag="variable_set", frozen=True):
     payload: VariableSet
 
 
-class ArtifactRegisteredEvent(EventBase, tag="artifact_registered"):
+class ArtifactRegisteredEvent(EventBase, tag="artifact_registered", frozen=True):
     payload: ArtifactRegistered
 
 
-class TaskCompletedEvent(EventBase, tag="task_completed"):
+class TaskCompletedEvent(EventBase, tag="task_completed", frozen=True):
     payload: TaskCompleted
 
 
-class TaskFailedEvent(EventBase, tag="task_failed"):
+class TaskFailedEvent(EventBase, tag="task_failed", frozen=True):
     payload: TaskFailed
 
 
-class TaskCancelledEvent(EventBase, tag="task_cancelled"):
+class TaskCancelledEvent(EventBase, tag="task_cancelled", frozen=True):
     payload: TaskCancelled
 
 
-class TurnAppendedEvent(EventBase, tag="turn_appended"):
+class TurnAppendedEvent(EventBase, tag="turn_appended", frozen=True):
     payload: TurnAppended
 
 
@@ -332,3 +332,8 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
 def kind_of(event: EventBase) -> str:
     """The ``kind`` tag of an event instance."""
     return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+def payload_of(event: EventBase) -> Any:
+    """The payload of any concrete event (the base class does not declare it)."""
+    return event.payload  # type: ignore[attr-defined]

@@ -195,7 +195,8 @@ def test_question_open_and_resolve(run: Run) -> None:
     """An open question is listed until it is resolved with an answer."""
     run.ok("question_opened", question_id="q1", text="keep env var?", blocking=True, step_id="S2")
     assert view(run.state)["open_questions"] == {
-        "q1": {"text": "keep env var?", "blocking": True, "step_id": "S2"}}
+        "q1": {"text": "keep env var?", "blocking": True, "step_id": "S2", "status": "open",
+               "answer": None}}
     run.ok("question_resolved", question_id="q1", answer="yes")
     assert view(run.state)["open_questions"] == {}
     q = run.state.questions["q1"]
@@ -249,14 +250,17 @@ def test_turn_allowed_after_task_closed(run: Run) -> None:
 
 
 def test_duplicate_event_id_is_a_noop(run: Run) -> None:
-    """Re-delivering an event id changes nothing, not even the watermark, and is traced duplicate."""
+    """Re-delivering an event id changes nothing but the watermark, and is traced duplicate."""
     run.start("S1")
     first_id = run.events[-1][0].event_id
     before = msgspec.to_builtins(run.state)
     trace = run.event("step_succeeded", first_id, plan_version=1, step_id="S1")
     assert (trace.outcome, trace.code) == ("duplicate", None)
     assert trace.reason == f"event id already applied at seq {run.seq - 1}"
-    assert msgspec.to_builtins(run.state) == before
+    after = msgspec.to_builtins(run.state)
+    assert after.pop("watermark") == run.seq
+    before.pop("watermark")
+    assert after == before
 
 
 def test_duplicate_of_a_rejected_event_stays_rejected(run: Run) -> None:
@@ -269,16 +273,36 @@ def test_duplicate_of_a_rejected_event_stays_rejected(run: Run) -> None:
 
 
 def test_replan_keeps_unchanged_steps_and_resets_changed(run: Run) -> None:
-    """A new plan version carries over unchanged steps, resets changed ones, drops removed ones."""
+    """A new plan version carries over unchanged steps, resets changed ones (keeping their attempt
+    count, so attempt-based idempotency keys never repeat), drops removed ones."""
     run.start("S1"), run.succeed("S1"), run.start("S2")
     run.plan(2, [{"id": "S1"}, {"id": "S2", "depends_on": ["S1"], "title": "narrower"},
                  {"id": "S4", "depends_on": ["S1"]}], reason="S3 not needed")
     states = run.state.step_states
     assert list(states) == ["S1", "S2", "S4"]
     assert (states["S1"].status, states["S1"].defined_in) == ("succeeded", 1)
-    assert (states["S2"].status, states["S2"].defined_in, states["S2"].attempt) == ("pending", 2, 0)
+    assert (states["S2"].status, states["S2"].defined_in, states["S2"].attempt) == ("pending", 2, 1)
     assert (states["S4"].status, states["S4"].defined_in) == ("pending", 2)
     assert view(run.state)["next_ready"] == ["S2", "S4"]
+
+
+def test_replan_resets_dependents_of_a_changed_step(run: Run) -> None:
+    """A step whose dependency was redefined loses its progress too: its input is being redone."""
+    run.start("S1"), run.succeed("S1"), run.start("S2"), run.succeed("S2")
+    run.plan(2, [{"id": "S1", "title": "redone"}, {"id": "S2", "depends_on": ["S1"]},
+                 {"id": "S3", "depends_on": ["S2"]}])
+    states = run.state.step_states
+    assert [(sid, st.status, st.defined_in) for sid, st in states.items()] == [
+        ("S1", "pending", 2), ("S2", "pending", 2), ("S3", "pending", 2)]
+    assert view(run.state)["done"] == []
+    assert view(run.state)["next_ready"] == ["S1"]
+
+
+def test_plan_with_unknown_dependency_is_rejected_not_fatal(run: Run) -> None:
+    """A plan that reached the ledger unchecked is refused by the reducer instead of crashing replay."""
+    run.rejected("invalid_plan", "plan_versioned", "bad-plan", plan_id="p", version=2,
+                 steps=[{"id": "A", "depends_on": ["ghost"]}])
+    assert run.state.plan_version == 1
 
 
 def test_unchanged_step_accepts_events_of_older_plan(run: Run) -> None:

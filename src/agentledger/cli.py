@@ -27,9 +27,14 @@ def _connected(args: argparse.Namespace) -> Settings:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from agentledger.runtime.commands import up
+    from agentledger.runtime.state import read_runtime, supervisor_alive
 
-    info = up(_settings(args))
-    print("agentledger is up")
+    settings = _settings(args)
+    if settings.runtime_file.exists() and supervisor_alive(info := read_runtime(settings.runtime_file)):
+        print("agentledger is already up")
+    else:
+        info = up(settings)
+        print("agentledger is up")
     print(f"  NATS        {info.nats_url}")
     print(f"  PostgreSQL  {info.database_url}")
     print(f"  data        {info.data_dir}")

@@ -127,7 +127,7 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
     assert subject is not None  # guaranteed by core.validate.check_event
     key = await keyring.key_for(subject, create=True)
     aad = aad_for(event.tenant, event.task_id)
-    p = event.payload  # type: ignore[attr-defined]
+    p = ev.payload_of(event)
     if isinstance(p, ev.TurnAppended):
         assert p.content is not None
         sealed = _seal(key, subject, p.content.encode(), aad)

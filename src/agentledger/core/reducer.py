@@ -19,6 +19,7 @@ from typing import Any
 from msgspec import Struct
 
 from agentledger.contracts import events as ev
+from agentledger.core.dag import validate_plan
 from agentledger.core.state import (
     Question,
     Rejection,
@@ -30,6 +31,7 @@ from agentledger.core.state import (
     decode_state,
     encode_state,
 )
+from agentledger.errors import ContractError
 
 TERMINAL_TASK = frozenset({"completed", "failed", "cancelled"})
 
@@ -68,11 +70,13 @@ def apply(state: WorkingMemory, event: ev.EventBase, seq: int) -> Trace:
     """Apply one event to ``state`` in place and return its trace line."""
     kind = ev.kind_of(event)
     if event.event_id in state.applied:
+        # Consumed without effect; the watermark still moves so it matches the ledger.
+        state.watermark = max(state.watermark, seq)
         return Trace(seq, event.event_id, kind, "duplicate",
                      reason=f"event id already applied at seq {state.applied[event.event_id]}")
     try:
         _check_task_status(state, kind)
-        _HANDLERS[kind](state, event.payload, seq)  # type: ignore[attr-defined]
+        _HANDLERS[kind](state, ev.payload_of(event), seq)
     except _Reject as r:
         state.rejections.append(Rejection(seq, event.event_id, kind, r.code, r.reason))
         trace = Trace(seq, event.event_id, kind, "rejected", r.code, r.reason)
@@ -126,14 +130,31 @@ def _plan_versioned(state: WorkingMemory, p: ev.PlanVersioned, seq: int) -> None
     if p.version <= state.plan_version:
         raise _Reject("stale_plan_version",
                       f"plan v{p.version} is not newer than the current v{state.plan_version}")
+    try:  # the writer checks plans; a ledger written some other way must not wedge replay
+        validate_plan(p.steps)
+    except ContractError as exc:
+        raise _Reject("invalid_plan", f"{exc.message} at {exc.path}") from None
     old_defs = {s.id: s for s in state.steps}
+    # A step keeps its progress only if its definition is unchanged and nothing it
+    # depends on (transitively) was redefined: a redone dependency invalidates it.
+    reset = {s.id for s in p.steps if s.id not in state.step_states or old_defs.get(s.id) != s}
+    changed = True
+    while changed:
+        changed = False
+        for step in p.steps:
+            if step.id not in reset and any(d in reset for d in step.depends_on):
+                reset.add(step.id)
+                changed = True
     new_states: dict[str, StepState] = {}
     for step in p.steps:
         old = state.step_states.get(step.id)
-        if old is not None and old_defs.get(step.id) == step:
-            new_states[step.id] = old  # unchanged definition: its progress carries over
+        if step.id not in reset and old is not None:
+            new_states[step.id] = old
         else:
-            new_states[step.id] = StepState(plan_version=p.version, defined_in=p.version, seq=seq)
+            # Attempts keep counting across plans, so an idempotency key built from
+            # (step, attempt) never repeats one of an earlier plan.
+            new_states[step.id] = StepState(attempt=old.attempt if old else 0,
+                                            plan_version=p.version, defined_in=p.version, seq=seq)
     state.plan_id = p.plan_id
     state.plan_version = p.version
     state.steps = list(p.steps)

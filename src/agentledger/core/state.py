@@ -1,7 +1,9 @@
 """Working Memory ``W_t`` of one task: the reducer's state and its public view.
 
-The state holds only what events established; derived facts (done set,
-next-ready, budget left) are computed by ``view`` every time, never stored.
+The state holds what events established; derived facts (done set, next-ready,
+budget left) are computed by ``view`` every time. The one exception is the
+outstanding-reservation total per resource, kept in step with the reservations
+so a reservation check does not rescan them all.
 Dicts keep insertion order, which the event order fixes, so encoding a state
 is deterministic and its hash is stable across replays.
 """
@@ -20,7 +22,7 @@ from agentledger.core.dag import next_ready
 STATE_VERSION = 1
 
 
-class StepState(Struct, omit_defaults=True):
+class StepState(Struct):
     """Where one step of the current plan stands."""
 
     status: str = "pending"  # pending | running | succeeded | failed | cancelled
@@ -34,7 +36,7 @@ class StepState(Struct, omit_defaults=True):
     seq: int = 0
 
 
-class Variable(Struct, omit_defaults=True):
+class Variable(Struct):
     value: Any = None
     sealed: Sealed | None = None
     producer_step: str | None = None
@@ -47,7 +49,7 @@ class Reservation(Struct):
     consumed: int = 0
 
 
-class Question(Struct, omit_defaults=True):
+class Question(Struct):
     text: str
     blocking: bool = False
     step_id: str | None = None
@@ -55,7 +57,7 @@ class Question(Struct, omit_defaults=True):
     answer: str | None = None
 
 
-class Turn(Struct, omit_defaults=True):
+class Turn(Struct):
     role: str
     ordinal: int
     seq: int
@@ -137,7 +139,10 @@ def view(state: WorkingMemory) -> dict[str, Any]:
         }
         for r in resources
     }
-    by = lambda s: [sid for sid in (st.id for st in state.steps) if status.get(sid) == s]  # noqa: E731
+
+    def by(wanted: str) -> list[str]:
+        return [s.id for s in state.steps if status.get(s.id) == wanted]
+
     return {
         "tenant": state.tenant,
         "task_id": state.task_id,

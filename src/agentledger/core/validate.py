@@ -28,11 +28,11 @@ def goal_hash(text: str, acceptance_criteria: Sequence[str]) -> str:
 
 def has_personal_content(event: ev.EventBase) -> bool:
     """Whether the event carries a value that must be sealed before storage."""
-    p = event.payload  # type: ignore[attr-defined]
+    p = ev.payload_of(event)
     if isinstance(p, ev.TurnAppended):
         return True
     if isinstance(p, ev.VariableSet):
-        return p.personal
+        return bool(p.personal)
     if isinstance(p, ev.StepSucceeded):
         return any(o.personal for o in p.outputs)
     return False
@@ -40,7 +40,7 @@ def has_personal_content(event: ev.EventBase) -> bool:
 
 def check_event(event: ev.EventBase, path: str) -> None:
     """Raise ``ContractError`` (with ``path`` prefixed) if the event cannot be stored."""
-    p = event.payload  # type: ignore[attr-defined]
+    p = ev.payload_of(event)
     if isinstance(p, ev.TaskCreated):
         want = goal_hash(p.goal.text, p.goal.acceptance_criteria)
         if p.goal.goal_hash != want:
