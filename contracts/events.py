@@ -13,7 +13,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta, Struct
 
 SCHEMA_VERSION = 1
@@ -173,6 +172,19 @@ class VariableSet(Strict, frozen=True):
     producer_step: StepId | None = None
 
 
+class SideEffectRecorded(Strict, frozen=True):
+    """A receipt: what a side-effecting call with this idempotency key actually did.
+
+    After an unknown outcome (a crash mid-call) the executor queries the external
+    system by the key and records what it finds here, before anything is retried.
+    """
+
+    step_id: StepId
+    idempotency_key: Annotated[str, Meta(min_length=1, max_length=256)]
+    outcome: Literal["applied", "not_applied", "failed"]
+    external_ref: Annotated[str, Meta(max_length=1024)] | None = None
+
+
 class ArtifactRegistered(Strict, frozen=True):
     """An artifact that entered the task outside a step (an upload, a fetched document)."""
 
@@ -218,6 +230,8 @@ class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=T
     correlation_id: EventId | None = None
     trace_id: Annotated[str, Meta(max_length=128)] | None = None
     data_subject: Token | None = None
+    # The executor's lease token; the writer refuses a stale one (see leases.py).
+    fencing_token: Annotated[int, Meta(ge=1)] | None = None
 
 
 class TaskCreatedEvent(EventBase, tag="task_created", frozen=True):
@@ -268,6 +282,10 @@ class VariableSetEvent(EventBase, tag="variable_set", frozen=True):
     payload: VariableSet
 
 
+class SideEffectRecordedEvent(EventBase, tag="side_effect_recorded", frozen=True):
+    payload: SideEffectRecorded
+
+
 class ArtifactRegisteredEvent(EventBase, tag="artifact_registered", frozen=True):
     payload: ArtifactRegistered
 
@@ -301,6 +319,7 @@ AnyEvent = (
     | QuestionOpenedEvent
     | QuestionResolvedEvent
     | VariableSetEvent
+    | SideEffectRecordedEvent
     | ArtifactRegisteredEvent
     | TaskCompletedEvent
     | TaskFailedEvent
@@ -321,6 +340,7 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     "question_opened": QuestionOpenedEvent,
     "question_resolved": QuestionResolvedEvent,
     "variable_set": VariableSetEvent,
+    "side_effect_recorded": SideEffectRecordedEvent,
     "artifact_registered": ArtifactRegisteredEvent,
     "task_completed": TaskCompletedEvent,
     "task_failed": TaskFailedEvent,

@@ -24,6 +24,7 @@ from agentledger.core.state import (
     Question,
     Rejection,
     Reservation,
+    SideEffect,
     StepState,
     Turn,
     Variable,
@@ -292,6 +293,18 @@ def _artifact_registered(state: WorkingMemory, p: ev.ArtifactRegistered, seq: in
     state.artifacts[p.artifact.uri] = p.artifact
 
 
+def _side_effect_recorded(state: WorkingMemory, p: ev.SideEffectRecorded, seq: int) -> None:
+    st = state.step_states.get(p.step_id)
+    if st is None:
+        raise _Reject("unknown_step", f"step {p.step_id!r} is not in plan v{state.plan_version}")
+    if st.idempotency_key != p.idempotency_key:
+        raise _Reject("unknown_idempotency_key",
+                      f"step {p.step_id!r} did not start with key {p.idempotency_key!r}")
+    if p.idempotency_key in state.side_effects:
+        raise _Reject("receipt_exists", f"a receipt for {p.idempotency_key!r} is already recorded")
+    state.side_effects[p.idempotency_key] = SideEffect(p.step_id, p.outcome, p.external_ref, seq)
+
+
 def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int) -> None:
     expected = len(state.transcript) + 1
     if p.ordinal != expected:
@@ -312,6 +325,7 @@ _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int], None]] = {
     "question_opened": _question_opened,
     "question_resolved": _question_resolved,
     "variable_set": _variable_set,
+    "side_effect_recorded": _side_effect_recorded,
     "artifact_registered": _artifact_registered,
     "task_completed": _task_completed,
     "task_failed": _task_failed,

@@ -65,6 +65,15 @@ class Turn(Struct):
     sealed: Sealed | None = None
 
 
+class SideEffect(Struct):
+    """The recorded outcome of a side-effecting call, by idempotency key."""
+
+    step_id: str
+    outcome: str  # applied | not_applied | failed
+    external_ref: str | None
+    seq: int
+
+
 class Rejection(Struct):
     """An event the reducer refused, kept so the refusal is explainable."""
 
@@ -96,6 +105,7 @@ class WorkingMemory(Struct):
     # Open reservations only: a released one is removed.
     reservations: dict[str, Reservation] = {}
     questions: dict[str, Question] = {}
+    side_effects: dict[str, SideEffect] = {}
     transcript: list[Turn] = []
     rejections: list[Rejection] = []
     # Event id -> ledger sequence of every applied event: duplicates are no-ops.
@@ -162,6 +172,7 @@ def view(state: WorkingMemory) -> dict[str, Any]:
         "budget": budget,
         "open_questions": {qid: msgspec.to_builtins(q) for qid, q in state.questions.items()
                            if q.status == "open"},
+        "side_effects": msgspec.to_builtins(state.side_effects),
         "transcript": msgspec.to_builtins(state.transcript),
         "rejections": msgspec.to_builtins(state.rejections),
         "watermark": state.watermark,

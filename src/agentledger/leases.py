@@ -1,0 +1,168 @@
+"""Execution leases with fencing tokens, held by the ledger-writer.
+
+An executor that starts or resumes a task takes its lease: a holder, an expiry
+and a fencing token that only grows. The writer refuses guarded events that
+carry a token other than the live lease's, so of two executors racing to resume
+the same task exactly one can write; a dead executor's lease lapses and the
+next one takes over with a higher token.
+
+Leases live in a JetStream KV bucket, changed only by compare-and-swap on the
+entry's revision, so two writer processes cannot both grant one. Inside one
+writer, a per-task lock serialises lease changes with guarded appends: a lease
+cannot move between an append's token check and its commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+
+from agentledger.errors import AgentLedgerError
+
+# Kinds that change execution state: once a task has a live lease, only its holder
+# (presenting the current token) may append them. Conversation turns, questions
+# answered by people and artifact registrations stay open to everyone.
+GUARDED_KINDS = frozenset({
+    "plan_versioned", "step_started", "step_succeeded", "step_failed", "step_cancelled",
+    "side_effect_recorded", "budget_reserved", "budget_consumed", "budget_released",
+    "variable_set", "task_completed", "task_failed",
+})
+
+
+class Lease(msgspec.Struct, frozen=True):
+    holder: str
+    token: int
+    expires_at: float  # seconds since the epoch, by the writer's clock
+
+    def live(self, now: float) -> bool:
+        return now < self.expires_at
+
+
+class LeaseError(AgentLedgerError):
+    """The caller does not hold the task's lease (held by another, lost, or expired)."""
+
+    code = "lease_held"
+
+
+class LeaseTable:
+    """Grants, renews and checks leases; the source of truth is the KV bucket."""
+
+    def __init__(self, nc: Client, bucket: str, clock: Callable[[], float] = time.time) -> None:
+        self._js = nc.jetstream()
+        self._bucket = bucket
+        self._clock = clock
+        self._kv: Any = None
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _store(self) -> Any:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(self._bucket)
+            except BucketNotFoundError:
+                self._kv = await self._js.create_key_value(bucket=self._bucket, history=1)
+        return self._kv
+
+    @staticmethod
+    def key(tenant: str, task_id: str) -> str:
+        return f"{tenant}.{task_id}"
+
+    @asynccontextmanager
+    async def locked(self, tenant: str, task_id: str) -> AsyncIterator[None]:
+        """Hold the task's lock: no lease change happens inside the block."""
+        lock = self._locks.setdefault(self.key(tenant, task_id), asyncio.Lock())
+        async with lock:
+            yield
+
+    async def current(self, tenant: str, task_id: str) -> tuple[Lease | None, int]:
+        """The stored lease (live or not) and the KV revision to CAS against (0: none)."""
+        kv = await self._store()
+        try:
+            entry = await kv.get(self.key(tenant, task_id))
+        except KeyNotFoundError:
+            return None, 0
+        if not entry.value:
+            return None, entry.revision
+        return msgspec.json.decode(entry.value, type=Lease), entry.revision
+
+    async def _write(self, tenant: str, task_id: str, lease: Lease, revision: int) -> None:
+        kv = await self._store()
+        body = msgspec.json.encode(lease)
+        try:
+            if revision == 0:
+                await kv.create(self.key(tenant, task_id), body)
+            else:
+                await kv.update(self.key(tenant, task_id), body, last=revision)
+        except KeyWrongLastSequenceError as exc:
+            raise LeaseError("another writer changed this lease concurrently; retry",
+                             retryable=True) from exc
+
+    async def acquire(self, tenant: str, task_id: str, holder: str, ttl_s: float) -> Lease:
+        """Take the lease if it is free, expired or already ours; the token grows."""
+        async with self.locked(tenant, task_id):
+            now = self._clock()
+            lease, revision = await self.current(tenant, task_id)
+            if lease is not None and lease.live(now) and lease.holder != holder:
+                raise LeaseError(f"task is leased to another executor until {lease.expires_at:.3f}",
+                                 path="$.task_id")
+            token = (lease.token if lease else 0) + 1
+            granted = Lease(holder=holder, token=token, expires_at=now + ttl_s)
+            await self._write(tenant, task_id, granted, revision)
+            return granted
+
+    async def renew(self, tenant: str, task_id: str, holder: str, token: int, ttl_s: float) -> Lease:
+        """Extend a live lease we hold; a lapsed or taken-over lease is lost for good."""
+        async with self.locked(tenant, task_id):
+            now = self._clock()
+            lease, revision = await self.current(tenant, task_id)
+            self._require(lease, holder, token, now)
+            assert lease is not None
+            renewed = Lease(holder=holder, token=token, expires_at=now + ttl_s)
+            await self._write(tenant, task_id, renewed, revision)
+            return renewed
+
+    async def release(self, tenant: str, task_id: str, holder: str, token: int) -> None:
+        """End our lease now (its token stays spent: the next grant is higher)."""
+        async with self.locked(tenant, task_id):
+            now = self._clock()
+            lease, revision = await self.current(tenant, task_id)
+            self._require(lease, holder, token, now)
+            assert lease is not None
+            await self._write(tenant, task_id, Lease(holder, token, now), revision)
+
+    @staticmethod
+    def _require(lease: Lease | None, holder: str, token: int, now: float) -> None:
+        if lease is None or lease.token != token or lease.holder != holder:
+            raise LeaseError("this lease was taken over or never granted", code="lease_lost",
+                             path="$.token")
+        if not lease.live(now):
+            raise LeaseError("this lease expired", code="lease_expired", path="$.token")
+
+    async def check(self, tenant: str, task_id: str, kind: str, token: int | None, path: str) -> None:
+        """Refuse a guarded event whose fencing token is not the live lease's.
+
+        Call it while holding ``locked(tenant, task_id)`` and keep holding it until
+        the event is committed.
+        """
+        if kind not in GUARDED_KINDS and token is None:
+            return
+        lease, _ = await self.current(tenant, task_id)
+        now = self._clock()
+        if token is None:
+            if lease is not None and lease.live(now):
+                raise LeaseError("the task is leased; guarded events must carry its fencing token",
+                                 code="fencing_token_required", path=f"{path}.fencing_token")
+            return
+        if lease is None or token != lease.token:
+            current = lease.token if lease else 0
+            raise LeaseError(f"fencing token {token} is stale; the task's lease is at token {current}",
+                             code="stale_fencing_token", path=f"{path}.fencing_token")
+        if not lease.live(now):
+            raise LeaseError("the lease of this fencing token expired", code="lease_expired",
+                             path=f"{path}.fencing_token")
