@@ -70,3 +70,25 @@ class TaskChanged(Struct, frozen=True):
     task_id: str
     seq: int
     state_hash: str
+
+
+class LeaseRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """Acquire, renew or release a task's execution lease (``token`` for renew / release)."""
+
+    tenant: Token
+    task_id: Token
+    holder: Annotated[str, Meta(min_length=1, max_length=128)]
+    ttl_s: Annotated[float, Meta(gt=0, le=86400)] = 30.0
+    token: Annotated[int, Meta(ge=1)] | None = None
+
+
+class LeaseBody(Struct, frozen=True):
+    holder: str
+    token: int
+    expires_at: float
+
+
+class LeaseReply(Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    lease: LeaseBody | None = None
+    error: ErrorBody | None = None

@@ -13,7 +13,7 @@ import re
 
 import msgspec
 
-from agentledger.contracts.api import AppendRequest, TaskRef
+from agentledger.contracts.api import AppendRequest, LeaseRequest, TaskRef
 from agentledger.contracts.events import AnyEvent, EventBase
 from agentledger.errors import ContractError
 
@@ -27,6 +27,7 @@ _TOKEN_FIELDS = ("tenant", "task_id", "event_id", "data_subject", "causation_id"
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _request_decoder = msgspec.json.Decoder(AppendRequest)
 _task_ref_decoder = msgspec.json.Decoder(TaskRef)
+_lease_decoder = msgspec.json.Decoder(LeaseRequest)
 _encoder = msgspec.json.Encoder()
 
 
@@ -83,6 +84,14 @@ def decode_task_ref(data: bytes) -> TaskRef:
     """Decode a working-memory request."""
     try:
         return _task_ref_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise contract_error(exc) from exc
+
+
+def decode_lease_request(data: bytes) -> LeaseRequest:
+    """Decode a lease acquire / renew / release request."""
+    try:
+        return _lease_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise contract_error(exc) from exc
 

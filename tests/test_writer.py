@@ -269,12 +269,14 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
 
 async def test_writer_answers_micro_service_discovery(writer: tuple[LedgerWriter, Client],
                                                       settings: Settings) -> None:
-    """$SRV.PING and $SRV.INFO name the writer and its append endpoint subject."""
+    """$SRV.PING and $SRV.INFO name the writer, its append and its lease endpoint subjects."""
     _, client = writer
     ping = json.loads((await client.nc.request("$SRV.PING.agentledger-ledger-writer", b"")).data)
     info = json.loads((await client.nc.request("$SRV.INFO.agentledger-ledger-writer", b"")).data)
     assert ping["name"] == "agentledger-ledger-writer"
-    assert [e["subject"] for e in info["endpoints"]] == [append_subject(settings.prefix)]
+    assert [e["subject"] for e in info["endpoints"]] == [
+        append_subject(settings.prefix),
+        *(f"{settings.prefix}.lease.{a}" for a in ("acquire", "renew", "release"))]
 
 
 async def test_subject_is_tenant_and_task(writer: tuple[LedgerWriter, Client], settings: Settings) -> None:

@@ -25,7 +25,8 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.nuid import NUID
 
 from agentledger.contracts.api import AppendResult
@@ -156,7 +157,7 @@ class GroupCommitter:
                     await self._commit_alone(unit)
                 return
             _resolve(batch, last)
-        except Exception as exc:  # noqa: BLE001 - every waiter must get an answer
+        except Exception as exc:
             log.exception("group_commit.failed")
             for unit in batch:
                 if not unit.future.done():

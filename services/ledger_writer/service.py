@@ -12,18 +12,26 @@ concurrent appends can meet in the group committer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import nats
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request
 
+from agentledger import artifacts
 from agentledger.config import Settings
-from agentledger.contracts.api import AppendReply, ErrorBody
-from agentledger.contracts.codec import decode_append_request, decode_event, encode
-from agentledger.contracts.events import EventBase
+from agentledger.contracts.api import AppendReply, AppendResult, ErrorBody, LeaseBody, LeaseReply
+from agentledger.contracts.codec import (
+    decode_append_request,
+    decode_event,
+    decode_lease_request,
+    encode,
+)
+from agentledger.contracts.events import EventBase, kind_of
 from agentledger.core.validate import check_batch
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.leases import Lease, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject, msg_id
 from agentledger.sealing import Keyring, load_kek, seal_event
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit
@@ -37,10 +45,17 @@ def append_subject(prefix: str) -> str:
     return f"{prefix}.writer.append"
 
 
+def error_body(exc: AgentLedgerError) -> ErrorBody:
+    return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path,
+                     current_seq=exc.current_seq)
+
+
 def error_reply(exc: AgentLedgerError) -> bytes:
-    return encode(AppendReply(ok=False, error=ErrorBody(
-        code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path,
-        current_seq=exc.current_seq)))
+    return encode(AppendReply(ok=False, error=error_body(exc)))
+
+
+def lease_subject(prefix: str, action: str) -> str:
+    return f"{prefix}.lease.{action}"
 
 
 class LedgerWriter:
@@ -56,6 +71,8 @@ class LedgerWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._keyring: Keyring | None = None
+        self._artifacts: artifacts.ArtifactStore | None = None
+        self._leases: LeaseTable | None = None
         self._stopped = False
 
     async def start(self) -> None:
@@ -64,6 +81,8 @@ class LedgerWriter:
                                       max_reconnect_attempts=-1)
         await ensure_stream(s, self._nc)
         self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path))
+        self._artifacts = await artifacts.open(self._nc, s)
+        self._leases = LeaseTable(self._nc, s.leases_bucket)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches)
         self._flusher = asyncio.create_task(self._committer.run())
@@ -72,6 +91,10 @@ class LedgerWriter:
             description="Validated, durable, deduplicated appends to the agentledger ledger")
         await self._service.add_endpoint(  # type: ignore[attr-defined]
             name="append", subject=append_subject(s.prefix), handler=self._on_request)
+        for action in ("acquire", "renew", "release"):
+            await self._service.add_endpoint(  # type: ignore[attr-defined]
+                name=f"lease-{action}", subject=lease_subject(s.prefix, action),
+                handler=self._lease_handler(action))
 
     async def wait_failed(self) -> None:
         assert self._flusher is not None
@@ -127,7 +150,9 @@ class LedgerWriter:
         with structlog.contextvars.bound_contextvars(tenant=first.tenant, task=first.task_id,
                                                      trace_id=first.trace_id):
             try:
-                assert self._keyring is not None and self._committer is not None
+                assert self._keyring is not None and self._artifacts is not None
+                # The artifact must be durable before the event that cites it is accepted.
+                await artifacts.check_refs(self._artifacts, events)
                 sealed = [await seal_event(e, self._keyring) for e in events]
                 unit = Unit(
                     subject=ledger_subject(self.settings.prefix, first.tenant, first.task_id),
@@ -136,7 +161,7 @@ class LedgerWriter:
                     event_ids=[e.event_id for e in sealed],
                     expected_last_seq=expected,
                 )
-                results = await self._committer.submit(unit)
+                results = await self._commit_fenced(events, unit)
             except AgentLedgerError as exc:
                 log.info("append.refused", code=exc.code, path=exc.path)
                 await req.respond(error_reply(exc))
@@ -147,3 +172,36 @@ class LedgerWriter:
                                                                retryable=True)))
                 return
             await req.respond(encode(AppendReply(ok=True, results=results)))
+
+    async def _commit_fenced(self, events: list[EventBase], unit: Unit) -> list[AppendResult]:
+        """Commit ``unit``, holding the task's lease lock from the token check to the ack."""
+        assert self._leases is not None and self._committer is not None
+        first = events[0]
+        async with self._leases.locked(first.tenant, first.task_id):
+            for i, e in enumerate(events):
+                await self._leases.check(e.tenant, e.task_id, kind_of(e), e.fencing_token,
+                                         f"$.events[{i}]")
+            return await self._committer.submit(unit)
+
+    def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
+        async def handle(req: Request) -> None:
+            assert self._leases is not None
+            try:
+                r = decode_lease_request(req.data)
+                if action == "acquire":
+                    lease: Lease | None = await self._leases.acquire(r.tenant, r.task_id, r.holder,
+                                                                     r.ttl_s)
+                elif r.token is None:
+                    raise ContractError(f"{action} needs the lease token", code="missing_field",
+                                        path="$.token")
+                elif action == "renew":
+                    lease = await self._leases.renew(r.tenant, r.task_id, r.holder, r.token, r.ttl_s)
+                else:
+                    await self._leases.release(r.tenant, r.task_id, r.holder, r.token)
+                    lease = None
+            except AgentLedgerError as exc:
+                await req.respond(encode(LeaseReply(ok=False, error=error_body(exc))))
+                return
+            body = LeaseBody(lease.holder, lease.token, lease.expires_at) if lease else None
+            await req.respond(encode(LeaseReply(ok=True, lease=body)))
+        return handle

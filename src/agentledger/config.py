@@ -51,6 +51,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.prefix.upper().replace('-', '_')}_KEYS"
 
     @property
+    def leases_bucket(self) -> str:
+        """KV bucket of the task execution leases."""
+        return f"{self.prefix.upper().replace('-', '_')}_LEASES"
+
+    @property
     def kek_path(self) -> Path:
         return self.kek_file or self.data_dir / "keyring.key"
 
