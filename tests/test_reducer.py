@@ -593,3 +593,17 @@ def test_seed_scenario() -> None:
     }
     assert [rej["code"] for rej in v["rejections"]] == ["stale_plan_version"]
     assert v["watermark"] == r.seq and v["events_applied"] == r.seq
+
+
+def test_side_effect_receipt_is_kept_by_key(run: Run) -> None:
+    """A receipt for the running attempt's key is recorded once; other keys and repeats are refused."""
+    run.plan(2, [{"id": "S1", "side_effect": True}])
+    run.ok("step_started", plan_version=2, step_id="S1", idempotency_key="k-S1-1")
+    run.rejected("unknown_idempotency_key", "side_effect_recorded", step_id="S1",
+                 idempotency_key="k-other", outcome="applied")
+    run.ok("side_effect_recorded", step_id="S1", idempotency_key="k-S1-1", outcome="applied",
+           external_ref="pr-17")
+    receipt = run.state.side_effects["k-S1-1"]
+    assert (receipt.step_id, receipt.outcome, receipt.external_ref) == ("S1", "applied", "pr-17")
+    run.rejected("receipt_exists", "side_effect_recorded", step_id="S1", idempotency_key="k-S1-1",
+                 outcome="not_applied")

@@ -17,6 +17,7 @@ import msgspec
 import nats
 import pytest
 
+from agentledger import artifacts
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -287,3 +288,28 @@ async def test_subject_is_tenant_and_task(writer: tuple[LedgerWriter, Client], s
     msg = await nc.jetstream().get_last_msg(settings.stream, ledger_subject(settings.prefix, "acme", "job-7"))
     assert msg.seq == 1
     await nc.close()
+
+
+async def test_terminal_event_citing_an_artifact_needs_it_stored_first(
+        writer: tuple[LedgerWriter, Client], settings: Settings) -> None:
+    """A step_succeeded whose artifact is not durable (or differs) is refused; after the put it lands."""
+    _, client = writer
+    store = await artifacts.open(client.nc, settings)
+    report = b"12 passed, 0 failed"
+    ref = await store.put(report, schema="pytest-report/v1", producer="agent-1")
+    missing = {**json.loads(msgspec.json.encode(ref)),
+                "uri": ref.uri[:-64] + "0" * 64, "blake3": "0" * 64}
+    plan = {"plan_id": "p", "version": 1, "steps": [{"id": "S1"}]}
+    await client.append_batch([created(), event("p1", "plan_versioned", plan),
+                               event("s1", "step_started", {"plan_version": 1, "step_id": "S1"})])
+    done = {"plan_version": 1, "step_id": "S1"}
+    with pytest.raises(AgentLedgerError) as info:
+        await client.append(event("ok1", "step_succeeded", {**done, "artifacts": [missing]}))
+    assert (info.value.code, info.value.path) == ("artifact_missing", "$.events[0].payload.artifacts[0]")
+    wrong = {**json.loads(msgspec.json.encode(ref)), "size": len(report) + 1}
+    with pytest.raises(AgentLedgerError) as info:
+        await client.append(event("ok1", "step_succeeded", {**done, "artifacts": [wrong]}))
+    assert info.value.code == "artifact_hash_mismatch"
+    assert len(await stored(settings)) == 3
+    good = json.loads(msgspec.json.encode(ref))
+    assert (await client.append(event("ok1", "step_succeeded", {**done, "artifacts": [good]}))).seq == 4
