@@ -125,6 +125,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_artifact(args: argparse.Namespace) -> int:
+    from agentledger.client import connect
+
+    async def run() -> Any:
+        async with await connect(_connected(args)) as client:
+            if args.artifact_command == "put":
+                data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+                return await client.put_artifact(data, schema=args.schema, producer=args.producer,
+                                                 version=args.version)
+            if args.artifact_command == "stat":
+                return await client.stat_artifact(args.uri)
+            data = await client.get_artifact(args.uri)
+            if args.output == "-":
+                sys.stdout.buffer.write(data)
+            else:
+                Path(args.output).write_bytes(data)
+            return None
+
+    result = asyncio.run(run())
+    if result is not None:
+        print(msgspec.json.encode(result).decode())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from agentledger.bench import run_all
 
@@ -154,6 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="rebuild into a scratch schema and compare with the live projection")
     p.set_defaults(fn=cmd_replay)
+    art = sub.add_parser("artifact", help="put, get and stat artifacts").add_subparsers(
+        dest="artifact_command", required=True)
+    p = art.add_parser("put", help="store a file (or - for stdin); prints its reference")
+    p.add_argument("file")
+    p.add_argument("--schema", required=True)
+    p.add_argument("--producer", required=True)
+    p.add_argument("--version", type=int, default=1)
+    p.set_defaults(fn=cmd_artifact)
+    p = art.add_parser("get", help="read an artifact, verifying its blake3")
+    p.add_argument("uri")
+    p.add_argument("-o", "--output", default="-")
+    p.set_defaults(fn=cmd_artifact)
+    p = art.add_parser("stat", help="print an artifact's reference")
+    p.add_argument("uri")
+    p.set_defaults(fn=cmd_artifact)
     p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
     p.add_argument("--only", action="append", default=None,
                    help="run only this benchmark (append, latency, rebuild, reducer)")

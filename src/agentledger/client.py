@@ -21,9 +21,17 @@ import nats
 from nats.aio.client import Client as Nats
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
+from agentledger import artifacts
 from agentledger.config import Settings
-from agentledger.contracts.api import AppendReply, AppendResult, ErrorBody, WorkingMemoryReply
-from agentledger.contracts.events import EventBase
+from agentledger.contracts.api import (
+    AppendReply,
+    AppendResult,
+    ErrorBody,
+    LeaseBody,
+    LeaseReply,
+    WorkingMemoryReply,
+)
+from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.errors import (
     AgentLedgerError,
     ConflictError,
@@ -41,6 +49,7 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
 }
 _append_reply = msgspec.json.Decoder(AppendReply)
 _wm_reply = msgspec.json.Decoder(WorkingMemoryReply)
+_lease_reply = msgspec.json.Decoder(LeaseReply)
 _encoder = msgspec.json.Encoder()
 
 
@@ -60,6 +69,7 @@ class Client:
         self.settings = settings
         self.timeout = timeout
         self.retries = retries
+        self._artifacts: artifacts.ArtifactStore | None = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -113,6 +123,53 @@ class Client:
         if reply.error is not None:
             raise_error(reply.error)
         return reply
+
+    async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
+        try:
+            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", _encoder.encode(body),
+                                        timeout=self.timeout)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise UnavailableError(f"the {what} did not answer") from exc
+        return msg.data
+
+    async def _lease(self, action: str, **body: Any) -> LeaseBody | None:
+        reply = _lease_reply.decode(await self._request(f"lease.{action}", body, "ledger-writer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply.lease
+
+    async def acquire_lease(self, tenant: str, task_id: str, holder: str, ttl_s: float = 30.0) -> LeaseBody:
+        """Take the task's execution lease; its token goes into every guarded event."""
+        lease = await self._lease("acquire", tenant=tenant, task_id=task_id, holder=holder, ttl_s=ttl_s)
+        assert lease is not None
+        return lease
+
+    async def renew_lease(self, tenant: str, task_id: str, lease: LeaseBody, ttl_s: float = 30.0) -> LeaseBody:
+        renewed = await self._lease("renew", tenant=tenant, task_id=task_id, holder=lease.holder,
+                                    token=lease.token, ttl_s=ttl_s)
+        assert renewed is not None
+        return renewed
+
+    async def release_lease(self, tenant: str, task_id: str, lease: LeaseBody) -> None:
+        await self._lease("release", tenant=tenant, task_id=task_id, holder=lease.holder,
+                          token=lease.token)
+
+    async def artifacts(self) -> artifacts.ArtifactStore:
+        """The content-addressed artifact store (JetStream Object Store)."""
+        if self._artifacts is None:
+            self._artifacts = await artifacts.open(self.nc, self.settings)
+        return self._artifacts
+
+    async def put_artifact(self, data: bytes, *, schema: str, producer: str, version: int = 1) -> ArtifactRef:
+        """Store content durably; cite the returned reference in events afterwards."""
+        return await (await self.artifacts()).put(data, schema=schema, producer=producer, version=version)
+
+    async def get_artifact(self, uri: str) -> bytes:
+        """Read an artifact; its blake3 is verified before it is returned."""
+        return await (await self.artifacts()).get(uri)
+
+    async def stat_artifact(self, uri: str) -> ArtifactRef:
+        return await (await self.artifacts()).stat(uri)
 
 
 async def connect(settings: Settings, **kwargs: Any) -> Client:
