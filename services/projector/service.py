@@ -1,0 +1,591 @@
+"""The projector: folds the ledger stream into PostgreSQL and serves Working Memory.
+
+Consumer strategy. A durable pull consumer ``projector`` (AckAll) on the
+ledger wildcard, read by ``Puller`` (one open pull request at a time:
+``no_wait`` batches while there is a backlog, a long poll when drained).
+PostgreSQL's watermark is the truth: on start the consumer is kept only if its
+position agrees with it (ack floor and last delivered at or below the
+watermark, so nothing unapplied was delivered) and is otherwise recreated to
+start at ``watermark + 1``; after any failure inside a running process it is
+always recreated there. Messages at or below the watermark are skipped, and a
+batch that would jump over a message still in the stream is refused.
+
+Each fetched batch is applied in ONE transaction that row-locks the watermark,
+skips messages at or below it (a redelivery after a crash is a no-op), checks
+that nothing between the watermark and the batch is missing, applies the
+events to cached states, upserts the changed task rows, inserts rejection
+rows and advances the watermark. Only after the commit is the batch acked and
+``TaskChanged`` published. Any error drops the state cache and re-derives the
+consumer from the watermark, so nothing is skipped or applied twice.
+
+A watermark that is missing or differs from the one this process committed
+last means someone dropped or rebuilt the projection: the projector drops its
+cache, rebuilds from the stream when the projection is empty, and carries on.
+
+One projector applies at a time: the process holds a PostgreSQL advisory lock
+(leadership) on a dedicated connection; a second process waits as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any
+
+import asyncpg
+import blake3
+import msgspec
+import nats
+import nats.js.errors
+import structlog
+from nats import micro
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from agentledger import db
+from agentledger.config import Settings
+from agentledger.contracts.api import ErrorBody, TaskChanged, WorkingMemoryReply
+from agentledger.contracts.codec import decode_task_ref, encode
+from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
+from agentledger.errors import AgentLedgerError
+from agentledger.ledger import ensure_stream, ledger_wildcard, split_subject
+from agentledger.services.projector.rebuild import (
+    LIVE_SCHEMA,
+    fold_message,
+    rebuild_with,
+    stream_last_seq,
+    stream_seq,
+)
+from agentledger.services.projector.store import (
+    ProjectionMissingError,
+    RejectionRow,
+    Store,
+    TaskRow,
+)
+
+log = structlog.get_logger()
+
+DURABLE = "projector"
+SERVICE_NAME = "agentledger-projector"
+SERVICE_VERSION = "0.1.0"
+# Advisory lock key of projector leadership ("agpj").
+LEADER_LOCK = 0x61677069
+FETCH_TIMEOUT = 1.0
+ACK_WAIT = 60.0
+MAX_ACK_PENDING = 100_000
+# A consumer that would re-deliver more than this many already-projected messages is recreated.
+MAX_SKIP = 100_000
+CACHE_MAX = 50_000
+MAX_FAILURES = 30
+
+
+class ProjectionChangedError(Exception):
+    """The watermark is not the one this process committed: someone else wrote it."""
+
+
+class OutOfOrderError(Exception):
+    """The consumer delivered past a message that was never applied."""
+
+
+def render_view(state: WorkingMemory, reveal_personal: bool) -> dict[str, Any]:
+    """The Working Memory view returned by ``wm.get``.
+
+    ``reveal_personal`` is accepted but not acted on yet: sealed values stay sealed.
+    """
+    rendered: dict[str, Any] = view(state)
+    return rendered
+
+
+def changed_subject(prefix: str, tenant: str, task_id: str) -> str:
+    return f"{prefix}.wm.changed.{tenant}.{task_id}"
+
+
+def get_subject(prefix: str) -> str:
+    return f"{prefix}.wm.get"
+
+
+class Puller:
+    """Fetches batches from a durable pull consumer with one callback per message.
+
+    nats-py's ``fetch`` waits for every message through its own timed future,
+    which costs as much as projecting the message. This keeps at most one pull
+    request open on a private inbox and buffers what arrives: a ``no_wait``
+    request while there is a backlog (a full batch at once), and once the
+    consumer is drained, a long poll that hands over messages as they arrive.
+    """
+
+    # How long a request may stay unanswered before it is presumed lost.
+    NO_WAIT_GRACE = 5.0
+    POLL_GRACE = 1.0
+
+    def __init__(self, nc: Client, stream: str, consumer: str) -> None:
+        self._nc = nc
+        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+        self._inbox = nc.new_inbox()
+        self._sub: Any = None
+        self._buf: list[Any] = []
+        self._wake = asyncio.Event()
+        self._mode: str | None = None  # the open request: "no_wait", "poll" or None
+        self._remaining = 0  # messages the open request may still deliver
+        self._stale_at = 0.0
+        self._drained = False  # the last no_wait request found nothing
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=0,
+                                             pending_bytes_limit=0)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):  # the subscription is being replaced anyway
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_msg(self, msg: Any) -> None:
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status:
+            if status == "100":  # heartbeat
+                return
+            # 404 no messages, 408 request expired, 409 conflict: the request is over.
+            if self._mode == "no_wait" and status == "404":
+                self._drained = True
+            self._mode = None
+            self._wake.set()
+            return
+        self._buf.append(msg)
+        self._remaining -= 1
+        if self._remaining <= 0:
+            self._mode = None
+        if self._mode != "no_wait":  # a no_wait batch is handed over whole, when it is complete
+            self._wake.set()
+
+    async def fetch(self, batch: int, wait_s: float) -> list[Any]:
+        """Up to ``batch`` messages; raise ``TimeoutError`` if none arrive within ``wait_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            # While a no_wait request is filling a batch, wait for it; otherwise hand over what is here.
+            if self._buf and (self._mode != "no_wait" or len(self._buf) >= batch):
+                out, self._buf = self._buf[:batch], self._buf[batch:]
+                return out
+            now = loop.time()
+            if self._mode is not None and now > self._stale_at:
+                self._mode = None  # the server's end-of-request status was lost
+            self._wake.clear()
+            if self._mode is None:
+                await self._request(batch, deadline - now)
+            left = deadline - loop.time()
+            if left <= 0:
+                if self._buf:
+                    continue
+                raise TimeoutError
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+
+    async def _request(self, batch: int, wait: float) -> None:
+        """A no_wait request while there is a backlog, else a long poll of ``wait`` seconds."""
+        now = asyncio.get_running_loop().time()
+        self._remaining = batch
+        if not self._drained:
+            self._mode = "no_wait"
+            self._stale_at = now + self.NO_WAIT_GRACE
+            body: dict[str, Any] = {"batch": batch, "no_wait": True}
+        else:
+            self._drained = False
+            wait = max(wait, 0.05)
+            self._mode = "poll"
+            self._stale_at = now + wait + self.POLL_GRACE
+            body = {"batch": batch, "expires": int(wait * 1e9)}
+        await self._nc.publish(self._next, msgspec.json.encode(body), reply=self._inbox)
+
+
+class Projector:
+    """Folds the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
+
+    name = "projector"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = Store(LIVE_SCHEMA)
+        self._nc: Client | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._lock_conn: asyncpg.Connection | None = None
+        self._sub: Puller | None = None
+        self._service: Service | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._failed: asyncio.Future[None] | None = None
+        self._stopping = False
+        self._stopped = False
+        self._leader = False
+        # True while a batch or an initialization is in flight (stop lets it finish).
+        self._busy = False
+        self._cache: dict[tuple[str, str], WorkingMemory] = {}
+        # Watermark this process committed last (None: not initialized).
+        self._committed: int | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, migrate, catch up the consumer position and serve; returns when ready."""
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        self._nc = await nats.connect(s.nats_url, name="agentledger-projector",
+                                      max_reconnect_attempts=-1, error_cb=self._nats_error,
+                                      closed_cb=self._nats_closed)
+        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
+        await self._ensure_stream()
+        await db.migrate(s.database_url)
+        self._service = await micro.add_service(
+            self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
+            description="Working Memory projections of the agentledger ledger")
+        await self._service.add_endpoint(name="wm-get", subject=get_subject(s.prefix),
+                                         handler=self._handle_get)
+        self._lock_conn = await db.connect(s.database_url)
+        self._leader = await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK)
+        if self._leader:
+            await self._initialize()
+        else:
+            log.info("projector.standby", reason="another projector holds the leadership lock")
+        self._task = asyncio.create_task(self._run(), name="projector-run")
+
+    async def _ensure_stream(self) -> None:
+        """Create the ledger stream if it is missing; never change the writer's configuration."""
+        assert self._nc is not None
+        try:
+            await self._nc.jetstream().stream_info(self.settings.stream)
+        except nats.js.errors.NotFoundError:
+            await ensure_stream(self.settings, self._nc)
+
+    async def stop(self) -> None:
+        """Stop fetching, let the in-flight batch commit or roll back, drain; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stopping = True
+        if self._task is not None:
+            if not self._busy:
+                self._task.cancel()  # idle in a fetch or a sleep: nothing to finish
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=15)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+            except Exception as exc:  # noqa: BLE001 - already reported through wait_failed
+                log.debug("projector.run_ended", error=type(exc).__name__)
+        if self._service is not None:
+            try:
+                await self._service.stop()
+            except Exception:
+                log.warning("projector.service_stop_failed", exc_info=True)
+        if self._sub is not None:
+            await self._sub.close()
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001
+                await self._nc.close()
+        if self._lock_conn is not None:
+            await self._lock_conn.close()
+        if self._pool is not None:
+            await self._pool.close()
+        log.info("projector.stopped", watermark=self._committed)
+
+    async def wait_failed(self) -> None:
+        """Return or raise only when the projection loop gave up."""
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._failed)
+
+    @property
+    def watermark(self) -> int | None:
+        """The watermark this process committed last."""
+        return self._committed
+
+    # ---- initialization and consumer ----------------------------------------------------
+
+    async def _initialize(self) -> None:
+        """Derive everything from PostgreSQL: rebuild an empty projection, bind the consumer."""
+        assert self._pool is not None and self._nc is not None
+        s = self.settings
+        self._cache.clear()
+        self._committed = None
+        await db.migrate(s.database_url)
+        async with self._pool.acquire() as conn:
+            wm = await self.store.watermark(conn)
+            if wm is None:
+                raise ProjectionMissingError("projector_watermark row is missing after migrate")
+            last = await stream_last_seq(self._nc, s)
+            if wm == 0 and last > 0:
+                log.info("projector.rebuilding", reason="empty projection", last_seq=last)
+                report, _, _ = await rebuild_with(self._nc, conn, s, LIVE_SCHEMA)
+                wm = report.last_seq
+            elif wm > last:
+                log.warning("projector.ahead_of_stream", watermark=wm, last_seq=last)
+        await self._bind_consumer(wm)
+        self._committed = wm
+        log.info("projector.initialized", watermark=wm)
+
+    async def _bind_consumer(self, wm: int) -> None:
+        """Make the durable consumer deliver from ``wm + 1`` and attach a fresh ``Puller``."""
+        assert self._nc is not None
+        js = self._nc.jetstream()
+        stream = self.settings.stream
+        # Re-binding inside a running process: a pull request of the old puller may still be
+        # open, so the consumer is always recreated (its open requests die with it).
+        rebind = self._sub is not None
+        if self._sub is not None:
+            await self._sub.close()
+            self._sub = None
+        try:
+            info: ConsumerInfo | None = await js.consumer_info(stream, DURABLE)
+        except nats.js.errors.NotFoundError:
+            info = None
+        if info is not None and (rebind or not self._consumer_agrees(info, wm)):
+            log.info("projector.consumer_reset", watermark=wm,
+                     ack_floor=info.ack_floor.stream_seq if info.ack_floor else None,
+                     delivered=info.delivered.stream_seq if info.delivered else None)
+            await js.delete_consumer(stream, DURABLE)
+            info = None
+        if info is None:
+            await js.add_consumer(stream, ConsumerConfig(
+                name=DURABLE, durable_name=DURABLE, filter_subject=ledger_wildcard(self.settings.prefix),
+                ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
+                max_waiting=16, description="agentledger projector (position follows PostgreSQL)"))
+        self._sub = Puller(self._nc, stream, DURABLE)
+        await self._sub.start()
+
+    def _consumer_agrees(self, info: ConsumerInfo, wm: int) -> bool:
+        cfg = info.config
+        if (cfg.filter_subject != ledger_wildcard(self.settings.prefix)
+                or cfg.ack_policy != AckPolicy.ALL
+                or cfg.deliver_subject):
+            return False
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        delivered = info.delivered.stream_seq if info.delivered else 0
+        # Beyond the watermark nothing may be delivered-but-unapplied (it would be skipped),
+        # and re-delivering a long stretch of applied messages is wasted work.
+        return floor <= wm and delivered <= wm and wm - floor <= MAX_SKIP
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        try:
+            while not self._stopping:
+                try:
+                    if not self._leader:
+                        await self._become_leader()
+                        continue
+                    if self._committed is None or self._sub is None:
+                        await self._guarded(self._initialize())
+                    assert self._sub is not None
+                    try:
+                        msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
+                    except TimeoutError:
+                        await self._idle_check()
+                        failures = 0
+                        continue
+                    await self._guarded(self._process(msgs))
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except (ProjectionMissingError, ProjectionChangedError) as exc:
+                    # Someone dropped or rebuilt the projection: start over from PostgreSQL.
+                    log.info("projector.projection_reset", reason=str(exc))
+                    await self._reset()
+                except Exception as exc:
+                    if self._stopping:
+                        break
+                    failures += 1
+                    log.warning("projector.batch_failed", failures=failures,
+                                error=type(exc).__name__, detail=_safe(exc))
+                    await self._reset()
+                    if failures >= MAX_FAILURES:
+                        raise
+                    await asyncio.sleep(min(0.05 * 2 ** failures, 5.0))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            log.error("projector.failed", error=type(exc).__name__, detail=_safe(exc))
+            if self._failed is not None and not self._failed.done():
+                self._failed.set_exception(exc)
+            raise
+
+    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run work that ``stop`` lets finish rather than cancel."""
+        self._busy = True
+        try:
+            await work
+        finally:
+            self._busy = False
+
+    async def _reset(self) -> None:
+        """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
+        self._cache.clear()
+        self._committed = None
+        if self._pool is not None:
+            await self._pool.expire_connections()  # drop plans cached against dropped tables
+        if self._lock_conn is None or self._lock_conn.is_closed():
+            self._leader = False
+
+    async def _become_leader(self) -> None:
+        if self._lock_conn is None or self._lock_conn.is_closed():
+            self._lock_conn = await db.connect(self.settings.database_url)
+        if await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
+            self._leader = True
+            log.info("projector.leader")
+            return
+        await asyncio.sleep(1.0)
+
+    async def _idle_check(self) -> None:
+        """Between batches: notice a dropped or rebuilt projection without waiting for traffic."""
+        assert self._pool is not None
+        wm = await self.store.watermark(self._pool)
+        if wm is None:
+            raise ProjectionMissingError("the projection tables are gone")
+        if wm != self._committed:
+            raise ProjectionChangedError(f"watermark is {wm}, this projector committed {self._committed}")
+
+    async def _process(self, msgs: list[Any]) -> None:
+        """Apply one fetched batch in one transaction, then ack and notify."""
+        assert self._pool is not None
+        batch = {stream_seq(msg): msg for msg in msgs}
+        async with self._pool.acquire() as conn, conn.transaction():
+            wm = await self.store.lock_watermark(conn)
+            if wm != self._committed:
+                raise ProjectionChangedError(
+                    f"watermark is {wm}, this projector committed {self._committed}")
+            fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
+            rows = await self._apply(conn, wm, fresh) if fresh else []
+        self._committed = fresh[-1][0] if fresh else wm
+        await self._after_commit(batch[max(batch)], rows)
+        if rows:
+            log.debug("projector.batch", events=len(fresh), tasks=len(rows), watermark=self._committed)
+
+    async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]]) -> list[TaskRow]:
+        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's transaction."""
+        await self._check_contiguous(wm, [seq for seq, _ in fresh])
+        cache = self._cache
+        keys = [split_subject(msg.subject) for _, msg in fresh]
+        missing = list({k for k in keys if k not in cache})
+        for r in await self.store.load_states(conn, missing):
+            cache[(r[0], r[1])] = decode_state(r[3])
+        changed: dict[tuple[str, str], int] = {}
+        rejections: list[RejectionRow] = []
+        bind = structlog.contextvars.bind_contextvars
+        try:
+            for (seq, msg), key in zip(fresh, keys, strict=True):
+                bind(tenant=key[0], task=key[1], seq=seq)
+                before = len(rejections)
+                if fold_message(cache, key, msg.data, seq, msg.headers, rejections=rejections):
+                    changed[key] = seq
+                if len(rejections) > before:
+                    log.info("projector.rejected", code=rejections[-1][5])
+        finally:
+            structlog.contextvars.unbind_contextvars("tenant", "task", "seq")
+        rows: list[TaskRow] = []
+        for key, seq in changed.items():
+            data = encode_state(cache[key])
+            rows.append((key[0], key[1], seq, data, blake3.blake3(data).hexdigest()))
+            cache[key] = cache.pop(key)  # recently changed tasks live at the young end
+        await self.store.upsert_tasks(conn, rows)
+        await self.store.insert_rejections(conn, rejections)
+        await self.store.set_watermark(conn, fresh[-1][0])
+        return rows
+
+    async def _after_commit(self, last: Any, rows: list[TaskRow]) -> None:
+        """Ack the batch (AckAll: its highest sequence), notify, trim the cache."""
+        assert self._nc is not None
+        try:
+            await last.ack()
+        except Exception:  # noqa: BLE001 - a lost ack means a redelivery, which is a no-op
+            log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
+        for tenant, task_id, seq, _, digest in rows:
+            try:
+                await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),
+                                       encode(TaskChanged(tenant, task_id, seq, digest)))
+            except Exception:  # noqa: BLE001 - notifications are best effort
+                log.warning("projector.notify_failed")
+                break
+        cache = self._cache
+        if len(cache) > CACHE_MAX:
+            for key in list(cache)[: len(cache) - CACHE_MAX // 2]:
+                del cache[key]
+
+    async def _check_contiguous(self, wm: int, seqs: list[int]) -> None:
+        """Raise ``OutOfOrderError`` if a stored message between ``wm`` and the batch was not delivered."""
+        assert self._nc is not None
+        expected = wm + 1
+        for seq in seqs:
+            if seq != expected:
+                try:
+                    nxt = await self._nc.jetstream().get_msg(
+                        self.settings.stream, seq=expected, subject=ledger_wildcard(self.settings.prefix),
+                        next=True)
+                except nats.js.errors.NotFoundError:
+                    nxt = None
+                if nxt is not None and nxt.seq is not None and nxt.seq < seq:
+                    raise OutOfOrderError(f"message {nxt.seq} was not delivered before {seq}")
+            expected = seq + 1
+
+    # ---- read API -------------------------------------------------------------------------
+
+    async def _handle_get(self, req: Request) -> None:
+        try:
+            reply = await self.working_memory(req.data)
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            log.error("projector.read_error", error=type(exc).__name__, detail=_safe(exc))
+            reply = _error("internal", "the projector failed to answer")
+        await req.respond(encode(reply))
+
+    async def working_memory(self, data: bytes) -> WorkingMemoryReply:
+        """Answer one ``wm.get`` request body."""
+        try:
+            ref = decode_task_ref(data)
+        except AgentLedgerError as exc:
+            return _error(exc.code, exc.message, exc.path)
+        assert self._pool is not None
+        with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
+            try:
+                row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                log.warning("projector.read_failed", error=type(exc).__name__)
+                return _error("unavailable", "the projection is not available right now",
+                              retryable=True)
+            if row is None:
+                return _error("not_found", f"no task {ref.task_id!r} for tenant {ref.tenant!r}",
+                              "$.task_id")
+            state = decode_state(row["state"])
+            return WorkingMemoryReply(ok=True, seq=row["seq"],
+                                      state=render_view(state, ref.reveal_personal))
+
+    # ---- NATS callbacks ------------------------------------------------------------------------
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("projector.nats_error", error=type(exc).__name__, detail=_safe(exc))
+
+    async def _nats_closed(self) -> None:
+        if not self._stopping and self._failed is not None and not self._failed.done():
+            self._failed.set_exception(ConnectionError("the NATS connection closed"))
+
+
+def _error(code: str, message: str, path: str | None = None, retryable: bool = False) -> WorkingMemoryReply:
+    return WorkingMemoryReply(ok=False, error=ErrorBody(code=code, message=message, path=path,
+                                                        retryable=retryable))
+
+
+def _safe(exc: BaseException) -> str:
+    """An exception's text, bounded (our errors never carry event content)."""
+    return str(exc)[:300]

@@ -1,0 +1,142 @@
+"""PostgreSQL schema of the projections, and how to connect to it.
+
+The projections are disposable: every table here can be dropped and rebuilt by
+replaying the ledger stream. ``migrate`` is idempotent and safe to run from
+several processes at once (it holds a PostgreSQL advisory lock while it works),
+so every service simply calls it on start.
+
+Tables (in the schema given to ``migrate``, ``public`` for the live projection):
+
+* ``projector_watermark(name, seq)``: the last ledger sequence folded into the
+  projection. The projector's consumer position is derived from it, never the
+  other way round.
+* ``task_state``: one row per task: the Working Memory state (``encode_state``
+  bytes, exact and cheap to decode), its blake3 hash and the sequence of the
+  last ledger message of the task that was folded.
+* ``rejections``: one row per event the reducer refused (and per undecodable
+  message), keyed by ledger sequence.
+* ``schema_migrations``: which migrations ran.
+"""
+
+from __future__ import annotations
+
+import re
+
+import asyncpg
+
+WATERMARK_NAME = "projector"
+# Arbitrary constant: the advisory lock taken while migrating.
+_MIGRATE_LOCK = 0x61676C6D  # "aglm"
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# (version, DDL). Append only: a deployed migration never changes.
+_MIGRATIONS: list[tuple[int, str]] = [
+    (1, """
+        CREATE TABLE IF NOT EXISTS {s}.projector_watermark (
+            name text PRIMARY KEY,
+            seq  bigint NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS {s}.task_state (
+            tenant     text NOT NULL,
+            task_id    text NOT NULL,
+            seq        bigint NOT NULL,
+            state      bytea NOT NULL,
+            state_hash text NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (tenant, task_id)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.rejections (
+            tenant   text NOT NULL,
+            task_id  text NOT NULL,
+            seq      bigint NOT NULL,
+            event_id text NOT NULL,
+            kind     text NOT NULL,
+            code     text NOT NULL,
+            reason   text NOT NULL,
+            PRIMARY KEY (tenant, task_id, seq)
+        );
+    """),
+]
+
+SCHEMA_VERSION = _MIGRATIONS[-1][0]
+_DONE = "SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
+_RECORD = "INSERT INTO {s}.schema_migrations(version) VALUES ($1)"
+_WATERMARK_ROW = "INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, 0) ON CONFLICT DO NOTHING"
+
+
+def _sql(template: str, quoted_schema: str) -> str:
+    """``template`` with ``{s}`` replaced by an already validated, quoted schema name."""
+    return template.replace("{s}", quoted_schema)
+
+
+def check_schema(schema: str) -> str:
+    """Return ``schema`` quoted for SQL, refusing anything but a plain identifier."""
+    if not _SCHEMA_RE.match(schema):
+        raise ValueError(f"invalid schema name {schema!r}: use [a-z_][a-z0-9_]*")
+    return f'"{schema}"'
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    """One connection to the projection database."""
+    return await asyncpg.connect(dsn)
+
+
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
+    """A connection pool to the projection database."""
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+    assert pool is not None
+    return pool
+
+
+async def migrate_conn(conn: asyncpg.Connection, schema: str = "public") -> None:
+    """``migrate`` on an existing connection (must not be inside a transaction)."""
+    s = check_schema(schema)
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATE_LOCK)
+    try:
+        async with conn.transaction():
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+                " version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
+            done = await conn.fetchval(_sql(_DONE, s))
+            for version, ddl in _MIGRATIONS:
+                if version > done:
+                    await conn.execute(_sql(ddl, s))
+                    await conn.execute(_sql(_RECORD, s), version)
+            await conn.execute(_sql(_WATERMARK_ROW, s), WATERMARK_NAME)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATE_LOCK)
+
+
+async def migrate(dsn: str, schema: str = "public") -> None:
+    """Create or upgrade the projection tables in ``schema``; idempotent, concurrency-safe."""
+    conn = await connect(dsn)
+    try:
+        await migrate_conn(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def drop_schema_conn(conn: asyncpg.Connection, schema: str) -> None:
+    """Drop ``schema`` and everything in it (scratch schemas of replay/verify)."""
+    if schema == "public":
+        raise ValueError("refusing to drop the public schema; use drop_tables")
+    s = check_schema(schema)
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATE_LOCK)
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATE_LOCK)
+
+
+async def drop_tables_conn(conn: asyncpg.Connection, schema: str = "public") -> None:
+    """Drop the projection tables of ``schema`` (the schema itself stays)."""
+    s = check_schema(schema)
+    await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATE_LOCK)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                f"DROP TABLE IF EXISTS {s}.task_state, {s}.rejections, {s}.projector_watermark,"
+                f" {s}.schema_migrations")
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATE_LOCK)
