@@ -22,6 +22,7 @@ from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
 from agentledger.contracts.codec import encode
 from agentledger.core.state import decode_state, view
 from agentledger.core.validate import goal_hash
+from agentledger.errors import NotFoundError
 from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
 from helpers import assert_eventually
@@ -385,3 +386,53 @@ async def test_failed_transactions_are_retried_from_the_watermark(
     assert set(rows) == {(TENANT, "t1"), (TENANT, "t2")}
     assert len(decode_state(rows[(TENANT, "t2")]["state"]).applied) == len(task_script("t2"))
     assert not projector._failed.done()
+
+
+async def test_personal_values_are_revealed_only_on_request(settings: Settings) -> None:
+    """Through the writer, a turn is sealed in the projection; wm.get opens it only when asked,
+    and a destroyed subject key leaves it marked erased instead of readable."""
+    from agentledger.client import connect
+    from agentledger.services.ledger_writer.service import LedgerWriter
+
+    writer = LedgerWriter(settings)
+    await writer.start()
+    projector = Projector(settings)
+    await projector.start()
+    client = await connect(settings)
+    try:
+        base = {"tenant": TENANT, "task_id": "chat", "producer": "ui", "schema_version": 1,
+                "occurred_at": "2026-11-29T10:00:00Z", "data_subject": "subj-1"}
+        goal = {"text": "g", "acceptance_criteria": [], "goal_hash": goal_hash("g", [])}
+        last = (await client.append_batch([
+            {**base, "kind": "task_created", "event_id": "c", "payload": {"goal": goal}},
+            {**base, "kind": "turn_appended", "event_id": "t1",
+             "payload": {"role": "user", "ordinal": 1, "content": "my address is 3 rue X"}},
+            {**base, "kind": "variable_set", "event_id": "v1",
+             "payload": {"name": "phone", "value": "+33 6 00", "personal": True}},
+        ]))[-1]
+
+        async def caught() -> Any:
+            try:
+                wm = await client.working_memory(TENANT, "chat")
+            except NotFoundError:
+                return None
+            return wm if wm.seq >= last.seq else None
+
+        sealed = await assert_eventually(caught)
+        assert sealed.state["transcript"][0]["content"] is None
+        assert sealed.state["transcript"][0]["sealed"]["subject"] == "subj-1"
+        opened = await client.working_memory(TENANT, "chat", reveal_personal=True)
+        assert opened.state["transcript"][0]["content"] == "my address is 3 rue X"
+        assert opened.state["variables"]["phone"]["value"] == "+33 6 00"
+        kv = await client.nc.jetstream().key_value(settings.keys_bucket)
+        await kv.purge("subj-1")
+        await projector.stop()  # a reader that has not cached the key
+        projector = Projector(settings)
+        await projector.start()
+        reply = await client.working_memory(TENANT, "chat", reveal_personal=True)
+        turn = reply.state["transcript"][0]
+        assert (turn["content"], turn["erased"]) == (None, True)
+    finally:
+        await client.close()
+        await projector.stop()
+        await writer.stop()

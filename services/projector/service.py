@@ -52,6 +52,7 @@ from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
 from agentledger.errors import AgentLedgerError
 from agentledger.ledger import ensure_stream, ledger_wildcard, split_subject
+from agentledger.sealing import Keyring, load_kek, reveal
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
     fold_message,
@@ -90,12 +91,16 @@ class OutOfOrderError(Exception):
     """The consumer delivered past a message that was never applied."""
 
 
-def render_view(state: WorkingMemory, reveal_personal: bool) -> dict[str, Any]:
+async def render_view(state: WorkingMemory, keyring: Keyring | None) -> dict[str, Any]:
     """The Working Memory view returned by ``wm.get``.
 
-    ``reveal_personal`` is accepted but not acted on yet: sealed values stay sealed.
+    Personal values stay sealed unless the caller asked to reveal them (``keyring``
+    given); rows in PostgreSQL always hold them sealed, so destroying a subject's
+    key reaches the projection without rewriting it.
     """
     rendered: dict[str, Any] = view(state)
+    if keyring is not None:
+        await reveal(rendered, keyring)
     return rendered
 
 
@@ -223,6 +228,7 @@ class Projector:
         # True while a batch or an initialization is in flight (stop lets it finish).
         self._busy = False
         self._cache: dict[tuple[str, str], WorkingMemory] = {}
+        self._keys: Keyring | None = None
         # Watermark this process committed last (None: not initialized).
         self._committed: int | None = None
 
@@ -568,8 +574,20 @@ class Projector:
                 return _error("not_found", f"no task {ref.task_id!r} for tenant {ref.tenant!r}",
                               "$.task_id")
             state = decode_state(row["state"])
-            return WorkingMemoryReply(ok=True, seq=row["seq"],
-                                      state=render_view(state, ref.reveal_personal))
+            try:
+                keyring = self._keyring() if ref.reveal_personal else None
+                rendered = await render_view(state, keyring)
+            except AgentLedgerError as exc:
+                return _error(exc.code, exc.message, exc.path)
+            return WorkingMemoryReply(ok=True, seq=row["seq"], state=rendered)
+
+    def _keyring(self) -> Keyring:
+        """Opened on the first request that reveals personal values."""
+        if self._keys is None:
+            assert self._nc is not None
+            self._keys = Keyring(self._nc, self.settings.keys_bucket,
+                                 load_kek(self.settings.kek_path, create=False))
+        return self._keys
 
     # ---- NATS callbacks ------------------------------------------------------------------------
 

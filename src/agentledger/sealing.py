@@ -41,9 +41,12 @@ class _WrappedKey(msgspec.Struct, frozen=True):
     wrapped: str
 
 
-def load_kek(path: Path) -> bytes:
-    """Read the key-encryption key, creating it (mode 0600) on first use."""
+def load_kek(path: Path, *, create: bool = True) -> bytes:
+    """Read the key-encryption key, creating it (mode 0600) on first use if ``create``."""
     if not path.exists():
+        if not create:
+            raise AgentLedgerError(f"no key-encryption key at {path}; personal values cannot be "
+                                   "opened here", code="invalid_config")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -143,7 +146,7 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
             for o in p.outputs
         ]
         p = msgspec.structs.replace(p, outputs=outputs)
-    return msgspec.structs.replace(event, payload=p)  # type: ignore[arg-type]
+    return msgspec.structs.replace(event, payload=p)
 
 
 async def unseal(sealed: ev.Sealed, aad: bytes, keyring: Keyring) -> bytes | None:
@@ -157,3 +160,30 @@ async def unseal(sealed: ev.Sealed, aad: bytes, keyring: Keyring) -> bytes | Non
     except InvalidTag as exc:
         raise AgentLedgerError("sealed value does not open with its subject key",
                                code="seal_mismatch") from exc
+
+
+async def reveal(view: dict[str, Any], keyring: Keyring) -> dict[str, Any]:
+    """Open the sealed values of a Working Memory view, in place.
+
+    A value whose subject key was destroyed stays empty and is marked
+    ``erased``: the data is gone, and the reader is told so rather than shown
+    a gap.
+    """
+    aad = aad_for(view["tenant"], view["task_id"])
+
+    async def open_one(item: dict[str, Any], field: str, decode_json: bool) -> None:
+        sealed = item.get("sealed")
+        if not sealed:
+            return
+        plain = await unseal(msgspec.convert(sealed, ev.Sealed), aad, keyring)
+        if plain is None:
+            item["erased"] = True
+        else:
+            item[field] = msgspec.json.decode(plain) if decode_json else plain.decode()
+        item["sealed"] = None
+
+    for turn in view["transcript"]:
+        await open_one(turn, "content", decode_json=False)
+    for variable in view["variables"].values():
+        await open_one(variable, "value", decode_json=True)
+    return view
