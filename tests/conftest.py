@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Coroutine, Iterator
@@ -47,8 +49,15 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url:
         yield url
         return
-    with EmbeddedPostgres(tmp_path_factory.mktemp("postgres")) as server:
-        yield server.url
+    # Not under pytest's basetemp: a pytest session starting meanwhile (a second run on
+    # the same machine) resets that tree to mode 0700, which would lock the server's
+    # unprivileged user out of its own data directory.
+    root = Path(tempfile.mkdtemp(prefix="agentledger-test-pg-"))
+    try:
+        with EmbeddedPostgres(root) as server:
+            yield server.url
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
