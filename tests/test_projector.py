@@ -187,7 +187,7 @@ async def test_read_endpoint_returns_view_not_found_and_typed_errors(
     assert ok.state["task_id"] == "t1"
     assert ok.state["done"] == ["A"]
     assert ok.state["next_ready"] == ["B"]
-    # reveal_personal flows through (unsealing is not implemented yet: same view).
+    # Nothing personal in this task: revealing changes nothing and needs no key.
     revealed = await wm_get(ledger, b'{"tenant": "acme", "task_id": "t1", "reveal_personal": true}')
     assert revealed.ok and revealed.state == ok.state
 

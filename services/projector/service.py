@@ -575,7 +575,9 @@ class Projector:
                               "$.task_id")
             state = decode_state(row["state"])
             try:
-                keyring = self._keyring() if ref.reveal_personal else None
+                sealed = any(t.sealed for t in state.transcript) or any(
+                    v.sealed for v in state.variables.values())
+                keyring = self._keyring() if ref.reveal_personal and sealed else None
                 rendered = await render_view(state, keyring)
             except AgentLedgerError as exc:
                 return _error(exc.code, exc.message, exc.path)
