@@ -14,8 +14,6 @@ from typing import Any
 import msgspec
 import nats
 import pytest
-from agentledger.contracts import events as ev
-from agentledger.contracts.codec import decode_event
 from blake3 import blake3
 from nats.aio.client import Client as NatsClient
 from nats.js.api import ObjectMeta
@@ -23,6 +21,8 @@ from nats.js.api import ObjectMeta
 from agentledger import artifacts
 from agentledger.artifacts import ArtifactStore, artifacts_bucket, check_refs, parse_uri
 from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.contracts.codec import decode_event
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
 
 MISSING = "0" * 64

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_append_request, decode_event, encode
 from agentledger.contracts.export import SCHEMA_DIR, render_schemas
-
 from agentledger.core.validate import check_batch, goal_hash
 from agentledger.errors import ContractError
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from agentledger.contracts.events import StepDef
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentledger.contracts.events import StepDef
 from agentledger.core.dag import find_cycle, next_ready, validate_plan
 from agentledger.errors import ContractError
 

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import assert_eventually
-from test_writer import created, event
 
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.services.ledger_writer.service import LedgerWriter
+from helpers import assert_eventually
+from test_writer import created, event
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
 from agentledger.contracts.codec import encode
@@ -24,6 +25,7 @@ from agentledger.core.state import decode_state, view
 from agentledger.core.validate import goal_hash
 from agentledger.errors import NotFoundError
 from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, ledger_wildcard, msg_id
+from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
 from helpers import assert_eventually
 
@@ -391,9 +393,6 @@ async def test_failed_transactions_are_retried_from_the_watermark(
 async def test_personal_values_are_revealed_only_on_request(settings: Settings) -> None:
     """Through the writer, a turn is sealed in the projection; wm.get opens it only when asked,
     and a destroyed subject key leaves it marked erased instead of readable."""
-    from agentledger.client import connect
-    from agentledger.services.ledger_writer.service import LedgerWriter
-
     writer = LedgerWriter(settings)
     await writer.start()
     projector = Projector(settings)

@@ -6,8 +6,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from agentledger.contracts import events as ev
 
+from agentledger.contracts import events as ev
 from agentledger.core.reducer import Trace, fold, reduce
 from agentledger.core.state import WorkingMemory, new_state, state_hash, view
 from agentledger.core.validate import goal_hash

@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 import pytest
-from agentledger.contracts import events as ev
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentledger.contracts import events as ev
 from agentledger.core.dag import next_ready
 from agentledger.core.reducer import Trace, apply, fold, reduce
 from agentledger.core.state import WorkingMemory, new_state, state_hash, view

@@ -16,7 +16,7 @@ import asyncpg
 import nats
 import pytest
 
-from agentledger.config import Settings
+from agentledger.config import Settings, from_env
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime import commands
 from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres, pid_alive
@@ -258,3 +258,11 @@ async def test_settings_fixture_gives_a_private_database_and_prefix(settings: Se
     await nc.jetstream().add_stream(name=settings.stream, subjects=[f"{settings.prefix}.>"])
     await nc.close()
     assert settings.prefix.upper() in settings.stream
+
+
+def test_settings_env_round_trips_and_skips_unset_values(tmp_path: Path) -> None:
+    """Services rebuild exactly the settings `up` ran with; an unset optional is not the string 'None'."""
+    settings = Settings(data_dir=tmp_path, prefix="p1", max_event_bytes=1234)
+    env = settings_env(settings)
+    assert "AGENTLEDGER_KEK_FILE" not in env
+    assert from_env(env) == settings

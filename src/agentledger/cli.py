@@ -11,8 +11,15 @@ from typing import Any
 
 import msgspec
 
+from agentledger import logs
+from agentledger.bench import run_all
+from agentledger.client import connect
 from agentledger.config import Settings, from_env
+from agentledger.demo import render, run_demo
 from agentledger.errors import AgentLedgerError
+from agentledger.runtime.commands import down, up
+from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
+from agentledger.services.projector import rebuild
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -20,14 +27,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _connected(args: argparse.Namespace) -> Settings:
-    from agentledger.runtime.state import resolve_urls
 
     return resolve_urls(_settings(args))
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from agentledger.runtime.commands import up
-    from agentledger.runtime.state import read_runtime, supervisor_alive
 
     settings = _settings(args)
     if settings.runtime_file.exists() and supervisor_alive(info := read_runtime(settings.runtime_file)):
@@ -35,18 +39,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     else:
         info = up(settings)
         print("agentledger is up")
-    print(f"  NATS        {info.nats_url}")
-    print(f"  PostgreSQL  {info.database_url}")
-    print(f"  data        {info.data_dir}")
-    print(f"  supervisor  pid {info.supervisor_pid}")
+    print(f"  NATS          {info.nats_url}")
+    print(f"  PostgreSQL    {info.database_url}")
+    print(f"  data          {info.data_dir}")
+    print(f"  supervisor    pid {info.supervisor_pid}")
     for name, pid in info.services.items():
-        print(f"  {name:<11} pid {pid}")
-    print(f"  runtime     {Path(info.data_dir) / 'runtime.json'}")
+        print(f"  {name:<13} pid {pid}")
+    print(f"  runtime       {Path(info.data_dir) / 'runtime.json'}")
+    print(f"  logs          {Path(info.data_dir) / 'logs'}")
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from agentledger.runtime.commands import down
 
     down(_settings(args))
     print("agentledger is down")
@@ -54,7 +58,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from agentledger.demo import render, run_demo
 
     print(render(asyncio.run(run_demo(_connected(args)))))
     return 0
@@ -72,7 +75,6 @@ def _append_request(doc: Any, expected: int | None) -> dict[str, Any]:
 
 
 def cmd_append(args: argparse.Namespace) -> int:
-    from agentledger.client import connect
 
     text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     try:
@@ -90,8 +92,6 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
-    from agentledger.client import connect
-    from agentledger.demo import render
 
     async def run() -> Any:
         async with await connect(_connected(args)) as client:
@@ -113,7 +113,6 @@ def _progress(done: int, total: int) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from agentledger.services.projector import rebuild
 
     settings = _connected(args)
     if args.verify:
@@ -126,31 +125,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_artifact(args: argparse.Namespace) -> int:
-    from agentledger.client import connect
+
+    if args.artifact_command == "put":
+        content = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
 
     async def run() -> Any:
         async with await connect(_connected(args)) as client:
             if args.artifact_command == "put":
-                data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-                return await client.put_artifact(data, schema=args.schema, producer=args.producer,
-                                                 version=args.version)
+                return await client.put_artifact(content, schema=args.schema,
+                                                 producer=args.producer, version=args.version)
             if args.artifact_command == "stat":
                 return await client.stat_artifact(args.uri)
-            data = await client.get_artifact(args.uri)
-            if args.output == "-":
-                sys.stdout.buffer.write(data)
-            else:
-                Path(args.output).write_bytes(data)
-            return None
+            return await client.get_artifact(args.uri)
 
     result = asyncio.run(run())
-    if result is not None:
+    if isinstance(result, bytes):
+        if args.output == "-":
+            sys.stdout.buffer.write(result)
+        else:
+            Path(args.output).write_bytes(result)
+    else:
         print(msgspec.json.encode(result).decode())
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from agentledger.bench import run_all
 
     return asyncio.run(run_all(_settings(args), only=args.only))
 
@@ -203,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
+        logs.configure(from_env().log_level)
         code = args.fn(args)
     except AgentLedgerError as exc:
         print(f"agentledger: {exc}", file=sys.stderr)

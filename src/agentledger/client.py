@@ -19,7 +19,8 @@ from typing import Any
 import msgspec
 import nats
 from nats.aio.client import Client as Nats
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from agentledger import artifacts
 from agentledger.config import Settings

@@ -27,12 +27,15 @@ from typing import Any
 import msgspec
 import nats
 
+from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.reducer import apply
 from agentledger.core.state import new_state
 from agentledger.core.validate import goal_hash
 from agentledger.ledger import ensure_stream, ledger_subject, msg_id
+from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres
+from agentledger.services.projector import rebuild
 
 APPEND_CLIENTS = 32
 APPEND_BATCH = 50
@@ -107,8 +110,6 @@ async def raw_atomic_batches(nc: Any, subjects_bodies: list[tuple[str, bytes, st
 @asynccontextmanager
 async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
     """Embedded servers (unless configured) and a ledger-writer process."""
-    from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres
-
     with tempfile.TemporaryDirectory(prefix="agentledger-bench-") as tmp:
         root = Path(tmp)
         started: list[Any] = []
@@ -134,7 +135,7 @@ async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
             nc = await nats.connect(nats_url)
             for _ in range(300):
                 try:
-                    await nc.request(f"$SRV.PING.agentledger-ledger-writer", b"", timeout=0.2)
+                    await nc.request("$SRV.PING.agentledger-ledger-writer", b"", timeout=0.2)
                     break
                 except Exception:  # noqa: BLE001 - not up yet
                     await asyncio.sleep(0.1)
@@ -149,8 +150,6 @@ async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
 
 async def bench_append(s: Settings) -> None:
     """Durable events/s through the writer vs raw atomic batches of 100."""
-    from agentledger.client import connect
-
     nc = await nats.connect(s.nats_url)
     raw = [(ledger_subject(s.prefix, "raw", f"t{i % 100}"),
             msgspec.json.encode(variable_event("raw", f"t{i % 100}", i)),
@@ -181,8 +180,6 @@ def _pct(samples: list[float], q: float) -> float:
 
 async def bench_latency(s: Settings) -> None:
     """Single append at low load vs a raw sequential durable publish."""
-    from agentledger.client import connect
-
     nc = await nats.connect(s.nats_url)
     js = nc.jetstream()
     raw: list[float] = []
@@ -209,8 +206,6 @@ async def bench_latency(s: Settings) -> None:
 
 async def bench_rebuild(s: Settings) -> None:
     """Projector replay of the whole stream vs the raw ordered-consumer read rate."""
-    from agentledger.services.projector import rebuild
-
     nc = await nats.connect(s.nats_url)
     per_task = REBUILD_EVENTS // REBUILD_TASKS
     items = []

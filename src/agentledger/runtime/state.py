@@ -96,5 +96,6 @@ def settings_env(settings: Settings) -> dict[str, str]:
     The supervisor and services are separate processes: this is how they get
     exactly the settings ``up`` ran with, including values given as overrides.
     """
-    return {f"AGENTLEDGER_{name.upper()}": str(getattr(settings, name))
-            for name in settings.__struct_fields__}
+    return {f"AGENTLEDGER_{name.upper()}": str(value)
+            for name in settings.__struct_fields__
+            if (value := getattr(settings, name)) is not None}
