@@ -83,6 +83,7 @@ class LedgerWriter:
         self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path))
         self._artifacts = await artifacts.open(self._nc, s)
         self._leases = LeaseTable(self._nc, s.leases_bucket)
+        await self._leases.start()
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches)
         self._flusher = asyncio.create_task(self._committer.run())
@@ -110,6 +111,8 @@ class LedgerWriter:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._committer is not None:
             await self._committer.close()
+        if self._leases is not None:
+            await self._leases.stop()
         if self._flusher is not None:
             self._flusher.cancel()
         if self._nc is not None:
@@ -178,9 +181,8 @@ class LedgerWriter:
         assert self._leases is not None and self._committer is not None
         first = events[0]
         async with self._leases.locked(first.tenant, first.task_id):
-            for i, e in enumerate(events):
-                await self._leases.check(e.tenant, e.task_id, kind_of(e), e.fencing_token,
-                                         f"$.events[{i}]")
+            await self._leases.check(first.tenant, first.task_id,
+                                     [(kind_of(e), e.fencing_token) for e in events])
             return await self._committer.submit(unit)
 
     def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:

@@ -7,9 +7,12 @@ the same task exactly one can write; a dead executor's lease lapses and the
 next one takes over with a higher token.
 
 Leases live in a JetStream KV bucket, changed only by compare-and-swap on the
-entry's revision, so two writer processes cannot both grant one. Inside one
-writer, a per-task lock serialises lease changes with guarded appends: a lease
-cannot move between an append's token check and its commit.
+entry's revision, so two writer processes cannot both grant one. Each writer
+mirrors the bucket in memory through a KV watch, so checking an append costs no
+round trip. Inside one writer, a per-task lock serialises lease changes with
+guarded appends: a lease cannot move between an append's token check and its
+commit. (With several writer processes, a check may see another writer's grant
+only after the watch delivers it; run one active writer where exact fencing matters.)
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
 
 from agentledger.errors import AgentLedgerError
 
@@ -60,6 +63,39 @@ class LeaseTable:
         self._clock = clock
         self._kv: Any = None
         self._locks: dict[str, asyncio.Lock] = {}
+        # key -> (lease or None, KV revision), mirrored from the bucket.
+        self._mirror: dict[str, tuple[Lease | None, int]] = {}
+        self._watcher: Any = None
+        self._watch_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Load the bucket into memory and keep following it; returns once loaded."""
+        kv = await self._store()
+        self._watcher = await kv.watchall()
+        loaded = asyncio.get_running_loop().create_future()
+        self._watch_task = asyncio.create_task(self._follow(loaded))
+        await loaded
+
+    async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            self._watch_task = None
+        if self._watcher is not None:
+            await self._watcher.stop()
+            self._watcher = None
+
+    async def _follow(self, loaded: asyncio.Future[None]) -> None:
+        async for entry in self._watcher:
+            if entry is None:  # the watch delivered every current value
+                if not loaded.done():
+                    loaded.set_result(None)
+                continue
+            lease = msgspec.json.decode(entry.value, type=Lease) if entry.value else None
+            self._remember(entry.key, lease, entry.revision)
+
+    def _remember(self, key: str, lease: Lease | None, revision: int) -> None:
+        if revision >= self._mirror.get(key, (None, 0))[1]:
+            self._mirror[key] = (lease, revision)
 
     async def _store(self) -> Any:
         if self._kv is None:
@@ -81,27 +117,24 @@ class LeaseTable:
             yield
 
     async def current(self, tenant: str, task_id: str) -> tuple[Lease | None, int]:
-        """The stored lease (live or not) and the KV revision to CAS against (0: none)."""
-        kv = await self._store()
-        try:
-            entry = await kv.get(self.key(tenant, task_id))
-        except KeyNotFoundError:
-            return None, 0
-        if not entry.value:
-            return None, entry.revision
-        return msgspec.json.decode(entry.value, type=Lease), entry.revision
+        """The lease (live or not) and the KV revision to CAS against (0: none)."""
+        if self._watch_task is None:
+            await self.start()
+        return self._mirror.get(self.key(tenant, task_id), (None, 0))
 
     async def _write(self, tenant: str, task_id: str, lease: Lease, revision: int) -> None:
         kv = await self._store()
+        key = self.key(tenant, task_id)
         body = msgspec.json.encode(lease)
         try:
             if revision == 0:
-                await kv.create(self.key(tenant, task_id), body)
+                new_revision = await kv.create(key, body)
             else:
-                await kv.update(self.key(tenant, task_id), body, last=revision)
+                new_revision = await kv.update(key, body, last=revision)
         except KeyWrongLastSequenceError as exc:
             raise LeaseError("another writer changed this lease concurrently; retry",
                              retryable=True) from exc
+        self._remember(key, lease, new_revision)
 
     async def acquire(self, tenant: str, task_id: str, holder: str, ttl_s: float) -> Lease:
         """Take the lease if it is free, expired or already ours; the token grows."""
@@ -144,25 +177,25 @@ class LeaseTable:
         if not lease.live(now):
             raise LeaseError("this lease expired", code="lease_expired", path="$.token")
 
-    async def check(self, tenant: str, task_id: str, kind: str, token: int | None, path: str) -> None:
-        """Refuse a guarded event whose fencing token is not the live lease's.
+    async def check(self, tenant: str, task_id: str, events: list[tuple[str, int | None]]) -> None:
+        """Refuse guarded events (``(kind, fencing_token)`` in request order) whose token is
+        not the live lease's.
 
         Call it while holding ``locked(tenant, task_id)`` and keep holding it until
-        the event is committed.
+        the events are committed.
         """
-        if kind not in GUARDED_KINDS and token is None:
-            return
         lease, _ = await self.current(tenant, task_id)
         now = self._clock()
-        if token is None:
-            if lease is not None and lease.live(now):
-                raise LeaseError("the task is leased; guarded events must carry its fencing token",
-                                 code="fencing_token_required", path=f"{path}.fencing_token")
-            return
-        if lease is None or token != lease.token:
-            current = lease.token if lease else 0
-            raise LeaseError(f"fencing token {token} is stale; the task's lease is at token {current}",
-                             code="stale_fencing_token", path=f"{path}.fencing_token")
-        if not lease.live(now):
-            raise LeaseError("the lease of this fencing token expired", code="lease_expired",
-                             path=f"{path}.fencing_token")
+        for i, (kind, token) in enumerate(events):
+            path = f"$.events[{i}].fencing_token"
+            if token is None:
+                if kind in GUARDED_KINDS and lease is not None and lease.live(now):
+                    raise LeaseError("the task is leased; guarded events must carry its fencing token",
+                                     code="fencing_token_required", path=path)
+                continue
+            if lease is None or token != lease.token:
+                current = lease.token if lease else 0
+                raise LeaseError(f"fencing token {token} is stale; the task's lease is at token {current}",
+                                 code="stale_fencing_token", path=path)
+            if not lease.live(now):
+                raise LeaseError("the lease of this fencing token expired", code="lease_expired", path=path)
