@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentledger.contracts import api
+
+from agentledger.contracts import api, resume
 from agentledger.contracts.events import AnyEvent
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -27,6 +28,10 @@ CONTRACTS: dict[str, Any] = {
     "task_ref.schema.json": api.TaskRef,
     "working_memory_reply.schema.json": api.WorkingMemoryReply,
     "task_changed.schema.json": api.TaskChanged,
+    "checkpoint_save_request.schema.json": resume.CheckpointSaveRequest,
+    "checkpoint_save_reply.schema.json": resume.CheckpointSaveReply,
+    "resume_request.schema.json": resume.ResumeRequest,
+    "resume_reply.schema.json": resume.ResumeReply,
 }
 
 

@@ -51,6 +51,7 @@ log = structlog.get_logger(__name__)
 SERVICES: list[tuple[str, list[str]]] = [
     ("ledger-writer", [sys.executable, "-m", "agentledger.services.ledger_writer"]),
     ("projector", [sys.executable, "-m", "agentledger.services.projector"]),
+    ("checkpointer", [sys.executable, "-m", "agentledger.services.checkpointer"]),
 ]
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"

@@ -1,0 +1,1 @@
+"""checkpointer: saves verifiable checkpoints of Working Memory and serves resume."""

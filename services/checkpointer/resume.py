@@ -1,0 +1,431 @@
+"""Resume a task: locate its checkpoint, check it, replay the ledger after it, reconcile, lease.
+
+The protocol, in order; the first step that fails rejects the resume with a
+reason naming it, and nothing is written (no pointer moves, no lease is taken):
+
+1. locate: the checkpoint named in the request, else the task's active pointer.
+   None at all: replay the task from the start of the ledger (reason
+   ``no_checkpoint``, informational). A checkpoint of another task:
+   ``task_mismatch``; a named id that does not exist: ``checkpoint_not_found``.
+2. compatibility: a body that does not decode, or an unknown ``schema_version``:
+   ``unknown_schema_version`` (no migrations exist; they would be explicit);
+   ``checksum_mismatch``; ``checkpoint_expired``.
+3. integrity: the ledger cursor must not be past the stream's last sequence
+   (``watermark_ahead_of_ledger``) and the message at the cursor must exist on this
+   task's subject (``watermark_not_found``); every artifact the checkpoint cites
+   must exist and hash as cited (``artifact_missing`` / ``artifact_hash_mismatch``,
+   naming the uri); the checkpoint's goal hash must be the one of the ledger's
+   ``task_created`` (``goal_changed``; ``goal_unverified``, informational, when
+   the ledger no longer holds that event).
+4. replay: this task's ledger messages after the cursor, up to the task's last
+   message when the resume began (later appends are not waited for), with the
+   projector's own ``fold_message`` (hence the same reducer); next-ready is
+   recomputed by ``view``. A plan newer than the checkpoint's is fine and reported
+   (``plan_upgraded``, informational: next-ready comes from the replayed plan).
+   Artifacts that entered after the checkpoint are verified too. A task with no
+   events at all is ``task_not_found``; an ended task is ``task_closed``.
+5. reconcile: a ``running`` step with an idempotency key and no receipt had a
+   side effect of unknown outcome: status ``needs_reconcile``, the step is listed
+   in ``reconcile`` and nothing is dispatched. Other running steps (no side
+   effect, or a receipt recorded) are ``interrupted``: safe to close and retry.
+6. lease: the writer's ``lease.acquire`` for the executor; held by another
+   executor: ``lease_held``.
+
+Transport failures (NATS, PostgreSQL, the artifact store not answering) are not
+statuses: they raise ``UnavailableError`` and the endpoint answers a retryable
+error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+
+from agentledger.artifacts import ArtifactStore
+from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.contracts.api import LeaseReply, LeaseRequest
+from agentledger.contracts.codec import encode
+from agentledger.contracts.resume import (
+    InterruptedStep,
+    Reason,
+    ReconcileItem,
+    ResumeReply,
+    ResumeRequest,
+)
+from agentledger.core import checkpoint as cp_mod
+from agentledger.core.checkpoint_policy import TERMINAL_TASK
+from agentledger.core.state import WorkingMemory, new_state, view
+from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.ledger import ledger_subject
+from agentledger.services.checkpointer.store import CheckpointStore, Located
+from agentledger.services.projector.rebuild import Fold, fold_message, read_stream
+
+# Messages fetched one by one with direct gets before switching to an ordered consumer.
+DIRECT_FIRST = 64
+# Messages scanned from the start of a task's subject to find its task_created.
+GOAL_SCAN = 256
+# Artifacts verified at once.
+VERIFY_CONCURRENCY = 8
+LEASE_TIMEOUT_S = 10.0
+
+_NATS_DOWN = (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+              nats.errors.ConnectionClosedError, TimeoutError)
+_event_decoder = msgspec.json.Decoder(ev.AnyEvent)
+_lease_reply = msgspec.json.Decoder(LeaseReply)
+
+
+class _Head(msgspec.Struct):
+    schema_version: int
+
+
+_head_decoder = msgspec.json.Decoder(_Head)
+
+
+class _Rejected(Exception):  # noqa: N818 - control flow inside this module
+    def __init__(self, reason: Reason, state: WorkingMemory | None = None) -> None:
+        super().__init__(reason.message)
+        self.reason = reason
+        self.state = state
+
+
+def _reject(code: str, message: str, *, uri: str | None = None,
+            detail: dict[str, Any] | None = None) -> Reason:
+    return Reason(code=code, message=message, severity="reject", uri=uri, detail=detail)
+
+
+class Resumer:
+    """Evaluates resume requests; one per checkpointer process (stateless between calls)."""
+
+    def __init__(self, nc: Client, settings: Settings, store: CheckpointStore,
+                 artifacts: ArtifactStore, clock: Callable[[], float] = time.time) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.store = store
+        self.artifacts = artifacts
+        self.clock = clock
+        self._js = nc.jetstream()
+
+    async def resume(self, req: ResumeRequest) -> ResumeReply:
+        """Run the protocol of the module docstring for one request."""
+        reasons: list[Reason] = []
+        found: Located | None = None
+        replayed = 0
+        try:
+            subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
+            # The task's ledger as of now: replay stops here even if the task keeps moving.
+            last = await self._get_last(subject)
+            found = await self._locate(req)
+            cp: cp_mod.Checkpoint | None = None
+            if found is None:
+                reasons.append(Reason(code="no_checkpoint", severity="info",
+                                      message="the task has no checkpoint; replaying it from the "
+                                              "start of the ledger"))
+                state = new_state(req.tenant, req.task_id)
+            else:
+                cp = self._compatible(req, found)
+                await self._integrity(req, cp, last)
+                # The ledger's goal does not depend on the replay: check it before paying for one.
+                unverified = await self._same_goal(req, cp)
+                if unverified is not None:
+                    reasons.append(unverified)
+                state = self._restore(found, cp)
+            cursor = cp.ledger_cursor if cp is not None else 0
+            state, replayed = await self._replay(req, state, cursor + 1, last)
+            if state.status == "new":
+                raise _Rejected(_reject("task_not_found",
+                                        f"the ledger has no task {req.task_id!r} of tenant {req.tenant!r}"))
+            if cp is not None and state.plan_version > cp.plan_version:
+                reasons.append(Reason(
+                    code="plan_upgraded", severity="info",
+                    message=f"the plan moved from v{cp.plan_version} (checkpoint) to "
+                            f"v{state.plan_version} (ledger); next-ready follows v{state.plan_version}",
+                    detail={"from": cp.plan_version, "to": state.plan_version}))
+            known = {a.uri for a in cp.artifacts} if cp is not None else set()
+            await self._verify_artifacts([a for a in state.artifacts.values() if a.uri not in known])
+            if state.status in TERMINAL_TASK:
+                raise _Rejected(_reject("task_closed", f"the task is {state.status}; nothing to resume",
+                                        detail={"task_status": state.status}), state)
+            return await self._finish(req, found, state, replayed, reasons)
+        except _Rejected as rejected:
+            reasons.append(rejected.reason)
+            state_view = self._view(rejected.state, found) if rejected.state is not None else None
+            return ResumeReply(
+                ok=True, status="rejected", reasons=reasons, state=state_view,
+                next_ready=state_view["next_ready"] if state_view else [],
+                checkpoint_id=found.id if found else None,
+                checkpoint_seq=found.seq if found else None, replayed_events=replayed,
+                watermark=rejected.state.watermark if rejected.state is not None else 0)
+
+    # ---- 1. locate ------------------------------------------------------------------------
+
+    async def _locate(self, req: ResumeRequest) -> Located | None:
+        if req.checkpoint_id is None:
+            return await self.store.locate(req.tenant, req.task_id)
+        found = await self.store.locate_id(req.checkpoint_id)
+        if found is None:
+            raise _Rejected(_reject("checkpoint_not_found", f"no checkpoint {req.checkpoint_id}",
+                                    detail={"checkpoint_id": req.checkpoint_id}))
+        return found
+
+    # ---- 2. compatibility -------------------------------------------------------------------
+
+    def _compatible(self, req: ResumeRequest, found: Located) -> cp_mod.Checkpoint:
+        if (found.tenant, found.task_id) != (req.tenant, req.task_id):
+            raise _Rejected(_reject(
+                "task_mismatch", f"checkpoint {found.id} belongs to {found.tenant}/{found.task_id}, "
+                                 f"not {req.tenant}/{req.task_id}",
+                detail={"tenant": found.tenant, "task_id": found.task_id}))
+        try:
+            head = _head_decoder.decode(found.body)
+        except msgspec.MsgspecError as exc:
+            raise _Rejected(_reject("unknown_schema_version",
+                                    f"checkpoint {found.id} is not a checkpoint of any known schema: "
+                                    f"{exc}")) from None
+        if head.schema_version != cp_mod.CHECKPOINT_SCHEMA_VERSION:
+            raise _Rejected(_reject(
+                "unknown_schema_version",
+                f"checkpoint {found.id} has schema version {head.schema_version}; this checkpointer "
+                f"reads [{cp_mod.CHECKPOINT_SCHEMA_VERSION}] and no migration is defined",
+                detail={"schema_version": head.schema_version,
+                        "supported": [cp_mod.CHECKPOINT_SCHEMA_VERSION]}))
+        try:
+            cp = cp_mod.decode(found.body)
+        except msgspec.MsgspecError as exc:
+            raise _Rejected(_reject("unknown_schema_version",
+                                    f"checkpoint {found.id} does not decode as schema version "
+                                    f"{cp_mod.CHECKPOINT_SCHEMA_VERSION}: {exc}")) from None
+        if not cp_mod.checksum_ok(cp):
+            raise _Rejected(_reject("checksum_mismatch",
+                                    f"checkpoint {found.id} does not match its checksum; it was altered "
+                                    "or damaged"))
+        if (cp.tenant, cp.task_id) != (req.tenant, req.task_id):
+            raise _Rejected(_reject(
+                "task_mismatch", f"checkpoint {found.id} snapshots {cp.tenant}/{cp.task_id}, "
+                                 f"not {req.tenant}/{req.task_id}",
+                detail={"tenant": cp.tenant, "task_id": cp.task_id}))
+        now = self.clock()
+        if cp.expires_at <= now:
+            raise _Rejected(_reject(
+                "checkpoint_expired", f"checkpoint {found.id} expired {now - cp.expires_at:.0f}s ago; "
+                                      "save a fresh one (checkpoint.save) and resume again",
+                detail={"expires_at": cp.expires_at}))
+        return cp
+
+    @staticmethod
+    def _restore(found: Located, cp: cp_mod.Checkpoint) -> WorkingMemory:
+        try:
+            return cp_mod.restore(cp)
+        except msgspec.MsgspecError as exc:
+            raise _Rejected(_reject("unknown_schema_version",
+                                    f"the state inside checkpoint {found.id} does not decode: {exc}")) \
+                from None
+
+    # ---- 3. integrity --------------------------------------------------------------------
+
+    async def _integrity(self, req: ResumeRequest, cp: cp_mod.Checkpoint, task_last: int) -> None:
+        """``task_last``: sequence of the task's last ledger message (0: none)."""
+        cursor = cp.ledger_cursor
+        if cursor > task_last:
+            stream_last = await self._last_seq()
+            if cursor > stream_last:
+                raise _Rejected(_reject(
+                    "watermark_ahead_of_ledger",
+                    f"the checkpoint covers the ledger up to seq {cursor}, but the ledger ends at "
+                    f"{stream_last}", detail={"ledger_cursor": cursor, "ledger_last_seq": stream_last}))
+        subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
+        msg = await self._get(cursor) if 1 <= cursor <= task_last else None
+        if msg is None or msg.subject != subject:
+            where = "is not in the ledger" if msg is None else f"is on {msg.subject}"
+            raise _Rejected(_reject(
+                "watermark_not_found",
+                f"the checkpoint's cursor seq {cursor} {where}; expected an event of this task",
+                detail={"ledger_cursor": cursor}))
+        await self._verify_artifacts(cp.artifacts)
+
+    async def _verify_artifacts(self, refs: list[ev.ArtifactRef]) -> None:
+        if not refs:
+            return
+        gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
+
+        async def one(ref: ev.ArtifactRef) -> Reason | None:
+            async with gate:
+                try:
+                    await self.artifacts.verify(ref)
+                except UnavailableError:
+                    raise
+                except AgentLedgerError as exc:
+                    code = exc.code if exc.code != "not_found" else "artifact_missing"
+                    return _reject(code, exc.message, uri=ref.uri)
+            return None
+
+        failures = [r for r in await asyncio.gather(*(one(ref) for ref in refs)) if r is not None]
+        if failures:
+            first, *rest = failures
+            # One reason per bad artifact: the first one raises, the others ride along.
+            raise _Rejected(msgspec.structs.replace(
+                first, detail={"also": [msgspec.to_builtins(r) for r in rest]} if rest else None))
+
+    # ---- 4. replay ----------------------------------------------------------------------------
+
+    async def _replay(self, req: ResumeRequest, state: WorkingMemory, start: int,
+                      upto: int) -> tuple[WorkingMemory, int]:
+        """Fold this task's messages in [start, upto] into ``state``; (state, messages folded)."""
+        key = (req.tenant, req.task_id)
+        subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
+        states = {key: state}
+        rejections: list[Any] = []
+        count = 0
+        seq = start
+        while seq <= upto:
+            msg = await self._get(seq, subject)
+            if msg is None or msg.seq is None or msg.seq > upto:
+                break
+            if count >= DIRECT_FIRST:
+                # A long tail: stream the rest with an ordered consumer from this message on.
+                fold = Fold()
+                fold.states[key] = states[key]
+                try:
+                    await read_stream(self.nc, self.settings, upto, fold=fold, subject=subject,
+                                      start_seq=msg.seq)
+                except nats.js.errors.NotFoundError as exc:
+                    raise UnavailableError("the ledger stream disappeared during replay") from exc
+                return fold.states[key], count + fold.events
+            fold_message(states, key, msg.data or b"", msg.seq, msg.headers, rejections=rejections)
+            count += 1
+            seq = msg.seq + 1  # the loop ends once ``upto`` (the task's last message) is folded
+        return states[key], count
+
+    async def _same_goal(self, req: ResumeRequest, cp: cp_mod.Checkpoint) -> Reason | None:
+        """The checkpoint's goal hash must be the one the ledger's task_created pinned."""
+        subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
+        seq, ledger_goal = 1, None
+        for _ in range(GOAL_SCAN):
+            msg = await self._get(seq, subject)
+            if msg is None or msg.seq is None:
+                break
+            try:
+                event = _event_decoder.decode(msg.data or b"")
+            except msgspec.MsgspecError:
+                event = None
+            if isinstance(event, ev.TaskCreatedEvent):
+                ledger_goal = event.payload.goal.goal_hash
+                break
+            seq = msg.seq + 1
+        if ledger_goal is None:
+            # The head of the task's ledger is gone (deleted, or beyond the scan): the goal cannot
+            # be checked; the checkpoint is all that is left of it.
+            return Reason(code="goal_unverified", severity="info",
+                          message="the ledger no longer holds the task's task_created event; the "
+                                  "checkpoint's goal hash could not be checked against it",
+                          detail={"checkpoint_goal_hash": cp.goal_hash})
+        if ledger_goal != cp.goal_hash:
+            raise _Rejected(_reject(
+                "goal_changed", f"the checkpoint's goal hash {cp.goal_hash} is not the ledger's "
+                                f"task_created goal hash {ledger_goal}",
+                detail={"checkpoint_goal_hash": cp.goal_hash, "ledger_goal_hash": ledger_goal}))
+        return None
+
+    # ---- 5. reconcile and 6. lease ----------------------------------------------------------------
+
+    async def _finish(self, req: ResumeRequest, found: Located | None, state: WorkingMemory,
+                      replayed: int, reasons: list[Reason]) -> ResumeReply:
+        reconcile: list[ReconcileItem] = []
+        interrupted: list[InterruptedStep] = []
+        for step in state.steps:
+            st = state.step_states.get(step.id)
+            if st is None or st.status != "running":
+                continue
+            receipt = state.side_effects.get(st.idempotency_key) if st.idempotency_key else None
+            if st.idempotency_key is not None and receipt is None:
+                reconcile.append(ReconcileItem(step.id, st.idempotency_key))
+                reasons.append(Reason(
+                    code="side_effect_unconfirmed", severity="reconcile",
+                    message=f"step {step.id!r} was running with idempotency key "
+                            f"{st.idempotency_key!r} and no receipt: query the external system by "
+                            "that key and record a side_effect_recorded receipt before anything else",
+                    detail={"step_id": step.id, "idempotency_key": st.idempotency_key}))
+            else:
+                interrupted.append(InterruptedStep(step.id, st.attempt, st.idempotency_key,
+                                                   receipt.outcome if receipt else None))
+        state_view = self._view(state, found)
+        lease = await self._acquire(req)
+        if lease.error is not None:
+            reasons.append(_reject(lease.error.code, lease.error.message,
+                                   detail={"executor": req.executor}))
+            return ResumeReply(ok=True, status="rejected", reasons=reasons, state=state_view,
+                               next_ready=state_view["next_ready"],
+                               checkpoint_id=found.id if found else None,
+                               checkpoint_seq=found.seq if found else None,
+                               replayed_events=replayed, watermark=state.watermark)
+        status = "needs_reconcile" if reconcile else "resumable"
+        dispatch = [] if reconcile else [*(s.step_id for s in interrupted), *state_view["next_ready"]]
+        return ResumeReply(ok=True, status=status, reasons=reasons,
+                           next_ready=state_view["next_ready"], dispatch=dispatch,
+                           reconcile=reconcile, interrupted=interrupted, state=state_view,
+                           lease=lease.lease, checkpoint_id=found.id if found else None,
+                           checkpoint_seq=found.seq if found else None, replayed_events=replayed,
+                           watermark=state.watermark)
+
+    async def _acquire(self, req: ResumeRequest) -> LeaseReply:
+        """The writer's lease.acquire; ``lease_held`` comes back as an error body."""
+        body = encode(LeaseRequest(tenant=req.tenant, task_id=req.task_id, holder=req.executor,
+                                   ttl_s=req.lease_ttl_s))
+        try:
+            msg = await self.nc.request(f"{self.settings.prefix}.lease.acquire", body,
+                                        timeout=LEASE_TIMEOUT_S)
+        except _NATS_DOWN as exc:
+            raise UnavailableError("the ledger-writer did not answer the lease request") from exc
+        reply = _lease_reply.decode(msg.data)
+        if reply.error is not None and reply.error.code != "lease_held":
+            raise AgentLedgerError(reply.error.message, code=reply.error.code,
+                                   retryable=reply.error.retryable, path=reply.error.path)
+        return reply
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _view(self, state: WorkingMemory, found: Located | None) -> dict[str, Any]:
+        v: dict[str, Any] = view(state)
+        # The checkpoint drops applied event ids; count them back from its row.
+        v["events_applied"] = (found.events if found else 0) + len(state.applied)
+        return v
+
+    async def _last_seq(self) -> int:
+        try:
+            info = await self._js.stream_info(self.settings.stream)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except _NATS_DOWN as exc:
+            raise UnavailableError("JetStream did not answer") from exc
+        return int(info.state.last_seq) if info.state.messages else 0
+
+    async def _get_last(self, subject: str) -> int:
+        """Sequence of the last message on ``subject`` (0: none, or no stream)."""
+        try:
+            msg = await self._js.get_msg(self.settings.stream, subject=subject, direct=True)
+        except (nats.js.errors.NotFoundError, NotFoundError):
+            return 0
+        except _NATS_DOWN as exc:
+            raise UnavailableError("JetStream did not answer a direct get") from exc
+        return int(msg.seq or 0)
+
+    async def _get(self, seq: int, next_on: str | None = None) -> Any:
+        """The message at ``seq`` (or the first one on ``next_on`` at or after it), or None."""
+        try:
+            if next_on is None:
+                return await self._js.get_msg(self.settings.stream, seq=seq, direct=True)
+            return await self._js.get_msg(self.settings.stream, seq=seq, subject=next_on, next=True,
+                                          direct=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        except NotFoundError:
+            return None
+        except _NATS_DOWN as exc:
+            raise UnavailableError("JetStream did not answer a direct get") from exc

@@ -1,0 +1,429 @@
+"""The checkpointer: saves verifiable checkpoints of Working Memory, serves resume.
+
+Automatic saves. It listens to the projector's ``<prefix>.wm.changed.>``
+notifications. A notification only marks its task dirty (notifications for one
+task coalesce); workers take dirty tasks, read the projector's ``task_state``
+row, ask ``core.checkpoint_policy.due`` whether a checkpoint is due against
+what they know of the task's last checkpoint (read back from PostgreSQL the
+first time a task is seen), and if so build and save one. A task is never
+evaluated by two workers at once. A missed notification only delays a
+checkpoint: resume replays the ledger after whatever checkpoint it finds.
+
+Endpoints (NATS micro service ``agentledger-checkpointer``):
+
+* ``<prefix>.checkpoint.save``: save a checkpoint of one task now. It first waits
+  (bounded) for the projection to reach the task's last ledger message, so the
+  checkpoint covers everything appended before the request. When the active
+  checkpoint already covers that sequence, it is returned (``created: false``).
+* ``<prefix>.resume``: the resume protocol of ``resume.py``.
+
+Each request is handled in a task of its own, so a slow resume never holds up
+another one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from typing import Any
+
+import asyncpg
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from agentledger import artifacts, db
+from agentledger.config import Settings
+from agentledger.contracts.api import ErrorBody, TaskChanged
+from agentledger.contracts.codec import contract_error, encode
+from agentledger.contracts.resume import (
+    CheckpointSaveReply,
+    CheckpointSaveRequest,
+    ResumeReply,
+    ResumeRequest,
+)
+from agentledger.core import checkpoint as cp_mod
+from agentledger.core import checkpoint_policy as policy
+from agentledger.core.state import WorkingMemory, decode_state
+from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.ledger import ledger_subject
+from agentledger.services.checkpointer.resume import Resumer
+from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
+from agentledger.services.projector.rebuild import LIVE_SCHEMA
+from agentledger.services.projector.store import Store as ProjectionStore
+
+log = structlog.get_logger()
+
+SERVICE_NAME = "agentledger-checkpointer"
+SERVICE_VERSION = "0.1.0"
+WORKERS = 4
+# Tasks whose last checkpoint is remembered in memory (the rest are read back when needed).
+MEMORY_MAX = 50_000
+# How long checkpoint.save waits for the projection to reach the task's last ledger event.
+SAVE_CATCH_UP_S = 10.0
+
+Key = tuple[str, str]
+
+_save_request = msgspec.json.Decoder(CheckpointSaveRequest)
+_resume_request = msgspec.json.Decoder(ResumeRequest)
+_changed = msgspec.json.Decoder(TaskChanged)
+
+
+def save_subject(prefix: str) -> str:
+    return f"{prefix}.checkpoint.save"
+
+
+def resume_subject(prefix: str) -> str:
+    return f"{prefix}.resume"
+
+
+def changed_wildcard(prefix: str) -> str:
+    return f"{prefix}.wm.changed.>"
+
+
+class Checkpointer:
+    """Saves checkpoints by policy and on request; answers resume. See the module docstring."""
+
+    name = "checkpointer"
+
+    def __init__(self, settings: Settings, *, every_n: int = policy.EVERY_N_EVENTS,
+                 keep: int = policy.KEEP_PER_TASK, ttl_s: float = policy.CHECKPOINT_TTL_S) -> None:
+        self.settings = settings
+        self.every_n = every_n
+        self.keep = keep
+        self.ttl_s = ttl_s
+        self.projection = ProjectionStore(LIVE_SCHEMA)
+        self.store: CheckpointStore | None = None
+        self.resumer: Resumer | None = None
+        self._nc: Client | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._sub: Any = None
+        self._service: Service | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._failed: asyncio.Future[None] | None = None
+        self._stopped = False
+        # Dirty tasks -> highest notified seq; a task is in at most one of dirty / busy.
+        self._dirty: OrderedDict[Key, int] = OrderedDict()
+        self._busy: set[Key] = set()
+        self._wake = asyncio.Event()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        # What this process knows of each task's last checkpoint.
+        self._last: OrderedDict[Key, policy.LastCheckpoint] = OrderedDict()
+        # Highest projected seq evaluated per task, recent tasks only (tests use it to sync).
+        self.evaluated: dict[Key, int] = {}
+        self.saves = 0
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        self._nc = await nats.connect(s.nats_url, name="agentledger-checkpointer",
+                                      max_reconnect_attempts=-1, error_cb=self._nats_error,
+                                      closed_cb=self._nats_closed)
+        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
+        # The projector owns task_state; migrating here too lets either start first.
+        await db.migrate(s.database_url)
+        await migrate_checkpoints(s.database_url)
+        self.store = CheckpointStore(self._pool, keep=self.keep)
+        self.resumer = Resumer(self._nc, s, self.store, await artifacts.open(self._nc, s))
+        self._workers = [asyncio.create_task(self._work(), name=f"checkpointer-{i}")
+                         for i in range(WORKERS)]
+        self._sub = await self._nc.subscribe(changed_wildcard(s.prefix), cb=self._on_changed,
+                                             pending_msgs_limit=0, pending_bytes_limit=0)
+        self._service = await add_service(
+            self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
+            description="Checkpoints of agentledger Working Memory, and resume")
+        await self._service.add_endpoint(name="checkpoint-save", subject=save_subject(s.prefix),
+                                         handler=self._spawn(self._handle_save))
+        await self._service.add_endpoint(name="resume", subject=resume_subject(s.prefix),
+                                         handler=self._spawn(self._handle_resume))
+        await self._nc.flush()
+
+    async def wait_failed(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._failed)
+
+    async def stop(self) -> None:
+        """Stop listening, finish in-flight requests and saves, close; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._service is not None:
+            with contextlib.suppress(Exception):
+                await self._service.stop()
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        for task in self._workers:
+            task.cancel()  # a save cut short rolls back: the pointer never sees half of it
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001
+                await self._nc.close()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # ---- automatic saves --------------------------------------------------------------------
+
+    async def _on_changed(self, msg: Any) -> None:
+        try:
+            changed = _changed.decode(msg.data)
+        except msgspec.MsgspecError:
+            log.warning("checkpointer.bad_notification", subject=msg.subject)
+            return
+        key = (changed.tenant, changed.task_id)
+        self._dirty[key] = max(changed.seq, self._dirty.get(key, 0))
+        self._wake.set()
+
+    def _next_dirty(self) -> tuple[Key, int] | None:
+        for key in self._dirty:
+            if key not in self._busy:
+                return key, self._dirty.pop(key)
+        return None
+
+    async def _work(self) -> None:
+        try:
+            while True:
+                item = self._next_dirty()
+                if item is None:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                key, notified = item
+                self._busy.add(key)
+                try:
+                    await self._evaluate(key, notified)
+                except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
+                        AgentLedgerError) as exc:
+                    # Not fatal: the next notification of the task tries again.
+                    log.warning("checkpointer.evaluate_failed", tenant=key[0], task=key[1],
+                                error=type(exc).__name__, detail=str(exc)[:300])
+                    await asyncio.sleep(0.2)
+                finally:
+                    self._busy.discard(key)
+                    if key in self._dirty:
+                        self._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            log.error("checkpointer.failed", error=type(exc).__name__, detail=str(exc)[:300])
+            if self._failed is not None and not self._failed.done():
+                self._failed.set_exception(exc)
+            raise
+
+    async def _evaluate(self, key: Key, notified: int) -> None:
+        """Save a checkpoint of ``key`` if the policy says one is due."""
+        async with self._lock(key):
+            known = self._last.get(key)
+            if known is not None and notified <= known.seq:
+                self._mark_evaluated(key, notified)  # a late notification: nothing new
+                return
+            seq, state = await self._projected(key)
+            if state is None:
+                return
+            last = await self._last_checkpoint(key)
+            reason = policy.due(state, last, self.every_n)
+            if reason is not None:
+                checkpoint_id = await self._save(state)
+                log.info("checkpointer.saved", tenant=key[0], task=key[1], seq=state.watermark,
+                         reason=reason, checkpoint_id=checkpoint_id)
+            self._mark_evaluated(key, seq)
+
+    def _mark_evaluated(self, key: Key, seq: int) -> None:
+        self.evaluated[key] = max(seq, self.evaluated.pop(key, 0))
+        while len(self.evaluated) > MEMORY_MAX:
+            del self.evaluated[next(iter(self.evaluated))]
+
+    # ---- on request -------------------------------------------------------------------------
+
+    async def save_now(self, tenant: str, task_id: str) -> CheckpointSaveReply:
+        """Save a checkpoint of the task at its latest ledger event (see the module docstring)."""
+        key = (tenant, task_id)
+        target = await self._ledger_last(tenant, task_id)
+        if target == 0:
+            raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}",
+                                path="$.task_id")
+        state = await self._caught_up(key, target)
+        async with self._lock(key):
+            assert self.store is not None
+            active = await self.store.locate(tenant, task_id)
+            if active is not None and active.seq >= state.watermark:
+                return CheckpointSaveReply(ok=True, checkpoint_id=active.id, seq=active.seq,
+                                           created=False)
+            checkpoint_id = await self._save(state)
+        log.info("checkpointer.saved", tenant=tenant, task=task_id, seq=state.watermark,
+                 reason="requested", checkpoint_id=checkpoint_id)
+        return CheckpointSaveReply(ok=True, checkpoint_id=checkpoint_id, seq=state.watermark,
+                                   created=True)
+
+    async def _caught_up(self, key: Key, target: int) -> WorkingMemory:
+        """The projected state once the projection covers the ledger up to ``target``."""
+        assert self._pool is not None
+        deadline = time.monotonic() + SAVE_CATCH_UP_S
+        delay = 0.005
+        while True:
+            watermark = await self.projection.watermark(self._pool) or 0
+            if watermark >= target:
+                _, state = await self._projected(key)
+                if state is None:
+                    raise NotFoundError(f"no projected task {key[1]!r} of tenant {key[0]!r}",
+                                        path="$.task_id")
+                return state
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"the projection is at seq {watermark}, the task's last ledger "
+                                       f"event at {target}; is the projector running?",
+                                       code="projection_behind")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    # ---- shared -------------------------------------------------------------------------------
+
+    def _lock(self, key: Key) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            if len(self._locks) > MEMORY_MAX:
+                for k in [k for k, v in self._locks.items() if not v.locked()]:
+                    del self._locks[k]
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    async def _projected(self, key: Key) -> tuple[int, WorkingMemory | None]:
+        assert self._pool is not None
+        row = await self.projection.get_task(self._pool, key[0], key[1])
+        if row is None:
+            return 0, None
+        return int(row["seq"]), decode_state(row["state"])
+
+    async def _last_checkpoint(self, key: Key) -> policy.LastCheckpoint | None:
+        known = self._last.get(key)
+        if known is not None:
+            self._last.move_to_end(key)
+            return known
+        assert self.store is not None
+        found = await self.store.locate(*key)
+        if found is None:
+            return None
+        try:
+            cp = cp_mod.decode(found.body)
+            status = cp_mod.restore(cp).status
+        except msgspec.MsgspecError:
+            # An unreadable active checkpoint: count from nothing, so a fresh one is saved.
+            return None
+        last = policy.LastCheckpoint(seq=found.seq, events=found.events, task_status=status)
+        self._remember(key, last)
+        return last
+
+    def _remember(self, key: Key, last: policy.LastCheckpoint) -> None:
+        self._last[key] = last
+        self._last.move_to_end(key)
+        while len(self._last) > MEMORY_MAX:
+            self._last.popitem(last=False)
+
+    async def _save(self, state: WorkingMemory) -> int:
+        """Build and store a checkpoint of ``state``; the caller holds the task's lock."""
+        assert self.store is not None
+        cp = cp_mod.build(state, now=time.time(), ttl_s=self.ttl_s)
+        checkpoint_id = await self.store.save(cp, events=len(state.applied))
+        self._remember((state.tenant, state.task_id), policy.of_state(state))
+        self.saves += 1
+        return int(checkpoint_id)
+
+    async def _ledger_last(self, tenant: str, task_id: str) -> int:
+        """Sequence of the task's last ledger message (0: none)."""
+        assert self._nc is not None
+        try:
+            msg = await self._nc.jetstream().get_msg(
+                self.settings.stream, subject=ledger_subject(self.settings.prefix, tenant, task_id),
+                direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise UnavailableError("JetStream did not answer") from exc
+        return int(msg.seq or 0)
+
+    # ---- endpoints ------------------------------------------------------------------------------
+
+    def _spawn(self, handler: Any) -> Any:
+        async def on_request(req: Request) -> None:
+            task = asyncio.create_task(handler(req))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        return on_request
+
+    async def _handle_save(self, req: Request) -> None:
+        try:
+            try:
+                body = _save_request.decode(req.data)
+            except msgspec.MsgspecError as exc:
+                raise contract_error(exc) from exc
+            reply = await self.save_now(body.tenant, body.task_id)
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            reply = CheckpointSaveReply(ok=False, error=_error_body(exc))
+        await _respond(req, encode(reply))
+
+    async def _handle_resume(self, req: Request) -> None:
+        try:
+            try:
+                body = _resume_request.decode(req.data)
+            except msgspec.MsgspecError as exc:
+                raise contract_error(exc) from exc
+            assert self.resumer is not None
+            with structlog.contextvars.bound_contextvars(tenant=body.tenant, task=body.task_id):
+                reply = await self.resumer.resume(body)
+                log.info("checkpointer.resume", status=reply.status, executor=body.executor,
+                         reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            reply = ResumeReply(ok=False, error=_error_body(exc))
+        await _respond(req, encode(reply))
+
+    # ---- NATS callbacks -----------------------------------------------------------------------------
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("checkpointer.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
+
+    async def _nats_closed(self) -> None:
+        if not self._stopped and self._failed is not None and not self._failed.done():
+            self._failed.set_exception(ConnectionError("the NATS connection closed"))
+
+
+def _error_body(exc: Exception) -> ErrorBody:
+    if isinstance(exc, AgentLedgerError):
+        return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path)
+    if isinstance(exc, (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
+                        nats.errors.Error)):
+        log.warning("checkpointer.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+        return ErrorBody(code="unavailable", message="a dependency did not answer; retry",
+                         retryable=True)
+    log.error("checkpointer.internal", error=type(exc).__name__, detail=str(exc)[:300],
+              exc_info=exc)
+    return ErrorBody(code="internal", message="the checkpointer failed to answer", retryable=True)
+
+
+async def _respond(req: Request, data: bytes) -> None:
+    try:
+        await req.respond(data)
+    except Exception:  # noqa: BLE001 - the caller went away; nothing to tell
+        log.warning("checkpointer.respond_failed")
