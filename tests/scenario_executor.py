@@ -45,7 +45,6 @@ import msgspec
 from agentledger.client import Client, connect
 from agentledger.config import from_env
 from agentledger.errors import AgentLedgerError
-from agentledger.services.checkpointer.client import resume
 
 SIDE_EFFECT_STEPS = ("S3", "S5")
 
@@ -139,7 +138,7 @@ class Executor:
         await self.close(step, True, "")
 
     async def run(self) -> int:
-        reply = await resume(self.client, self.tenant, self.task, self.executor, lease_ttl_s=self.ttl)
+        reply = await self.client.resume(self.tenant, self.task, self.executor, lease_ttl_s=self.ttl)
         say(event="resumed", status=reply.status, reasons=[r.code for r in reply.reasons],
             dispatch=reply.dispatch, reconcile=[r.step_id for r in reply.reconcile],
             interrupted=[s.step_id for s in reply.interrupted], checkpoint_id=reply.checkpoint_id)

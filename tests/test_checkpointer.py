@@ -24,7 +24,6 @@ from agentledger.core import checkpoint_policy as policy
 from agentledger.core.reducer import apply
 from agentledger.core.state import WorkingMemory, new_state
 from agentledger.errors import ContractError, NotFoundError
-from agentledger.services.checkpointer import client as ck_client
 from agentledger.services.checkpointer.service import save_subject
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from ckpt_support import (
@@ -251,10 +250,10 @@ async def test_save_on_request_and_retention(settings: Settings) -> None:
             batch = [created("t1")] if i == 0 else []
             seq = await stack.append([*batch, variable("t1", "n", i)])
             # No waiting for the projector here: the endpoint waits for it.
-            reply = await ck_client.save_checkpoint(stack.c, TENANT, "t1")
+            reply = await stack.c.save_checkpoint(TENANT, "t1")
             assert reply.ok and reply.created and reply.seq == seq
             ids.append(reply.checkpoint_id)
-        again = await ck_client.save_checkpoint(stack.c, TENANT, "t1")
+        again = await stack.c.save_checkpoint(TENANT, "t1")
         assert (again.checkpoint_id, again.created) == (ids[-1], False)
         rows = await stack.rows("t1")
         assert [r["id"] for r in rows] == ids[:1:-1]
@@ -262,13 +261,13 @@ async def test_save_on_request_and_retention(settings: Settings) -> None:
         assert cp is not None and cp.variables["n"]["value"] == 4
 
         with pytest.raises(NotFoundError):
-            await ck_client.save_checkpoint(stack.c, TENANT, "missing")
+            await stack.c.save_checkpoint(TENANT, "missing")
         bad = await stack.c.nc.request(save_subject(settings.prefix), b'{"tenant": "acme"}', timeout=10)
         reply = msgspec.json.decode(bad.data)
         assert reply["ok"] is False
         assert (reply["error"]["code"], reply["error"]["path"]) == ("missing_field", "$.task_id")
         with pytest.raises(ContractError):
-            await ck_client.save_checkpoint(stack.c, TENANT, "a.b")
+            await stack.c.save_checkpoint(TENANT, "a.b")
 
 
 async def test_checkpoint_size_does_not_grow_with_history(settings: Settings) -> None:
@@ -281,7 +280,7 @@ async def test_checkpoint_size_does_not_grow_with_history(settings: Settings) ->
                       *[e for i in range(n // 4) for e in budget_cycle(task, i)]][:n]
             assert len(events) == n
             await stack.append(events, chunk=1000)
-            reply = await ck_client.save_checkpoint(stack.c, TENANT, task)
+            reply = await stack.c.save_checkpoint(TENANT, task)
             row = await stack.pointer(task)
             assert row is not None and row["checkpoint_id"] == reply.checkpoint_id
             assert row["events"] == n
@@ -310,7 +309,7 @@ async def drive_saves(stack: Stack, task: str, tag: str) -> None:
     while True:
         n += 1
         await stack.append([variable(task, f"b{n % 8}", f"{BLOB}{tag}-{n}")])
-        await ck_client.save_checkpoint(stack.c, TENANT, task)
+        await stack.c.save_checkpoint(TENANT, task)
 
 
 async def test_sigkill_during_saves_never_leaves_a_bad_pointer(settings: Settings) -> None:

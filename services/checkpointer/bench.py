@@ -42,7 +42,6 @@ from agentledger.config import Settings, from_env
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.checkpoint_policy import CHECKPOINT_TTL_S
 from agentledger.ledger import ledger_subject
-from agentledger.services.checkpointer.client import resume
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.checkpointer.store import CheckpointStore
 from agentledger.services.ledger_writer.service import LedgerWriter
@@ -144,7 +143,7 @@ async def _resume_ms(b: _Bench, task: str) -> tuple[float, int]:
     samples, replayed = [], 0
     for _ in range(RESUME_RUNS):
         start = time.perf_counter()
-        reply = await resume(b.client, b.tenant, task, "bench-executor")
+        reply = await b.client.resume(b.tenant, task, "bench-executor")
         samples.append((time.perf_counter() - start) * 1000)
         if reply.status != "resumable":
             raise RuntimeError(f"resume of {task} was {reply.status}: {reply.reasons}")

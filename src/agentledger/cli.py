@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,35 @@ def cmd_artifact(args: argparse.Namespace) -> int:
     return 0
 
 
+# Exit codes of `agentledger resume`: the status, so scripts can branch on it.
+RESUME_EXIT = {"resumable": 0, "needs_reconcile": 3, "rejected": 1}
+
+
+def resume_command(settings: Settings, tenant: str, task_id: str, executor: str) -> int:
+    """Print the resume reply as JSON; exit 0 resumable, 3 needs_reconcile, 1 rejected."""
+
+    async def run() -> Any:
+        async with await connect(settings) as client:
+            return await client.resume(tenant, task_id, executor)
+
+    reply = asyncio.run(run())
+    print(json.dumps(msgspec.to_builtins(reply), indent=2, sort_keys=True))
+    return RESUME_EXIT.get(reply.status or "", 1)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return resume_command(_connected(args), args.tenant, args.task_id, args.executor)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with await connect(_connected(args)) as client:
+            return await client.save_checkpoint(args.tenant, args.task_id)
+
+    print(msgspec.json.encode(asyncio.run(run())).decode())
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
 
     return asyncio.run(run_all(_settings(args), only=args.only))
@@ -177,6 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="rebuild into a scratch schema and compare with the live projection")
     p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("resume", help="resume a task: checks, replay, reconcile, lease (JSON out)")
+    p.add_argument("tenant")
+    p.add_argument("task_id")
+    p.add_argument("--executor", default=f"cli-{os.getpid()}", help="lease holder id")
+    p.set_defaults(fn=cmd_resume)
+    p = sub.add_parser("checkpoint", help="save a checkpoint of a task now")
+    p.add_argument("tenant")
+    p.add_argument("task_id")
+    p.set_defaults(fn=cmd_checkpoint)
     art = sub.add_parser("artifact", help="put, get and stat artifacts").add_subparsers(
         dest="artifact_command", required=True)
     p = art.add_parser("put", help="store a file (or - for stdin); prints its reference")

@@ -33,6 +33,12 @@ from agentledger.contracts.api import (
     WorkingMemoryReply,
 )
 from agentledger.contracts.events import ArtifactRef, EventBase
+from agentledger.contracts.resume import (
+    CheckpointSaveReply,
+    CheckpointSaveRequest,
+    ResumeReply,
+    ResumeRequest,
+)
 from agentledger.errors import (
     AgentLedgerError,
     ConflictError,
@@ -51,6 +57,8 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
 _append_reply = msgspec.json.Decoder(AppendReply)
 _wm_reply = msgspec.json.Decoder(WorkingMemoryReply)
 _lease_reply = msgspec.json.Decoder(LeaseReply)
+_save_reply = msgspec.json.Decoder(CheckpointSaveReply)
+_resume_reply = msgspec.json.Decoder(ResumeReply)
 _encoder = msgspec.json.Encoder()
 
 
@@ -154,6 +162,29 @@ class Client:
     async def release_lease(self, tenant: str, task_id: str, lease: LeaseBody) -> None:
         await self._lease("release", tenant=tenant, task_id=task_id, holder=lease.holder,
                           token=lease.token)
+
+    async def save_checkpoint(self, tenant: str, task_id: str) -> CheckpointSaveReply:
+        """Checkpoint the task at its latest ledger event; returns the checkpoint id and seq."""
+        body = msgspec.to_builtins(CheckpointSaveRequest(tenant=tenant, task_id=task_id))
+        reply = _save_reply.decode(await self._request("checkpoint.save", body, "checkpointer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
+
+    async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 30.0,
+                     checkpoint_id: int | None = None) -> ResumeReply:
+        """Resume the task for ``executor`` (see docs/checkpoints.md).
+
+        Returns the reply whatever its status (read ``reasons`` when it is
+        ``rejected``); on ``resumable`` or ``needs_reconcile`` the reply carries a
+        lease whose token goes into every guarded event as ``fencing_token``.
+        """
+        body = msgspec.to_builtins(ResumeRequest(tenant=tenant, task_id=task_id, executor=executor,
+                                                 lease_ttl_s=lease_ttl_s, checkpoint_id=checkpoint_id))
+        reply = _resume_reply.decode(await self._request("resume", body, "checkpointer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
 
     async def artifacts(self) -> artifacts.ArtifactStore:
         """The content-addressed artifact store (JetStream Object Store)."""
