@@ -8,7 +8,7 @@ an in-process ledger-writer and checkpointer on a private subject prefix
 checkpoints of the benchmark's tasks behind its back. Everything they create
 (stream, buckets, checkpoint rows) is removed afterwards.
 
-    python -m agentledger.services.checkpointer.bench   # embedded servers unless AGENTLEDGER_* URLs
+Run them with ``agentledger bench --only checkpoint_bytes --only resume``.
 
 * ``checkpoint_bytes``: stored checkpoint bytes of a task of 10,000 events vs one of
   100 events with the same state shape (plan, 16 recurring variables, budget
@@ -20,10 +20,8 @@ checkpoints of the benchmark's tasks behind its back. Everything they create
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -35,10 +33,9 @@ import msgspec
 import nats
 import nats.js.errors
 
-from agentledger import logs
-from agentledger.bench import bench_stack, emit, task_stream
+from agentledger.bench.common import emit, task_stream
 from agentledger.client import Client, connect
-from agentledger.config import Settings, from_env
+from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.checkpoint_policy import CHECKPOINT_TTL_S
 from agentledger.ledger import ledger_subject
@@ -168,24 +165,3 @@ async def bench_resume(settings: Settings) -> None:
                            f"{HEAD_EVENTS + TAIL_EVENTS}")
     emit("resume_latency", value, "ms", baseline, value / baseline, tail_events=tail,
          baseline_is=f"resume replaying all {full} events (no checkpoint)", runs=RESUME_RUNS)
-
-
-async def run(settings: Settings) -> None:
-    if settings.nats_url and settings.database_url:
-        await bench_checkpoint_bytes(settings)
-        await bench_resume(settings)
-        return
-    async with bench_stack(settings) as s:
-        await bench_checkpoint_bytes(s)
-        await bench_resume(s)
-
-
-def main() -> int:
-    settings = from_env()
-    logs.configure("warning")
-    asyncio.run(run(settings))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
