@@ -180,7 +180,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-
+    logs.configure("warning")  # only the JSON figure lines on stdout
     return asyncio.run(run_all(_settings(args), only=args.only))
 
 
