@@ -25,8 +25,9 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError
 
+from agentledger.buckets import open_kv
 from agentledger.errors import AgentLedgerError
 
 # Kinds that change execution state: once a task has a live lease, only its holder
@@ -99,10 +100,7 @@ class LeaseTable:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            try:
-                self._kv = await self._js.key_value(self._bucket)
-            except BucketNotFoundError:
-                self._kv = await self._js.create_key_value(bucket=self._bucket, history=1)
+            self._kv = await open_kv(self._js, self._bucket)
         return self._kv
 
     @staticmethod

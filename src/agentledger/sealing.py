@@ -24,8 +24,9 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from agentledger.buckets import open_kv
 from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
@@ -69,10 +70,7 @@ class Keyring:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            try:
-                self._kv = await self._js.key_value(self._bucket)
-            except BucketNotFoundError:
-                self._kv = await self._js.create_key_value(bucket=self._bucket, history=1)
+            self._kv = await open_kv(self._js, self._bucket)
         return self._kv
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
