@@ -29,13 +29,11 @@ One projector applies at a time: the process holds a PostgreSQL advisory lock
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
 import asyncpg
 import blake3
-import msgspec
 import nats
 import nats.js.errors
 import structlog
@@ -53,6 +51,7 @@ from agentledger.core.state import WorkingMemory, decode_state, encode_state, vi
 from agentledger.errors import AgentLedgerError
 from agentledger.ledger import ensure_stream, ledger_wildcard, split_subject
 from agentledger.sealing import Keyring, load_kek, reveal
+from agentledger.services.projector.puller import Puller
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
     fold_message,
@@ -110,101 +109,6 @@ def changed_subject(prefix: str, tenant: str, task_id: str) -> str:
 
 def get_subject(prefix: str) -> str:
     return f"{prefix}.wm.get"
-
-
-class Puller:
-    """Fetches batches from a durable pull consumer with one callback per message.
-
-    nats-py's ``fetch`` waits for every message through its own timed future,
-    which costs as much as projecting the message. This keeps at most one pull
-    request open on a private inbox and buffers what arrives: a ``no_wait``
-    request while there is a backlog (a full batch at once), and once the
-    consumer is drained, a long poll that hands over messages as they arrive.
-    """
-
-    # How long a request may stay unanswered before it is presumed lost.
-    NO_WAIT_GRACE = 5.0
-    POLL_GRACE = 1.0
-
-    def __init__(self, nc: Client, stream: str, consumer: str) -> None:
-        self._nc = nc
-        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
-        self._inbox = nc.new_inbox()
-        self._sub: Any = None
-        self._buf: list[Any] = []
-        self._wake = asyncio.Event()
-        self._mode: str | None = None  # the open request: "no_wait", "poll" or None
-        self._remaining = 0  # messages the open request may still deliver
-        self._stale_at = 0.0
-        self._drained = False  # the last no_wait request found nothing
-
-    async def start(self) -> None:
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=0,
-                                             pending_bytes_limit=0)
-
-    async def close(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):  # the subscription is being replaced anyway
-                await self._sub.unsubscribe()
-            self._sub = None
-
-    async def _on_msg(self, msg: Any) -> None:
-        headers = msg.headers
-        status = headers.get("Status") if headers else None
-        if status:
-            if status == "100":  # heartbeat
-                return
-            # 404 no messages, 408 request expired, 409 conflict: the request is over.
-            if self._mode == "no_wait" and status == "404":
-                self._drained = True
-            self._mode = None
-            self._wake.set()
-            return
-        self._buf.append(msg)
-        self._remaining -= 1
-        if self._remaining <= 0:
-            self._mode = None
-        if self._mode != "no_wait":  # a no_wait batch is handed over whole, when it is complete
-            self._wake.set()
-
-    async def fetch(self, batch: int, wait_s: float) -> list[Any]:
-        """Up to ``batch`` messages; raise ``TimeoutError`` if none arrive within ``wait_s``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            # While a no_wait request is filling a batch, wait for it; otherwise hand over what is here.
-            if self._buf and (self._mode != "no_wait" or len(self._buf) >= batch):
-                out, self._buf = self._buf[:batch], self._buf[batch:]
-                return out
-            now = loop.time()
-            if self._mode is not None and now > self._stale_at:
-                self._mode = None  # the server's end-of-request status was lost
-            self._wake.clear()
-            if self._mode is None:
-                await self._request(batch, deadline - now)
-            left = deadline - loop.time()
-            if left <= 0:
-                if self._buf:
-                    continue
-                raise TimeoutError
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), left)
-
-    async def _request(self, batch: int, wait: float) -> None:
-        """A no_wait request while there is a backlog, else a long poll of ``wait`` seconds."""
-        now = asyncio.get_running_loop().time()
-        self._remaining = batch
-        if not self._drained:
-            self._mode = "no_wait"
-            self._stale_at = now + self.NO_WAIT_GRACE
-            body: dict[str, Any] = {"batch": batch, "no_wait": True}
-        else:
-            self._drained = False
-            wait = max(wait, 0.05)
-            self._mode = "poll"
-            self._stale_at = now + wait + self.POLL_GRACE
-            body = {"batch": batch, "expires": int(wait * 1e9)}
-        await self._nc.publish(self._next, msgspec.json.encode(body), reply=self._inbox)
 
 
 class Projector:
