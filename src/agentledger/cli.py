@@ -16,7 +16,7 @@ from agentledger import logs
 from agentledger.bench import run_all
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
-from agentledger.demo import render, run_demo
+from agentledger.demo import render, render_resume, run_demo
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
@@ -60,7 +60,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
 
-    print(render(asyncio.run(run_demo(_connected(args)))))
+    wm, resumed = asyncio.run(run_demo(_connected(args)))
+    print(render(wm))
+    print(render_resume(resumed))
     return 0
 
 

@@ -5,6 +5,7 @@ S1-S5 and is SIGKILLed before S6. A new executor replans (v2 changes S7); a
 straggler from the dead agent then reports S7 under plan v1, which the reducer
 refuses. The Working Memory printed at the end is rebuilt from the ledger alone:
 done S1-S5, next-ready S6, the budget left, and the refusal with its reason.
+Finally a new executor resumes the task: it is dispatched S6 and gets the lease.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.contracts.api import WorkingMemoryReply
+from agentledger.contracts.resume import ResumeReply
 from agentledger.core.validate import goal_hash
 
 TENANT = "demo"
@@ -84,7 +86,7 @@ async def run_agent(client: Client, task_id: str) -> None:
     await asyncio.Event().wait()
 
 
-async def run_demo(settings: Settings) -> WorkingMemoryReply:
+async def run_demo(settings: Settings) -> tuple[WorkingMemoryReply, ResumeReply]:
     task_id = f"csv-export-{uuid.uuid4().hex[:8]}"
     print(f"task {TENANT}/{task_id}: starting agent process")
     agent = subprocess.Popen([sys.executable, "-m", "agentledger.demo", "agent", task_id],
@@ -108,9 +110,18 @@ async def run_demo(settings: Settings) -> WorkingMemoryReply:
         for _ in range(200):
             wm = await client.working_memory(TENANT, task_id)
             if wm.seq >= last.seq:
-                return wm
+                # A new executor takes over: checks, replay after the checkpoint, lease.
+                return wm, await client.resume(TENANT, task_id, "agent-2")
             await asyncio.sleep(0.05)
     raise TimeoutError("the projector did not catch up; see `agentledger up` logs")
+
+
+def render_resume(reply: ResumeReply) -> str:
+    lease = f"lease token {reply.lease.token} for {reply.lease.holder}" if reply.lease else "no lease"
+    reasons = ", ".join(r.code for r in reply.reasons) or "none"
+    return (f"Resume by agent-2: {reply.status}; dispatch {', '.join(reply.dispatch) or '-'}; "
+            f"{lease}; checkpoint {reply.checkpoint_id} + {reply.replayed_events} replayed events; "
+            f"reasons: {reasons}")
 
 
 def render(wm: WorkingMemoryReply) -> str:
