@@ -63,7 +63,7 @@ class LeaseTable:
         self._bucket = bucket
         self._clock = clock
         self._kv: Any = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         # key -> (lease or None, KV revision), mirrored from the bucket.
         self._mirror: dict[str, tuple[Lease | None, int]] = {}
         self._watcher: Any = None
@@ -110,9 +110,16 @@ class LeaseTable:
     @asynccontextmanager
     async def locked(self, tenant: str, task_id: str) -> AsyncIterator[None]:
         """Hold the task's lock: no lease change happens inside the block."""
-        lock = self._locks.setdefault(self.key(tenant, task_id), asyncio.Lock())
-        async with lock:
-            yield
+        key = self.key(tenant, task_id)
+        entry = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        entry[1][0] += 1  # holders and waiters: the lock is dropped when none are left
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1][0] -= 1
+            if entry[1][0] == 0:
+                del self._locks[key]
 
     async def current(self, tenant: str, task_id: str) -> tuple[Lease | None, int]:
         """The lease (live or not) and the KV revision to CAS against (0: none)."""
