@@ -61,7 +61,7 @@ from agentledger.contracts.resume import (
     ResumeRequest,
 )
 from agentledger.core import checkpoint as cp_mod
-from agentledger.core.checkpoint_policy import TERMINAL_TASK
+from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import WorkingMemory, new_state, view
 from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
 from agentledger.ledger import ledger_subject

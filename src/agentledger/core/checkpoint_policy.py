@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import WorkingMemory
 
 # Save at least every this many events of a task.
@@ -29,7 +30,6 @@ KEEP_PER_TASK = 3
 CHECKPOINT_TTL_S = 7 * 24 * 3600.0
 
 TERMINAL_STEP = frozenset({"succeeded", "failed", "cancelled"})
-TERMINAL_TASK = frozenset({"completed", "failed", "cancelled"})
 
 
 class LastCheckpoint(Struct, frozen=True):
