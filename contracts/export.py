@@ -32,6 +32,8 @@ CONTRACTS: dict[str, Any] = {
     "checkpoint_save_reply.schema.json": resume.CheckpointSaveReply,
     "resume_request.schema.json": resume.ResumeRequest,
     "resume_reply.schema.json": resume.ResumeReply,
+    "lease_request.schema.json": api.LeaseRequest,
+    "lease_reply.schema.json": api.LeaseReply,
 }
 
 
