@@ -32,6 +32,8 @@ down: setup
 	$(BIN)/agentledger down
 
 # Stops a running runtime first: deleting its data dir under live servers would orphan them.
+# As root the servers also had homes and system users outside .agentledger: removed too.
 clean:
 	-test -x $(BIN)/agentledger && $(BIN)/agentledger down
+	-test -x $(BIN)/python && $(BIN)/python -m agentledger.runtime.hosting clean
 	rm -rf .agentledger build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

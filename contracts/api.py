@@ -8,6 +8,11 @@ from msgspec import Meta, Raw, Struct
 
 from agentledger.contracts.events import Token
 
+# Longest lease a grant or renewal gives: a dead executor's task is free again within this.
+MAX_LEASE_TTL_S = 600.0
+LeaseSecret = Annotated[str, Meta(min_length=1, max_length=128,
+                                  description="the secret a lease grant returned; never stored")]
+
 
 class AppendRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
     """Append one event or an atomic batch of events of one task.
@@ -16,10 +21,15 @@ class AppendRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     the task's last stored event as the caller last saw it (0: the task has no
     events). The events themselves are kept raw here and decoded one by one, so
     an error can name ``$.events[i]`` precisely.
+
+    ``lease_secret`` is the secret of the lease whose token the events carry in
+    ``fencing_token``: while a task is leased, appends need both. It belongs to
+    the request, not to an event, so it is never stored in the ledger.
     """
 
     events: Annotated[list[Raw], Meta(min_length=1)]
     expected_last_seq: Annotated[int, Meta(ge=0)] | None = None
+    lease_secret: LeaseSecret | None = None
 
 
 class AppendResult(Struct, frozen=True):
@@ -73,19 +83,35 @@ class TaskChanged(Struct, frozen=True):
 
 
 class LeaseRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
-    """Acquire, renew or release a task's execution lease (``token`` for renew / release)."""
+    """Acquire, renew or release a task's execution lease.
+
+    Renew and release need the grant's ``token`` and ``secret``. A tenant agent
+    is always the holder itself (``holder`` must name it); an operator or a
+    service names the holder it acquires for (the checkpointer for a resuming
+    executor).
+    """
 
     tenant: Token
     task_id: Token
     holder: Annotated[str, Meta(min_length=1, max_length=128)]
-    ttl_s: Annotated[float, Meta(gt=0, le=86400)] = 30.0
+    ttl_s: Annotated[float, Meta(gt=0, le=MAX_LEASE_TTL_S)] = 30.0
     token: Annotated[int, Meta(ge=1)] | None = None
+    secret: LeaseSecret | None = None
 
 
-class LeaseBody(Struct, frozen=True):
+class LeaseBody(Struct, frozen=True, omit_defaults=True):
+    """A granted lease. ``expires_at``: seconds since the Unix epoch, by the writer's clock.
+
+    ``token`` is the fencing token (the ledger sequence of the grant's
+    ``lease_granted`` event: it only grows). ``secret`` is present only in the
+    reply to the grant itself (acquire, or the resume that acquired): keep it,
+    it is what renew, release and fenced appends are checked against.
+    """
+
     holder: str
     token: int
     expires_at: float
+    secret: str | None = None
 
 
 class LeaseReply(Struct, frozen=True, omit_defaults=True):

@@ -10,12 +10,22 @@ batch becomes ``$.events[2].payload.plan``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import msgspec
 
-from agentledger.contracts.api import AppendRequest, LeaseRequest, TaskRef
+from agentledger.contracts.api import AppendRequest, ErrorBody, LeaseRequest, TaskRef
+from agentledger.contracts.artifacts import (
+    H_BLAKE3,
+    H_PRODUCER,
+    H_SCHEMA,
+    H_TENANT,
+    H_VERSION,
+    ArtifactPutHeaders,
+    ArtifactRequest,
+)
 from agentledger.contracts.events import AnyEvent, EventBase
-from agentledger.errors import ContractError
+from agentledger.errors import AgentLedgerError, ContractError
 
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 _FIELD = re.compile(r"field `([^`]+)`")
@@ -28,6 +38,10 @@ _event_decoder = msgspec.json.Decoder(AnyEvent)
 _request_decoder = msgspec.json.Decoder(AppendRequest)
 _task_ref_decoder = msgspec.json.Decoder(TaskRef)
 _lease_decoder = msgspec.json.Decoder(LeaseRequest)
+_artifact_decoder = msgspec.json.Decoder(ArtifactRequest)
+# Field of ArtifactPutHeaders -> the request header that carries it.
+_PUT_HEADERS = {"schema": H_SCHEMA, "producer": H_PRODUCER, "version": H_VERSION,
+                "tenant": H_TENANT, "blake3": H_BLAKE3}
 _encoder = msgspec.json.Encoder()
 
 
@@ -94,6 +108,38 @@ def decode_lease_request(data: bytes) -> LeaseRequest:
         return _lease_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise contract_error(exc) from exc
+
+
+def decode_artifact_request(data: bytes) -> ArtifactRequest:
+    """Decode an artifact get / stat request."""
+    try:
+        return _artifact_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise contract_error(exc) from exc
+
+
+def decode_artifact_put_headers(headers: Mapping[str, str] | None) -> ArtifactPutHeaders:
+    """Read an artifact put's metadata from its request headers (names matched case-insensitively).
+
+    Errors name the header: ``headers.Agentledger-Version``. Other headers are ignored.
+    """
+    given = {name.lower(): value for name, value in (headers or {}).items()}
+    values = {field: given[name.lower()] for field, name in _PUT_HEADERS.items()
+              if name.lower() in given}
+    try:
+        # Header values are strings: ``strict=False`` reads "2" as the version 2.
+        return msgspec.convert(values, ArtifactPutHeaders, strict=False)
+    except msgspec.ValidationError as exc:
+        error = contract_error(exc)
+        field = (error.path or "$").removeprefix("$.")
+        error.path = f"headers.{_PUT_HEADERS.get(field, field)}"
+        raise error from exc
+
+
+def error_body(exc: AgentLedgerError) -> ErrorBody:
+    """The wire form of an error: its code, message, whether to retry, path and current sequence."""
+    return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path,
+                     current_seq=exc.current_seq)
 
 
 def encode(obj: object) -> bytes:

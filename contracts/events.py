@@ -205,6 +205,21 @@ class TaskCancelled(Strict, frozen=True):
     reason: Text = ""
 
 
+class LeaseGranted(Strict, frozen=True):
+    """The ledger-writer granted the task's execution lease (written by the writer only).
+
+    The lease's fencing token is this event's ledger sequence, so it only grows
+    and no lease-table entry can reset it. ``secret_hash`` pins the holder's
+    secret (a keyed blake3, never the secret); ``expires_at`` is the grant's
+    expiry in seconds since the Unix epoch by the writer's clock (renewals move
+    the live expiry in the lease table without a new event).
+    """
+
+    holder: Annotated[str, Meta(min_length=1, max_length=128)]
+    expires_at: float
+    secret_hash: Hash
+
+
 class TurnAppended(Strict, frozen=True):
     """One conversation turn. ``content`` is personal: it is stored sealed."""
 
@@ -306,6 +321,10 @@ class TurnAppendedEvent(EventBase, tag="turn_appended", frozen=True):
     payload: TurnAppended
 
 
+class LeaseGrantedEvent(EventBase, tag="lease_granted", frozen=True):
+    payload: LeaseGranted
+
+
 AnyEvent = (
     TaskCreatedEvent
     | PlanVersionedEvent
@@ -325,6 +344,7 @@ AnyEvent = (
     | TaskFailedEvent
     | TaskCancelledEvent
     | TurnAppendedEvent
+    | LeaseGrantedEvent
 )
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
@@ -346,7 +366,12 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     "task_failed": TaskFailedEvent,
     "task_cancelled": TaskCancelledEvent,
     "turn_appended": TurnAppendedEvent,
+    "lease_granted": LeaseGrantedEvent,
 }
+
+# Kinds only the ledger-writer itself appends (through its lease endpoint); an append
+# request carrying one is refused with ``reserved_kind``.
+WRITER_ONLY_KINDS = frozenset({"lease_granted"})
 
 
 def kind_of(event: EventBase) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts import api, resume
+from agentledger.contracts import api, artifacts, resume
 from agentledger.contracts.events import AnyEvent
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -34,6 +34,9 @@ CONTRACTS: dict[str, Any] = {
     "resume_reply.schema.json": resume.ResumeReply,
     "lease_request.schema.json": api.LeaseRequest,
     "lease_reply.schema.json": api.LeaseReply,
+    "artifact_put_headers.schema.json": artifacts.ArtifactPutHeaders,
+    "artifact_request.schema.json": artifacts.ArtifactRequest,
+    "artifact_reply.schema.json": artifacts.ArtifactReply,
 }
 
 

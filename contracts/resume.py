@@ -15,7 +15,9 @@ or a dependency did not answer (retry those marked ``retryable``).
   have an unknown outcome (``reconcile``). Nothing may be dispatched
   (``dispatch`` is empty) until the executor has queried the external system by
   each idempotency key and recorded a ``side_effect_recorded`` receipt.
-* ``rejected``: nothing was leased and nothing changed; ``reasons`` say why.
+* ``rejected``: nothing was leased and nothing changed; ``reasons`` say why. A
+  rejected reply carries only ``status`` and ``reasons``: never the task's
+  state, next-ready steps or watermark.
 
 Every entry of ``reasons`` has a stable ``code``; ``severity`` says whether it
 rejected the resume (``reject``), stopped dispatch (``reconcile``) or is for
@@ -28,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from agentledger.contracts.api import ErrorBody, LeaseBody
+from agentledger.contracts.api import MAX_LEASE_TTL_S, ErrorBody, LeaseBody
 from agentledger.contracts.events import Token
 
 Holder = Annotated[str, Meta(min_length=1, max_length=128,
@@ -61,13 +63,14 @@ class ResumeRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     """Resume a task for ``executor``: from its active checkpoint, or from ``checkpoint_id``.
 
     ``checkpoint_id`` is normally left out (the task's active pointer is used); an
-    operator may name one explicitly, e.g. one restored from a backup.
+    operator may name one explicitly, e.g. one restored from a backup. The lease
+    a resume takes lasts ``lease_ttl_s`` (at most 10 minutes); renew it.
     """
 
     tenant: Token
     task_id: Token
     executor: Holder
-    lease_ttl_s: Annotated[float, Meta(gt=0, le=86400)] = 30.0
+    lease_ttl_s: Annotated[float, Meta(gt=0, le=MAX_LEASE_TTL_S)] = 60.0
     checkpoint_id: CheckpointId | None = None
 
 
@@ -109,10 +112,11 @@ class ResumeReply(Struct, frozen=True):
     ``next_ready`` is recomputed from the replayed plan; ``dispatch`` is what the
     executor may act on now (next-ready steps plus interrupted steps), empty
     unless ``status`` is ``resumable``. ``state`` is the replayed Working Memory
-    view (null when the checkpoint could not be trusted). ``watermark`` is the
-    ledger sequence of the task's last event that was replayed (use it as
-    ``expected_last_seq``); ``replayed_events`` counts the ledger messages folded
-    after the checkpoint's cursor.
+    view (null whenever the resume was rejected). ``watermark`` is the ledger
+    sequence of the task's last event that was replayed, the lease's own
+    ``lease_granted`` event included (use it as ``expected_last_seq``);
+    ``replayed_events`` counts the ledger messages folded after the checkpoint's
+    cursor. ``lease`` carries the secret: keep it for renewals and appends.
     """
 
     ok: bool

@@ -20,10 +20,12 @@ import asyncpg
 import nats
 import nats.errors
 
+from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.validate import goal_hash
+from agentledger.runtime.state import settings_env
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.service import Projector
@@ -198,9 +200,8 @@ async def running(settings: Settings, checkpointer: bool = True, projector: bool
 
 def service_env(settings: Settings) -> dict[str, str]:
     """Environment for a service or executor process of the test's settings."""
-    return {**os.environ, "AGENTLEDGER_NATS_URL": settings.nats_url,
-            "AGENTLEDGER_DATABASE_URL": settings.database_url, "AGENTLEDGER_PREFIX": settings.prefix,
-            "AGENTLEDGER_DATA_DIR": str(settings.data_dir), "AGENTLEDGER_LOG_LEVEL": "warning"}
+    return {**os.environ, **settings_env(settings), "AGENTLEDGER_LOG_LEVEL": "warning",
+            "AGENTLEDGER_AUTH_DIR": str(settings.auth_root)}
 
 
 async def wait_for_service(nc: nats.NATS, subject: str, proc: asyncio.subprocess.Process) -> None:
@@ -246,7 +247,7 @@ async def processes(settings: Settings, *modules: str) -> AsyncIterator[list[asy
     ``checkpointer`` (ready when ``checkpoint.save`` answers).
     """
     procs: list[asyncio.subprocess.Process] = []
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     try:
         for module in modules:
             procs.append(await spawn_service(settings, module))

@@ -16,10 +16,10 @@ It resumes the task (which takes the lease), then:
   S3/S5 (a call to the sink), its receipt, ``step_succeeded``; then
   ``task_completed``.
 
-Every guarded event carries the lease's fencing token; the lease is renewed in
-the background. ``--hang-at`` makes the process stop and wait (to be SIGKILLed)
-right after ``step_started`` of a step (``S6:started``) or right after a step's
-side effect, before its receipt (``S5:effect``).
+Every event carries the lease's fencing token and every append its secret; the
+lease is renewed in the background. ``--hang-at`` makes the process stop and
+wait (to be SIGKILLed) right after ``step_started`` of a step (``S6:started``)
+or right after a step's side effect, before its receipt (``S5:effect``).
 
 The sink is two PostgreSQL tables the test creates: ``sink(key primary key,
 step_id, applied_at)`` written with INSERT ... ON CONFLICT DO NOTHING (the
@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-import msgspec
 
 from agentledger.client import Client, connect
 from agentledger.config import from_env
+from agentledger.contracts.api import LeaseBody
 from agentledger.errors import AgentLedgerError
 
 SIDE_EFFECT_STEPS = ("S3", "S5")
@@ -62,7 +62,7 @@ class Executor:
         self.executor = args.executor
         self.ttl = args.lease_ttl
         self.hang_at = tuple(args.hang_at.split(":")) if args.hang_at else None
-        self.token = 0
+        self.lease: LeaseBody | None = None
         self.plan_version = 1
         self.attempts: dict[str, int] = {}
         self.status: dict[str, str] = {}
@@ -71,9 +71,9 @@ class Executor:
         event = {"kind": kind, "event_id": f"{self.executor}-{tag}", "tenant": self.tenant,
                  "task_id": self.task, "producer": self.executor,
                  "occurred_at": datetime.now(UTC).isoformat(), "schema_version": 1,
-                 "payload": payload, "fencing_token": self.token}
+                 "payload": payload}
         try:
-            await self.client.append(event)
+            await self.client.append(event, lease=self.lease)
         except AgentLedgerError as exc:
             say(event="append_failed", kind=kind, code=exc.code, message=exc.message)
             sys.exit(5)
@@ -84,14 +84,12 @@ class Executor:
             await asyncio.Event().wait()
 
     async def renew_forever(self) -> None:
-        subject = f"{self.client.settings.prefix}.lease.renew"
         while True:
             await asyncio.sleep(self.ttl / 4)
-            body = msgspec.json.encode({"tenant": self.tenant, "task_id": self.task,
-                                        "holder": self.executor, "ttl_s": self.ttl,
-                                        "token": self.token})
+            assert self.lease is not None
             with contextlib.suppress(Exception):  # a failed renewal shows up as refused appends
-                await self.client.nc.request(subject, body, timeout=5)
+                self.lease = await self.client.renew_lease(self.tenant, self.task, self.lease,
+                                                           ttl_s=self.ttl)
 
     # ---- the side effect ---------------------------------------------------------------------
 
@@ -144,7 +142,7 @@ class Executor:
             interrupted=[s.step_id for s in reply.interrupted], checkpoint_id=reply.checkpoint_id)
         if reply.status == "rejected" or reply.lease is None:
             return 4
-        self.token = reply.lease.token
+        self.lease = reply.lease
         renewer = asyncio.create_task(self.renew_forever())
         state = reply.state
         self.plan_version = state["plan"]["version"]

@@ -45,7 +45,7 @@ def test_render_schemas_is_deterministic() -> None:
 
 
 def test_event_schema_is_a_discriminated_union_of_every_kind() -> None:
-    """The event schema lets other languages dispatch on `kind` for all 17 kinds."""
+    """The event schema lets other languages dispatch on `kind` for every kind."""
     schema = json.loads(render_schemas()["event.schema.json"])
     assert schema["discriminator"]["propertyName"] == "kind"
     assert set(schema["discriminator"]["mapping"]) == set(ev.EVENT_TYPES)
@@ -69,8 +69,15 @@ def test_example_round_trips(path: Path) -> None:
 
 @pytest.mark.parametrize("path", event_examples(), ids=lambda p: p.stem)
 def test_example_passes_writer_checks(path: Path) -> None:
-    """A golden example is storable as sent by a client (hashes, plan, data subject)."""
-    check_batch([decode_event(path.read_bytes())])
+    """A golden example is storable as sent by a client (hashes, plan, data subject); an example
+    of a kind only the writer appends is refused from clients with ``reserved_kind``."""
+    event = decode_event(path.read_bytes())
+    if ev.kind_of(event) in ev.WRITER_ONLY_KINDS:
+        with pytest.raises(ContractError) as info:
+            check_batch([event])
+        assert (info.value.code, info.value.path) == ("reserved_kind", "$.events[0].kind")
+        return
+    check_batch([event])
 
 
 def test_task_created_example_goal_hash_is_real() -> None:

@@ -1,103 +1,399 @@
-"""Leases and fencing tokens enforced by the ledger-writer, on real NATS.
+"""Leases as capabilities, enforced by the ledger-writer on real NATS.
 
-Exactly one executor holds a task's lease at a time; tokens only grow; guarded
-events with a stale token, or without one while the task is leased, are refused.
+A grant returns a fencing token (the ledger sequence of its ``lease_granted``
+event) and a secret bound to the holder. Exactly one executor holds a task's
+lease at a time; tokens only grow, whatever happens to the lease bucket; renew,
+release and every append to a leased task need the token and the secret (an
+operator may append without them); expired entries leave the bucket by
+themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
+import nats.js.errors
 import pytest
 
+from agentledger import auth, leases
 from agentledger.client import Client, connect
 from agentledger.config import Settings
+from agentledger.contracts.codec import decode_event
+from agentledger.contracts.events import LeaseGrantedEvent
+from agentledger.core.reducer import fold
+from agentledger.core.state import new_state, view
 from agentledger.errors import AgentLedgerError
+from agentledger.identity import Caller
+from agentledger.leases import Lease, secret_hash
 from agentledger.services.ledger_writer.service import LedgerWriter
 from helpers import assert_eventually
-from test_writer import created, event
+from test_writer import created, event, stored
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[Client]:
+async def stack(settings: Settings) -> AsyncIterator[tuple[LedgerWriter, Client]]:
     w = LedgerWriter(settings)
     await w.start()
     c = await connect(settings)
-    yield c
+    yield w, c
     await c.close()
     await w.stop()
 
 
-async def lease(client: Client, action: str, **body: Any) -> dict[str, Any]:
+@pytest.fixture
+async def client(stack: tuple[LedgerWriter, Client]) -> Client:
+    return stack[1]
+
+
+async def lease(client: Client, action: str, task: str = "t1", **body: Any) -> dict[str, Any]:
     msg = await client.nc.request(f"{client.settings.prefix}.lease.{action}",
-                                  json.dumps({"tenant": "acme", "task_id": "t1", **body}).encode())
+                                  json.dumps({"tenant": "acme", "task_id": task, **body}).encode(),
+                                  timeout=10)
     return json.loads(msg.data)
 
 
+async def fenced(client: Client, ev: dict[str, Any], grant: dict[str, Any] | None,
+                 secret: str | None = None) -> str:
+    """Append ``ev`` with the grant's token and ``secret``: "accepted" or the error code."""
+    body: dict[str, Any] = {"events": [{**ev, "fencing_token": grant["token"]} if grant else ev]}
+    if secret is not None:
+        body["lease_secret"] = secret
+    try:
+        await client.append_raw(json.dumps(body).encode())
+    except AgentLedgerError as exc:
+        return exc.code
+    return "accepted"
+
+
 async def test_one_executor_wins_the_lease_and_tokens_grow(client: Client) -> None:
-    """Two executors asking at once: one lease; after release the next grant has a higher token."""
+    """Two executors asking at once: one lease, with a secret; after release the next grant has a
+    higher token."""
+    await client.append(created())
     a, b = await asyncio.gather(lease(client, "acquire", holder="exec-a", ttl_s=30),
                                 lease(client, "acquire", holder="exec-b", ttl_s=30))
     assert sorted([a["ok"], b["ok"]]) == [False, True]
     winner, loser = (a, b) if a["ok"] else (b, a)
-    assert loser["error"]["code"] == "lease_held"
-    assert winner["lease"]["token"] == 1
-    released = await lease(client, "release", holder=winner["lease"]["holder"], token=1)
+    assert (loser["error"]["code"], loser["error"]["path"]) == ("lease_held", "$.task_id")
+    first = winner["lease"]
+    assert first["token"] >= 1 and len(first["secret"]) >= 40
+    released = await lease(client, "release", holder=first["holder"], token=first["token"],
+                           secret=first["secret"])
     assert released["ok"] is True
-    again = await lease(client, "acquire", holder=loser_holder(winner), ttl_s=30)
-    assert again["lease"]["token"] == 2
+    other = "exec-b" if first["holder"] == "exec-a" else "exec-a"
+    again = await lease(client, "acquire", holder=other, ttl_s=30)
+    assert again["lease"]["token"] > first["token"]
 
 
-def loser_holder(winner: dict[str, Any]) -> str:
-    return "exec-b" if winner["lease"]["holder"] == "exec-a" else "exec-a"
-
-
-async def test_stale_and_missing_fencing_tokens_are_refused(client: Client) -> None:
-    """Once leased, guarded events need the live token; an old holder's token is stale."""
+async def test_a_grant_is_a_ledger_event_without_its_secret(client: Client,
+                                                           settings: Settings) -> None:
+    """The token is the sequence of the grant's lease_granted event; the event (and the Working
+    Memory folded from it) names holder, token and expiry, and holds only a hash of the secret."""
     await client.append(created())
-    first = (await lease(client, "acquire", holder="exec-a", ttl_s=30))["lease"]
-    await client.append(event("v1", fencing_token=first["token"]))
-    await lease(client, "release", holder="exec-a", token=first["token"])
-    second = (await lease(client, "acquire", holder="exec-b", ttl_s=30))["lease"]
-    with pytest.raises(AgentLedgerError) as stale:
-        await client.append(event("v2", fencing_token=first["token"]))
-    assert (stale.value.code, stale.value.path) == ("stale_fencing_token", "$.events[0].fencing_token")
-    with pytest.raises(AgentLedgerError) as missing:
-        await client.append(event("v3"))
-    assert missing.value.code == "fencing_token_required"
-    ok = await client.append(event("v4", fencing_token=second["token"]))
-    assert ok.duplicate is False
-    turn = event("turn1", "turn_appended", {"role": "user", "ordinal": 1, "content": "hi"},
-                 data_subject="u1")
-    assert (await client.append(turn)).duplicate is False  # conversation is not guarded
+    got = (await lease(client, "acquire", holder="exec-a", ttl_s=30))["lease"]
+    messages = await stored(settings)
+    seq, body = messages[-1]
+    assert (seq, body["kind"], body["payload"]["holder"]) == (got["token"], "lease_granted", "exec-a")
+    assert body["payload"]["expires_at"] == got["expires_at"]
+    assert got["secret"] not in json.dumps(body)
+    assert body["payload"]["secret_hash"] == secret_hash("acme", "t1", "exec-a", got["secret"])
+    assert isinstance(decode_event(json.dumps(body)), LeaseGrantedEvent)
+    state, _ = fold(new_state("acme", "t1"), [(decode_event(json.dumps(m)), s) for s, m in messages])
+    assert view(state)["lease"] == {"holder": "exec-a", "token": got["token"],
+                                    "expires_at": got["expires_at"]}
+    assert got["secret"] not in json.dumps(view(state))
 
 
-async def test_expired_lease_lapses_and_the_next_executor_takes_over(client: Client) -> None:
-    """A dead executor's lease expires; the next one gets a higher token and the old one is refused."""
+async def test_lease_on_a_task_that_does_not_exist_is_refused(client: Client,
+                                                              settings: Settings) -> None:
+    """No message on the task's subject: not_found, and nothing is written anywhere."""
+    reply = await lease(client, "acquire", task="ghost", holder="exec-a", ttl_s=30)
+    assert (reply["ok"], reply["error"]["code"], reply["error"]["path"]) == (False, "not_found",
+                                                                           "$.task_id")
+    assert await stored(settings) == []
+    kv = await client.nc.jetstream().key_value(settings.leases_bucket)
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get("acme.ghost")
+
+
+async def test_forged_or_missing_secret_is_refused(client: Client) -> None:
+    """The live token without its secret (or with a made-up one) gets lease_secret_invalid, for
+    appends, renewals and releases alike; with the secret all three work."""
+    await client.append(created())
+    got = (await lease(client, "acquire", holder="exec-a", ttl_s=30))["lease"]
+    forged = "A" * 43
+    assert await fenced(client, event("e1"), got) == "lease_secret_invalid"
+    assert await fenced(client, event("e1"), got, forged) == "lease_secret_invalid"
+    with pytest.raises(AgentLedgerError) as info:
+        await client.append_raw(json.dumps({"events": [{**event("e1"), "fencing_token": got["token"]}],
+                                            "lease_secret": forged}).encode())
+    assert (info.value.code, info.value.path) == ("lease_secret_invalid", "$.lease_secret")
+    for action in ("renew", "release"):
+        reply = await lease(client, action, holder="exec-a", token=got["token"], secret=forged, ttl_s=30)
+        assert (reply["error"]["code"], reply["error"]["path"]) == ("lease_secret_invalid", "$.secret")
+        reply = await lease(client, action, holder="exec-a", token=got["token"], ttl_s=30)
+        assert reply["error"]["code"] == "lease_secret_invalid"
+    assert await fenced(client, event("e1"), got, got["secret"]) == "accepted"
+    renewed = await lease(client, "renew", holder="exec-a", token=got["token"], secret=got["secret"],
+                          ttl_s=60)
+    assert renewed["ok"] and "secret" not in renewed["lease"]  # the secret is never sent back
+    assert (await lease(client, "release", holder="exec-a", token=got["token"],
+                        secret=got["secret"]))["ok"]
+
+
+async def test_old_secret_after_a_takeover_is_refused(client: Client) -> None:
+    """A dead executor's lease lapses; the next one gets a higher token and a new secret. The old
+    token is stale, the old secret does not open the new lease, the old lease cannot be renewed;
+    a re-grant to the same holder also retires the previous secret."""
     await client.append(created())
     dead = (await lease(client, "acquire", holder="exec-a", ttl_s=0.2))["lease"]
+
     async def taken() -> dict[str, Any] | None:
         reply = await lease(client, "acquire", holder="exec-b", ttl_s=30)
         return reply["lease"] if reply["ok"] else None
+
     new = await assert_eventually(taken, timeout=10)
-    assert new["token"] == dead["token"] + 1
-    renewal = await lease(client, "renew", holder="exec-a", token=dead["token"], ttl_s=30)
+    assert new["token"] > dead["token"]
+    renewal = await lease(client, "renew", holder="exec-a", token=dead["token"],
+                          secret=dead["secret"], ttl_s=30)
     assert renewal["error"]["code"] == "lease_lost"
-    with pytest.raises(AgentLedgerError) as stale:
-        await client.append(event("late", fencing_token=dead["token"]))
-    assert stale.value.code == "stale_fencing_token"
+    assert await fenced(client, event("late"), dead, dead["secret"]) == "stale_fencing_token"
+    assert await fenced(client, event("late"), new, dead["secret"]) == "lease_secret_invalid"
+    assert await fenced(client, event("ok1"), new, new["secret"]) == "accepted"
+
+    regrant = (await lease(client, "acquire", holder="exec-b", ttl_s=30))["lease"]
+    assert regrant["token"] > new["token"] and regrant["secret"] != new["secret"]
+    assert await fenced(client, event("late2"), new, new["secret"]) == "stale_fencing_token"
+    assert await fenced(client, event("late2"), regrant, new["secret"]) == "lease_secret_invalid"
+    assert await fenced(client, event("ok2"), regrant, regrant["secret"]) == "accepted"
+
+
+async def test_purged_deleted_or_forged_entries_do_not_reset_the_fencing_number(
+        stack: tuple[LedgerWriter, Client], settings: Settings) -> None:
+    """The lease entry purged, deleted or replaced by a hand-written one (with the services' own
+    connection): every later grant's token is higher than any granted before, and a forged
+    entry gives its author nothing."""
+    writer, client = stack
+    await client.append(created())
+    services = await auth.connect(settings, auth.WRITER)
+    try:
+        kv = await services.jetstream().key_value(settings.leases_bucket)
+        tokens = []
+        for tamper in ("purge", "delete", "purge"):
+            got = (await lease(client, "acquire", holder="exec-a", ttl_s=30))["lease"]
+            tokens.append(got["token"])
+            if tamper == "purge":
+                await kv.purge("acme.t1")
+            else:
+                await kv.delete("acme.t1")
+            await assert_eventually(lambda: "acme.t1" not in writer._leases._mirror)
+        after = (await lease(client, "acquire", holder="exec-b", ttl_s=30))["lease"]
+        assert tokens == sorted(tokens) and len(set(tokens)) == 3
+        assert after["token"] > max(tokens)
+
+        # A hand-written entry for mallory with a secret she knows, expiring in a minute.
+        await lease(client, "release", holder="exec-b", token=after["token"], secret=after["secret"])
+        mine = "mallory-knows-this-secret"
+        mirror = writer._leases._mirror
+        for token in (1, after["token"]):
+            forged = Lease(holder="mallory", token=token, expires_at=time.time() + 60,
+                           secret_hash=secret_hash("acme", "t1", "mallory", mine))
+            revision = await kv.put("acme.t1", msgspec.json.encode(forged))
+            await assert_eventually(  # the writer's watch has delivered it
+                lambda r=revision: getattr(mirror.get("acme.t1"), "revision", 0) == r)
+            code = await fenced(client, event(f"m{token}"), {"token": token}, mine)
+            assert code == "stale_fencing_token"
+            # Nobody holds the task: the forged "live" lease does not block the next grant.
+            later = (await lease(client, "acquire", holder="exec-c", ttl_s=30))["lease"]
+            assert later["token"] > after["token"]
+            await lease(client, "release", holder="exec-c", token=later["token"],
+                        secret=later["secret"])
+    finally:
+        await services.close()
+
+
+async def test_every_kind_needs_token_and_secret_while_leased_unless_from_an_operator(
+        stack: tuple[LedgerWriter, Client], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests are made as tenant agents (the writer's caller lookup is replaced): while the task
+    is leased to agent exec-a, another agent's task_cancelled, turn_appended and question_opened
+    are refused without token and secret, and with the holder's token it is holder_mismatch;
+    exec-a appends them with both. An operator caller appends without any."""
+    writer, client = stack
+    await client.append(created())
+    who: list[Caller | None] = [None]
+    operator_caller = writer._tenants.caller
+
+    async def caller(headers: Any) -> Caller:
+        return who[0] if who[0] is not None else await operator_caller(headers)
+
+    monkeypatch.setattr(writer._tenants, "caller", caller)
+    who[0] = Caller(tenant="acme", agent="exec-a")
+    wrong = await lease(client, "acquire", holder="exec-b", ttl_s=30)
+    assert (wrong["error"]["code"], wrong["error"]["path"]) == ("holder_mismatch", "$.holder")
+    got = (await lease(client, "acquire", holder="exec-a", ttl_s=30))["lease"]
+
+    def as_agent(agent: str, kind: str, payload: dict[str, Any], eid: str) -> dict[str, Any]:
+        return {**event(eid, kind, payload), "producer": agent}
+
+    kinds = [("task_cancelled", {"reason": "stop"}),
+             ("turn_appended", {"role": "user", "ordinal": 1, "content": "hi"}),
+             ("question_opened", {"question_id": "q1", "text": "why?"})]
+    who[0] = Caller(tenant="acme", agent="intruder")
+    for kind, payload in kinds:
+        ev = {**as_agent("intruder", kind, payload, f"x-{kind}"), "data_subject": "u1"}
+        assert await fenced(client, ev, None) == "fencing_token_required", kind
+        assert await fenced(client, ev, got, got["secret"]) == "holder_mismatch", kind
+    who[0] = Caller(tenant="acme", agent="exec-a")
+    for kind, payload in kinds[1:]:
+        ev = {**as_agent("exec-a", kind, payload, f"a-{kind}"), "data_subject": "u1"}
+        assert await fenced(client, ev, None) == "fencing_token_required", kind
+        assert await fenced(client, ev, got) == "lease_secret_invalid", kind
+        assert await fenced(client, ev, got, got["secret"]) == "accepted", kind
+    who[0] = None  # an operator (no identity header): the lease does not bind it
+    assert await fenced(client, event("op-cancel", "task_cancelled", {"reason": "ops"}),
+                        None) == "accepted"
+
+
+async def test_lease_check_as_a_unit(stack: tuple[LedgerWriter, Client]) -> None:
+    """LeaseTable.check directly, with Caller objects: the same rules without the wire."""
+    writer, client = stack
+    await client.append(created())
+    table = writer._leases
+    assert table is not None
+    granted, secret = await table.acquire("acme", "t1", "exec-a", 30)
+    agent = Caller(tenant="acme", agent="exec-a")
+    other = Caller(tenant="acme", agent="exec-z")
+
+    async def code(events: list[tuple[str, int | None]], sec: str | None, who: Caller) -> str:
+        try:
+            await table.check("acme", "t1", events, sec, who)
+        except AgentLedgerError as exc:
+            return f"{exc.code} {exc.path}"
+        return "ok"
+
+    t = granted.token
+    assert await code([("turn_appended", t)], secret, agent) == "ok"
+    assert await code([("turn_appended", t), ("task_cancelled", None)], secret, agent) == \
+        "fencing_token_required $.events[1].fencing_token"
+    assert await code([("turn_appended", t - 1)], secret, agent) == \
+        "stale_fencing_token $.events[0].fencing_token"
+    assert await code([("turn_appended", t)], "nope", agent) == "lease_secret_invalid $.lease_secret"
+    assert await code([("turn_appended", t)], secret, other) == \
+        "holder_mismatch $.events[0].fencing_token"
+    assert await code([("task_cancelled", None)], None, Caller()) == "ok"
+    assert await code([("task_cancelled", t)], None, Caller()) == "lease_secret_invalid $.lease_secret"
 
 
 async def test_renew_extends_only_the_holders_live_lease(client: Client) -> None:
     """Renewal keeps the token and moves the expiry; a wrong token or holder is refused."""
+    await client.append(created())
     got = (await lease(client, "acquire", holder="exec-a", ttl_s=5))["lease"]
-    renewed = await lease(client, "renew", holder="exec-a", token=got["token"], ttl_s=60)
+    renewed = await lease(client, "renew", holder="exec-a", token=got["token"],
+                          secret=got["secret"], ttl_s=60)
     assert renewed["lease"]["token"] == got["token"]
     assert renewed["lease"]["expires_at"] > got["expires_at"]
-    wrong = await lease(client, "renew", holder="exec-b", token=got["token"], ttl_s=60)
+    wrong = await lease(client, "renew", holder="exec-b", token=got["token"], secret=got["secret"],
+                        ttl_s=60)
     assert wrong["error"]["code"] == "lease_lost"
     no_token = await lease(client, "renew", holder="exec-a", ttl_s=60)
     assert (no_token["error"]["code"], no_token["error"]["path"]) == ("missing_field", "$.token")
+
+
+async def test_lease_ttl_is_capped(client: Client) -> None:
+    """A lease lasts at most 600 s (renewable): a longer one is a contract error."""
+    await client.append(created())
+    reply = await lease(client, "acquire", holder="exec-a", ttl_s=601)
+    assert (reply["error"]["code"], reply["error"]["path"]) == ("invalid_value", "$.ttl_s")
+    assert (await lease(client, "acquire", holder="exec-a", ttl_s=600))["ok"]
+
+
+async def test_the_client_carries_the_secret(client: Client) -> None:
+    """acquire_lease returns the secret; append(lease=...) fills in the token and sends the
+    secret; renew_lease keeps it; release_lease ends the lease."""
+    await client.append(created())
+    got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=30)
+    assert got.secret is not None
+    assert (await client.append(event("e1"), lease=got)).duplicate is False
+    renewed = await client.renew_lease("acme", "t1", got, ttl_s=60)
+    assert renewed.secret == got.secret and renewed.expires_at > got.expires_at
+    await client.append_batch([event("e2"), event("e3")], lease=renewed)
+    await client.release_lease("acme", "t1", renewed)
+    with pytest.raises(AgentLedgerError) as info:
+        await client.renew_lease("acme", "t1", renewed)
+    assert info.value.code == "lease_expired"
+
+
+async def test_expired_entries_disappear(settings: Settings,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expired lease's entry leaves the bucket through its own TTL (and so does the server's
+    removal marker after it); the writer's mirror forgets it; the next grant still grows."""
+    monkeypatch.setattr(leases, "LINGER_S", 1.0)
+    monkeypatch.setattr(leases, "MARKER_TTL_S", 1.0)
+    w = LedgerWriter(settings)
+    await w.start()
+    try:
+        async with await connect(settings) as client:
+            await client.append(created())
+            got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=0.5)
+            table = w._leases
+            assert table is not None
+            services = await auth.connect(settings, auth.WRITER)
+            try:
+                js = services.jetstream()
+
+                async def empty() -> bool:
+                    info = await js.stream_info(f"KV_{settings.leases_bucket}")
+                    return info.state.messages == 0 and "acme.t1" not in table._mirror
+
+                await assert_eventually(empty, timeout=15, interval=0.2)
+            finally:
+                await services.close()
+            again = await client.acquire_lease("acme", "t1", "exec-b", ttl_s=30)
+            assert again.token > got.token
+    finally:
+        await w.stop()
+
+
+async def test_tenant_agents_hold_leases_as_themselves(stack: tuple[LedgerWriter, Client],
+                                                       settings: Settings) -> None:
+    """With real NATS users of tenant acme: an agent takes a lease only as itself; while agent-a
+    holds it, agent-a2 can neither cancel the task nor append a turn, without a token or with
+    agent-a's token and secret; agent-a can; the operator cancels without any."""
+    if settings.auth_dir is None:
+        pytest.skip("the NATS server runs without accounts")
+    _, operator = stack
+    await auth.tenant_add(settings, "acme")
+    agents: dict[str, Client] = {}
+    for name in ("agent-a", "agent-a2"):
+        creds = await auth.agent_add(settings, "acme", name)
+        agents[name] = await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=5)
+    try:
+        a, a2 = agents["agent-a"], agents["agent-a2"]
+        await a.append({**created(), "producer": "agent-a"})
+        with pytest.raises(AgentLedgerError) as info:
+            await a.acquire_lease("acme", "t1", "agent-a2")
+        assert (info.value.code, info.value.path) == ("holder_mismatch", "$.holder")
+        got = await a.acquire_lease("acme", "t1", "agent-a")
+        cancel = {**event("x1", "task_cancelled", {"reason": "mine now"}), "producer": "agent-a2"}
+        turn = {**event("x2", "turn_appended", {"role": "user", "ordinal": 1, "content": "hi"}),
+                "data_subject": "u1"}
+        for ev in (cancel, {**turn, "producer": "agent-a2"}):
+            with pytest.raises(AgentLedgerError) as info:
+                await a2.append(ev)
+            assert info.value.code == "fencing_token_required"
+            with pytest.raises(AgentLedgerError) as info:
+                await a2.append(ev, lease=got)
+            assert info.value.code == "holder_mismatch"
+        assert (await a.append({**turn, "producer": "agent-a"}, lease=got)).duplicate is False
+        with pytest.raises(AgentLedgerError) as info:
+            await a.append({**turn, "event_id": "x3", "producer": "agent-a"},
+                           lease=msgspec.structs.replace(got, secret="guess"))
+        assert info.value.code == "lease_secret_invalid"
+        assert (await operator.append(event("op", "task_cancelled", {"reason": "ops"}))).seq > 0
+    finally:
+        for c in agents.values():
+            await c.close()

@@ -17,6 +17,7 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from agentledger import auth
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
@@ -117,7 +118,7 @@ async def caught_up(settings: Settings, ledger: Ledger, wait_s: float = 30.0) ->
 @pytest.fixture
 async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
     await ensure_stream(settings)
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     yield Ledger(settings, nc)
     await nc.close()
 

@@ -607,3 +607,24 @@ def test_side_effect_receipt_is_kept_by_key(run: Run) -> None:
     assert (receipt.step_id, receipt.outcome, receipt.external_ref) == ("S1", "applied", "pr-17")
     run.rejected("receipt_exists", "side_effect_recorded", step_id="S1", idempotency_key="k-S1-1",
                  outcome="not_applied")
+
+
+def test_lease_grant_is_recorded_with_its_sequence_as_token(run: Run) -> None:
+    """lease_granted (written by the writer) records holder, token (= its ledger sequence) and the
+    grant's expiry; the view shows them and never the secret's hash; a closed task still records
+    a grant (bookkeeping, not a state change of the task)."""
+    digest = "ab" * 32
+    run.ok("lease_granted", holder="exec-1", expires_at=1749722580.0, secret_hash=digest)
+    assert view(run.state)["lease"] == {"holder": "exec-1", "token": run.seq,
+                                        "expires_at": 1749722580.0}
+    assert digest not in msgspec.json.encode(view(run.state)).decode()
+    run.ok("task_cancelled", reason="stop")
+    run.ok("lease_granted", holder="exec-2", expires_at=1749722680.0, secret_hash=digest)
+    assert view(run.state)["lease"]["holder"] == "exec-2"
+
+
+def test_lease_grant_before_the_task_exists_is_rejected() -> None:
+    """A grant on a subject whose task was never created is a rejection like any other event."""
+    state, trace = reduce(new_state(TENANT, TASK),
+                          make("lease_granted", "g1", holder="x", expires_at=1.0, secret_hash="ab" * 32), 1)
+    assert (trace.outcome, trace.code, state.lease) == ("rejected", "task_not_created", None)

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import asyncpg
 import msgspec
-import nats
 import pytest
 
+from agentledger import auth
 from agentledger.config import Settings
 from agentledger.core.state import decode_state, encode_state, state_hash
 from agentledger.errors import UnavailableError
 from agentledger.ledger import ensure_stream
+from agentledger.runtime.state import settings_env
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from helpers import assert_eventually
@@ -33,7 +34,7 @@ from test_projector import TENANT, Ledger, caught_up, event, task_rows, task_scr
 @pytest.fixture
 async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
     await ensure_stream(settings)
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     yield Ledger(settings, nc)
     await nc.close()
 
@@ -192,9 +193,7 @@ class ProjectorProcess:
     """The projector as a real OS process, killed the hard way."""
 
     def __init__(self, settings: Settings, log_dir: Path) -> None:
-        self.env = {**os.environ, "AGENTLEDGER_NATS_URL": settings.nats_url,
-                    "AGENTLEDGER_DATABASE_URL": settings.database_url,
-                    "AGENTLEDGER_PREFIX": settings.prefix, "AGENTLEDGER_PROJECTOR_BATCH": "50",
+        self.env = {**os.environ, **settings_env(settings), "AGENTLEDGER_PROJECTOR_BATCH": "50",
                     "AGENTLEDGER_LOG_LEVEL": "info"}
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []

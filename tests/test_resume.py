@@ -30,14 +30,13 @@ from agentledger import artifacts
 from agentledger.cli import resume_command
 from agentledger.client import connect
 from agentledger.config import Settings
-from agentledger.contracts.codec import encode
+from agentledger.contracts.api import LeaseBody
 from agentledger.contracts.events import Goal
 from agentledger.contracts.resume import ReconcileItem, ResumeReply
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ContractError
-from agentledger.leases import Lease, LeaseTable
-from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, msg_id
+from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.services.checkpointer.service import resume_subject
 from ckpt_support import (
     TENANT,
@@ -73,8 +72,8 @@ class Case:
 
 async def base_task(stack: Stack, task: str = "t1", *, plan_versions: int = 1) -> Case:
     """Create a task whose S1 produced an artifact, checkpoint it, then append a short tail."""
-    store = await artifacts.open(stack.c.nc, stack.settings)
-    ref = await store.put(b"test report: 12 passed", schema="text/plain", producer="S1")
+    ref = await stack.c.put_artifact(b"test report: 12 passed", schema="text/plain", producer="S1",
+                                     tenant=TENANT)
     head = [created(task), *[plan(task, chain(3), version=v) for v in range(1, plan_versions + 1)],
             started(task, "S1", version=plan_versions),
             succeeded(task, "S1", version=plan_versions, artifacts=[msgspec.to_builtins(ref)]),
@@ -111,17 +110,18 @@ async def fault_plan_upgraded(case: Case) -> None:
 
 async def fault_artifact_replaced(case: Case) -> None:
     """Other bytes under the same object name, metadata kept, through the raw Object Store API."""
-    bucket, name = artifacts.parse_uri(case.artifact_uri)
-    obs = await case.stack.c.nc.jetstream().object_store(bucket)
+    address = artifacts.parse_uri(case.artifact_uri)
+    obs = await case.stack.c.nc.jetstream().object_store(address.bucket)
+    name = address.name
     headers = (await obs.get_info(name)).headers
     await obs.put(name, b"test report: 0 passed", meta=ObjectMeta(name=name, headers=headers))
 
 
 async def fault_artifact_missing(case: Case) -> None:
     """The artifact deleted from the object store."""
-    bucket, name = artifacts.parse_uri(case.artifact_uri)
-    obs = await case.stack.c.nc.jetstream().object_store(bucket)
-    await obs.delete(name)
+    address = artifacts.parse_uri(case.artifact_uri)
+    obs = await case.stack.c.nc.jetstream().object_store(address.bucket)
+    await obs.delete(address.name)
 
 
 async def fault_no_checkpoint(case: Case) -> None:
@@ -247,8 +247,9 @@ async def settled(stack: Stack, task: str) -> None:
 async def test_fault_table(settings: Settings, inject: Callable[[Case], Awaitable[None]], status: str,
                            code: str | None, plan_versions: int) -> None:
     """Each injected fault gives its status and reason code. A rejected resume takes no lease and
-    returns no trusted state; no resume moves the task's checkpoint pointer. A resumable one holds
-    the lease, and its replayed state is exactly the projector's."""
+    returns its reasons only (no state, next-ready or watermark); no resume moves the task's
+    checkpoint pointer. A resumable one holds the lease (with its secret, which the state never
+    shows), and its replayed state, the lease's own grant folded in, is exactly the projector's."""
     async with running(settings) as stack:
         case = await base_task(stack, plan_versions=plan_versions)
         await inject(case)
@@ -268,10 +269,14 @@ async def test_fault_table(settings: Settings, inject: Callable[[Case], Awaitabl
 
         if status == "rejected":
             assert reply.lease is None and reply.dispatch == []
+            assert (reply.state, reply.next_ready, reply.watermark) == (None, [], 0)
             assert await lease_of(stack, "t1") is None
             assert [r.severity for r in reply.reasons if r.code == code] == ["reject"]
             return
         assert reply.lease is not None and reply.lease.holder == "exec-1"
+        assert reply.lease.secret is not None
+        assert reply.state["lease"]["token"] == reply.lease.token == reply.watermark
+        assert reply.lease.secret not in json.dumps(reply.state)
         # The state resume rebuilt from checkpoint + ledger tail equals the live projection.
         last = await stack.projected()
         wm = await stack.c.working_memory(TENANT, "t1")
@@ -291,7 +296,7 @@ async def test_fault_details(settings: Settings) -> None:
         assert (upgraded.severity, upgraded.detail) == ("info", {"from": 3, "to": 4})
         assert reply.next_ready == ["S2", "S2b"]  # from the replayed v4, not the checkpoint's v3
         assert reply.checkpoint_id == case.checkpoint_id
-        assert reply.replayed_events == 3  # two variables and plan v4
+        assert reply.replayed_events == 4  # two variables, plan v4 and the lease's own grant
 
         await fault_artifact_replaced(case)
         reply = await stack.c.resume(TENANT, "t1", "exec-1")
@@ -302,7 +307,7 @@ async def test_fault_details(settings: Settings) -> None:
         fresh = await base_task(stack, "fresh")
         await fault_no_checkpoint(fresh)
         reply = await stack.c.resume(TENANT, "fresh", "exec-1")
-        assert (reply.status, reply.checkpoint_id, reply.replayed_events) == ("resumable", None, 7)
+        assert (reply.status, reply.checkpoint_id, reply.replayed_events) == ("resumable", None, 8)
 
         reply = await stack.c.resume(TENANT, "nobody", "exec-1")
         assert (reply.status, [r.code for r in reply.reasons]) == ("rejected",
@@ -327,6 +332,7 @@ async def test_resume_command_prints_the_reply(settings: Settings, capsys: pytes
         out = printed_json(capsys.readouterr().out)
         assert (code, out["status"], out["lease"]) == (1, "rejected", None)
         assert [r["code"] for r in out["reasons"]] == ["lease_held"]
+        assert (out["state"], out["next_ready"], out["watermark"]) == (None, [], 0)
 
 
 async def test_bad_resume_requests_get_typed_errors(settings: Settings) -> None:
@@ -337,6 +343,8 @@ async def test_bad_resume_requests_get_typed_errors(settings: Settings) -> None:
             (b'{"tenant": "acme", "task_id": "t1", "executor": "e", "x": 1}', "unknown_field", "$.x"),
             (b'{"tenant": "acme", "task_id": "t1", "executor": "e", "checkpoint_id": 0}',
              "invalid_value", "$.checkpoint_id"),
+            (b'{"tenant": "acme", "task_id": "t1", "executor": "e", "lease_ttl_s": 601}',
+             "invalid_value", "$.lease_ttl_s"),
             (b'{"tenant": "ac.me", "task_id": "t1", "executor": "e"}', "invalid_token", "$.tenant"),
         ]:
             msg = await stack.c.nc.request(resume_subject(settings.prefix), body, timeout=10)
@@ -485,37 +493,30 @@ TRIALS = 1000
 
 
 async def test_concurrent_resume_exactly_one_executor_wins(settings: Settings) -> None:
-    """1000 trials, each on its own task that a dead executor held (an expired lease, token 1):
-    two executors resume at the same moment. Exactly one gets the lease (token 2) each time; the
-    loser's step events are refused by the writer, both without a token (fencing_token_required)
-    and with the dead executor's token (stale_fencing_token), while the winner's are accepted.
-    The writer and the checkpointer run as processes of their own; the tasks and the expired
-    leases are set up with raw JetStream writes, so the time goes to the race itself."""
+    """1000 trials, each on its own task that a dead executor held (a real grant, expired): two
+    executors resume at the same moment. Exactly one gets the lease each time, with a token above
+    the dead executor's; the loser's step events are refused by the writer, both with the dead
+    executor's token and secret (stale_fencing_token) and with the winner's token, which anyone can
+    read, without its secret (lease_secret_invalid), while the winner's are accepted. The writer
+    and the checkpointer run as processes of their own."""
     tasks = [f"r{i}" for i in range(TRIALS)]
     await ensure_stream(settings)
     async with processes(settings, "ledger_writer", "checkpointer"), \
             await connect(settings, timeout=30) as c:
-        js = c.nc.jetstream()
-        try:
-            kv = await js.key_value(settings.leases_bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(bucket=settings.leases_bucket, history=1)
-        expired = msgspec.json.encode(Lease(holder="dead", token=1, expires_at=time.time() - 60))
+        dead: dict[str, LeaseBody] = {}
 
         async def setup(task: str) -> None:
-            for e in (created(task), plan(task, chain(2))):
-                await js.publish(ledger_subject(settings.prefix, TENANT, task), encode(e),
-                                 headers={MSG_ID: msg_id(TENANT, task, e["event_id"])})
-            await kv.put(LeaseTable.key(TENANT, task), expired)
+            await c.append_batch([created(task), plan(task, chain(2))])
+            dead[task] = await c.acquire_lease(TENANT, task, "dead", ttl_s=0.01)
 
         for i in range(0, TRIALS, 100):
             await asyncio.gather(*(setup(task) for task in tasks[i:i + 100]))
 
         gate = asyncio.Semaphore(64)
 
-        async def refused(task: str, token: int | None, tag: str) -> str:
+        async def refused(task: str, lease: LeaseBody, tag: str) -> str:
             try:
-                await c.append(started(task, "S1", event_id=f"loser-{tag}", token=token))
+                await c.append(started(task, "S1", event_id=f"loser-{tag}"), lease=lease)
             except AgentLedgerError as exc:
                 return exc.code
             return "accepted"
@@ -528,16 +529,16 @@ async def test_concurrent_resume_exactly_one_executor_wins(settings: Settings) -
                 losers = [r for r in (a, b) if r.status == "rejected"]
                 assert len(winners) == 1 and len(losers) == 1, (a.status, b.status)
                 assert [r.code for r in losers[0].reasons if r.severity == "reject"] == ["lease_held"]
-                assert losers[0].lease is None
+                assert losers[0].lease is None and losers[0].state is None
                 win = winners[0].lease
-                assert win is not None and win.token == 2
-                no_token = await refused(task, None, "none")
-                stale = await refused(task, 1, "stale")
-                await c.append(started(task, "S1", token=win.token))  # the winner writes
-                return win.holder[0], no_token, stale
+                assert win is not None and win.token > dead[task].token and win.secret
+                stale = await refused(task, dead[task], "stale")
+                forged = await refused(task, msgspec.structs.replace(win, secret="x" * 43), "forged")
+                await c.append(started(task, "S1"), lease=win)  # the winner writes
+                return win.holder[0], stale, forged
 
         results = await asyncio.gather(*(trial(task) for task in tasks))
-    assert {(r[1], r[2]) for r in results} == {("fencing_token_required", "stale_fencing_token")}
+    assert {(r[1], r[2]) for r in results} == {("stale_fencing_token", "lease_secret_invalid")}
     by = {h: sum(1 for r in results if r[0] == h) for h in "ab"}
     print(f"race winners over {TRIALS} trials: {by}")
     assert by["a"] + by["b"] == TRIALS

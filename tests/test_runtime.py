@@ -11,15 +11,18 @@ import types
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import nats
 import pytest
 
+from agentledger import auth
 from agentledger.config import Settings, from_env
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime import commands
-from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres, pid_alive
+from agentledger.runtime.embedded import EmbeddedNats, pid_alive
+from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
     RuntimeInfo,
     read_runtime,
@@ -35,9 +38,11 @@ STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIG
             "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"]
 # Stands in for the ledger writer: answers the NATS micro PING that `up` waits for.
 FAKE_WRITER = [sys.executable, "-c", f"""
-import asyncio, os, nats
+import asyncio
+from agentledger import auth
+from agentledger.config import from_env
 async def main():
-    nc = await nats.connect(os.environ["AGENTLEDGER_NATS_URL"])
+    nc = await auth.connect(from_env(), auth.WRITER)
     async def pong(msg):
         await msg.respond(b"{{}}")
     await nc.subscribe("$SRV.PING.{commands.WRITER_SERVICE}", cb=pong)
@@ -78,13 +83,14 @@ async def test_embedded_nats_is_durable_and_keeps_streams_across_restarts(tmp_pa
 
 
 @pytest.mark.asyncio
-async def test_embedded_postgres_serves_tcp_and_keeps_data_across_restarts(tmp_path: Path) -> None:
+async def test_embedded_postgres_serves_tcp_and_keeps_data_across_restarts(
+        tmp_path: Path, server_root: Path) -> None:
     """Protects the projection store: the cluster is created once and reused, data included.
 
     As root, PostgreSQL must run as its own user (it refuses root), which
-    needs ownership of its directory and traversable parents.
+    owns its home outside the data folder.
     """
-    with EmbeddedPostgres(tmp_path) as server:
+    with EmbeddedPostgres(tmp_path, server_root=server_root) as server:
         if os.geteuid() == 0:
             assert server.pgdata.stat().st_uid != 0
         url = server.create_database("kept")
@@ -95,7 +101,7 @@ async def test_embedded_postgres_serves_tcp_and_keeps_data_across_restarts(tmp_p
     assert EmbeddedPostgres(tmp_path).pid is None
 
     with EmbeddedPostgres(tmp_path) as server:
-        conn = await asyncpg.connect(server.url.rsplit("/", 1)[0] + "/kept")
+        conn = await asyncpg.connect(server.create_database("kept"))
         assert await conn.fetchval("SELECT v FROM t") == "kept"
         await conn.close()
 
@@ -207,7 +213,7 @@ def test_runtime_file_round_trips_and_absence_means_not_up(tmp_path: Path) -> No
 # --- up / down ------------------------------------------------------------------
 
 def test_up_starts_everything_and_down_stops_everything(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_root: Path) -> None:
     """Protects `agentledger up` / `down` end to end with embedded servers.
 
     The real services, migrations and stream setup belong to other modules:
@@ -226,10 +232,10 @@ def test_up_starts_everything_and_down_stops_everything(
                         types.SimpleNamespace(ensure_stream=ensure_stream))
     monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER),
                                                ("projector", SLEEPER)])
-    settings = Settings(data_dir=tmp_path, prefix="uptest")
+    settings = Settings(data_dir=tmp_path, prefix="uptest", server_root=server_root)
     try:
         info = commands.up(settings)
-        assert info.database_url.endswith("/agentledger")
+        assert urlsplit(info.database_url).path == "/agentledger"
         assert prepared == [f"migrate {info.database_url}", f"stream {info.nats_url}"]
         assert set(info.services) == {"ledger-writer", "projector"}
         pids = [info.supervisor_pid, info.nats_pid, info.postgres_pid, *info.services.values()]
@@ -254,7 +260,7 @@ async def test_settings_fixture_gives_a_private_database_and_prefix(settings: Se
     conn = await asyncpg.connect(settings.database_url)
     assert await conn.fetchval("SELECT current_database()") == f"test_{settings.prefix}"
     await conn.close()
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     await nc.jetstream().add_stream(name=settings.stream, subjects=[f"{settings.prefix}.>"])
     await nc.close()
     assert settings.prefix.upper() in settings.stream

@@ -14,10 +14,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 
-from agentledger import artifacts
+from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -54,7 +53,7 @@ async def writer(settings: Settings) -> AsyncIterator[tuple[LedgerWriter, Client
 
 async def stored(settings: Settings) -> list[tuple[int, dict[str, Any]]]:
     """Every message in the ledger stream, in order."""
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     js = nc.jetstream()
     info = await js.stream_info(settings.stream)
     out = []
@@ -253,7 +252,7 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
         event("out1", "variable_set", {"name": "address", "value": {"city": "Lyon"}, "personal": True},
               data_subject="subj-42"),
     ])
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     js = nc.jetstream()
     raw = [(await js.get_msg(settings.stream, seq)).data for seq in (2, 3)]
     assert all(secret.encode() not in r and b"Lyon" not in r for r in raw)
@@ -270,21 +269,22 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
 
 async def test_writer_answers_micro_service_discovery(writer: tuple[LedgerWriter, Client],
                                                       settings: Settings) -> None:
-    """$SRV.PING and $SRV.INFO name the writer, its append and its lease endpoint subjects."""
+    """$SRV.PING and $SRV.INFO name the writer, its append, lease and artifact endpoint subjects."""
     _, client = writer
     ping = json.loads((await client.nc.request("$SRV.PING.agentledger-ledger-writer", b"")).data)
     info = json.loads((await client.nc.request("$SRV.INFO.agentledger-ledger-writer", b"")).data)
     assert ping["name"] == "agentledger-ledger-writer"
     assert [e["subject"] for e in info["endpoints"]] == [
         append_subject(settings.prefix),
-        *(f"{settings.prefix}.lease.{a}" for a in ("acquire", "renew", "release"))]
+        *(f"{settings.prefix}.lease.{a}" for a in ("acquire", "renew", "release")),
+        *(f"{settings.prefix}.artifact.{a}" for a in ("put", "get", "stat"))]
 
 
 async def test_subject_is_tenant_and_task(writer: tuple[LedgerWriter, Client], settings: Settings) -> None:
     """Events land on <prefix>.ledger.<tenant>.<task>, the subject per-task concurrency uses."""
     _, client = writer
     await client.append(created(task="job-7"))
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.WRITER)
     msg = await nc.jetstream().get_last_msg(settings.stream, ledger_subject(settings.prefix, "acme", "job-7"))
     assert msg.seq == 1
     await nc.close()
@@ -294,9 +294,8 @@ async def test_terminal_event_citing_an_artifact_needs_it_stored_first(
         writer: tuple[LedgerWriter, Client], settings: Settings) -> None:
     """A step_succeeded whose artifact is not durable (or differs) is refused; after the put it lands."""
     _, client = writer
-    store = await artifacts.open(client.nc, settings)
     report = b"12 passed, 0 failed"
-    ref = await store.put(report, schema="pytest-report/v1", producer="agent-1")
+    ref = await client.put_artifact(report, schema="pytest-report/v1", producer="agent-1", tenant="acme")
     missing = {**json.loads(msgspec.json.encode(ref)),
                 "uri": ref.uri[:-64] + "0" * 64, "blake3": "0" * 64}
     plan = {"plan_id": "p", "version": 1, "steps": [{"id": "S1"}]}

@@ -28,8 +28,13 @@ reason naming it, and nothing is written (no pointer moves, no lease is taken):
    side effect of unknown outcome: status ``needs_reconcile``, the step is listed
    in ``reconcile`` and nothing is dispatched. Other running steps (no side
    effect, or a receipt recorded) are ``interrupted``: safe to close and retry.
-6. lease: the writer's ``lease.acquire`` for the executor; held by another
-   executor: ``lease_held``.
+6. lease: the writer's ``lease.acquire`` for the executor (a TTL of at most
+   ten minutes, renewable); held by another executor: ``lease_held``. The grant
+   is a ``lease_granted`` ledger event, which is folded too, so the reply's state
+   and watermark include it; the reply's lease carries the grant's secret.
+
+A rejected resume answers its status and reasons only: never the task's state,
+next-ready steps or watermark (whoever was refused learns nothing more).
 
 Transport failures (NATS, PostgreSQL, the artifact store not answering) are not
 statuses: they raise ``UnavailableError`` and the endpoint answers a retryable
@@ -51,7 +56,7 @@ from nats.aio.client import Client
 from agentledger.artifacts import ArtifactStore
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
-from agentledger.contracts.api import LeaseReply, LeaseRequest
+from agentledger.contracts.api import LeaseBody, LeaseReply, LeaseRequest
 from agentledger.contracts.codec import encode
 from agentledger.contracts.resume import (
     InterruptedStep,
@@ -90,10 +95,9 @@ _head_decoder = msgspec.json.Decoder(_Head)
 
 
 class _Rejected(Exception):  # noqa: N818 - control flow inside this module
-    def __init__(self, reason: Reason, state: WorkingMemory | None = None) -> None:
+    def __init__(self, reason: Reason) -> None:
         super().__init__(reason.message)
         self.reason = reason
-        self.state = state
 
 
 def _reject(code: str, message: str, *, uri: str | None = None,
@@ -149,20 +153,23 @@ class Resumer:
                             f"v{state.plan_version} (ledger); next-ready follows v{state.plan_version}",
                     detail={"from": cp.plan_version, "to": state.plan_version}))
             known = {a.uri for a in cp.artifacts} if cp is not None else set()
-            await self._verify_artifacts([a for a in state.artifacts.values() if a.uri not in known])
+            await self._verify_artifacts(req.tenant,
+                                         [a for a in state.artifacts.values() if a.uri not in known])
             if state.status in TERMINAL_TASK:
                 raise _Rejected(_reject("task_closed", f"the task is {state.status}; nothing to resume",
-                                        detail={"task_status": state.status}), state)
-            return await self._finish(req, found, state, replayed, reasons)
+                                        detail={"task_status": state.status}))
+            lease = await self._acquire(req)
+            if lease.error is not None or lease.lease is None:
+                message = lease.error.message if lease.error else "no lease was granted"
+                raise _Rejected(_reject(lease.error.code if lease.error else "lease_held", message,
+                                        detail={"executor": req.executor}))
+            # The grant is a ledger event of this task (its sequence is the token): fold it,
+            # and whatever was appended since the replay began, so the state includes it.
+            state, more = await self._replay(req, state, last + 1, lease.lease.token)
+            return self._finish(found, state, replayed + more, reasons, lease.lease)
         except _Rejected as rejected:
             reasons.append(rejected.reason)
-            state_view = self._view(rejected.state, found) if rejected.state is not None else None
-            return ResumeReply(
-                ok=True, status="rejected", reasons=reasons, state=state_view,
-                next_ready=state_view["next_ready"] if state_view else [],
-                checkpoint_id=found.id if found else None,
-                checkpoint_seq=found.seq if found else None, replayed_events=replayed,
-                watermark=rejected.state.watermark if rejected.state is not None else 0)
+            return ResumeReply(ok=True, status="rejected", reasons=reasons)
 
     # ---- 1. locate ------------------------------------------------------------------------
 
@@ -248,9 +255,10 @@ class Resumer:
                 "watermark_not_found",
                 f"the checkpoint's cursor seq {cursor} {where}; expected an event of this task",
                 detail={"ledger_cursor": cursor}))
-        await self._verify_artifacts(cp.artifacts)
+        await self._verify_artifacts(req.tenant, cp.artifacts)
 
-    async def _verify_artifacts(self, refs: list[ev.ArtifactRef]) -> None:
+    async def _verify_artifacts(self, tenant: str, refs: list[ev.ArtifactRef]) -> None:
+        """Every ref must be stored intact, and be ``tenant``'s: another tenant's is missing."""
         if not refs:
             return
         gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
@@ -258,7 +266,7 @@ class Resumer:
         async def one(ref: ev.ArtifactRef) -> Reason | None:
             async with gate:
                 try:
-                    await self.artifacts.verify(ref)
+                    await self.artifacts.verify(ref, tenant=tenant)
                 except UnavailableError:
                     raise
                 except AgentLedgerError as exc:
@@ -335,8 +343,8 @@ class Resumer:
 
     # ---- 5. reconcile and 6. lease ----------------------------------------------------------------
 
-    async def _finish(self, req: ResumeRequest, found: Located | None, state: WorkingMemory,
-                      replayed: int, reasons: list[Reason]) -> ResumeReply:
+    def _finish(self, found: Located | None, state: WorkingMemory, replayed: int,
+                reasons: list[Reason], lease: LeaseBody) -> ResumeReply:
         reconcile: list[ReconcileItem] = []
         interrupted: list[InterruptedStep] = []
         for step in state.steps:
@@ -356,21 +364,12 @@ class Resumer:
                 interrupted.append(InterruptedStep(step.id, st.attempt, st.idempotency_key,
                                                    receipt.outcome if receipt else None))
         state_view = self._view(state, found)
-        lease = await self._acquire(req)
-        if lease.error is not None:
-            reasons.append(_reject(lease.error.code, lease.error.message,
-                                   detail={"executor": req.executor}))
-            return ResumeReply(ok=True, status="rejected", reasons=reasons, state=state_view,
-                               next_ready=state_view["next_ready"],
-                               checkpoint_id=found.id if found else None,
-                               checkpoint_seq=found.seq if found else None,
-                               replayed_events=replayed, watermark=state.watermark)
         status = "needs_reconcile" if reconcile else "resumable"
         dispatch = [] if reconcile else [*(s.step_id for s in interrupted), *state_view["next_ready"]]
         return ResumeReply(ok=True, status=status, reasons=reasons,
                            next_ready=state_view["next_ready"], dispatch=dispatch,
                            reconcile=reconcile, interrupted=interrupted, state=state_view,
-                           lease=lease.lease, checkpoint_id=found.id if found else None,
+                           lease=lease, checkpoint_id=found.id if found else None,
                            checkpoint_seq=found.seq if found else None, replayed_events=replayed,
                            watermark=state.watermark)
 

@@ -40,7 +40,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import artifacts, db
+from agentledger import artifacts, auth, db
 from agentledger.config import Settings
 from agentledger.contracts.api import ErrorBody, TaskChanged
 from agentledger.contracts.codec import contract_error, encode
@@ -54,6 +54,7 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.state import WorkingMemory, decode_state
 from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ledger_subject
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
@@ -109,6 +110,7 @@ class Checkpointer:
         self._service: Service | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._handlers: set[asyncio.Task[None]] = set()
+        self._tenants: TenantRegistry | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
         # Dirty tasks -> highest notified seq; a task is in at most one of dirty / busy.
@@ -135,9 +137,11 @@ class Checkpointer:
 
     async def _start(self) -> None:
         s = self.settings
-        self._nc = await nats.connect(s.nats_url, name="agentledger-checkpointer",
+        self._nc = await auth.connect(s, "checkpointer",
                                       max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
+        self._tenants = TenantRegistry(self._nc, s.prefix)
+        await self._tenants.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
         # The projector owns task_state; migrating here too lets either start first.
         await db.migrate(s.database_url)
@@ -178,6 +182,8 @@ class Checkpointer:
         for task in self._workers:
             task.cancel()  # a save cut short rolls back: the pointer never sees half of it
         await asyncio.gather(*self._workers, return_exceptions=True)
+        if self._tenants is not None:
+            await self._tenants.stop()
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await self._nc.drain()
@@ -373,12 +379,17 @@ class Checkpointer:
             task.add_done_callback(self._handlers.discard)
         return on_request
 
+    async def _caller(self, req: Request) -> Caller:
+        assert self._tenants is not None
+        return await self._tenants.caller(req.headers)
+
     async def _handle_save(self, req: Request) -> None:
         try:
             try:
                 body = _save_request.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
+            (await self._caller(req)).require_tenant(body.tenant, "$.tenant")
             reply = await self.save_now(body.tenant, body.task_id)
         except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
             reply = CheckpointSaveReply(ok=False, error=_error_body(exc))
@@ -390,6 +401,12 @@ class Checkpointer:
                 body = _resume_request.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
+            caller = await self._caller(req)
+            caller.require_tenant(body.tenant, "$.tenant")
+            if caller.agent is not None and body.executor != caller.agent:
+                raise PermissionDeniedError(
+                    f"this connection is authenticated as agent {caller.agent!r}; an agent resumes "
+                    "a task only as itself", code="holder_mismatch", path="$.executor")
             assert self.resumer is not None
             with structlog.contextvars.bound_contextvars(tenant=body.tenant, task=body.task_id):
                 reply = await self.resumer.resume(body)

@@ -12,6 +12,12 @@ batch is therefore split and each caller's unit committed alone, so the
 offender gets its own answer and the others are stored, each exactly once:
 ids are deduplicated by the server, and an id the server already holds is found
 with a non-writing probe rather than by writing again.
+
+A duplicate is only a duplicate if it says the same thing. Every message
+carries its event's digest (``Agentledger-Digest``); when the server reports an
+id as already stored, the stored message's digest is read back by sequence
+(a direct get) and compared: a different one is ``event_id_conflict``, never a
+``duplicate`` that silently keeps the first sender's content.
 """
 
 from __future__ import annotations
@@ -30,8 +36,16 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.nuid import NUID
 
 from agentledger.contracts.api import AppendResult
-from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError, UnavailableError
-from agentledger.ledger import MSG_ID
+from agentledger.contracts.codec import encode
+from agentledger.contracts.events import EventBase
+from agentledger.errors import (
+    AgentLedgerError,
+    ConflictError,
+    DuplicateError,
+    EventIdConflictError,
+    UnavailableError,
+)
+from agentledger.ledger import DIGEST, MSG_ID, event_digest, msg_id
 
 log = structlog.get_logger()
 
@@ -53,11 +67,31 @@ class Unit:
     bodies: list[bytes]
     event_ids: list[str]
     expected_last_seq: int | None = None
+    # Content digest per event (``ledger.event_digest`` of the event before sealing).
+    digests: list[str] = field(default_factory=list)
     future: asyncio.Future[list[AppendResult]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def __len__(self) -> int:
         return len(self.bodies)
+
+    def headers(self, i: int) -> dict[str, str]:
+        """The framing headers of message ``i``: its dedupe id and content digest."""
+        headers = {MSG_ID: self.msg_ids[i]}
+        if self.digests:
+            headers[DIGEST] = self.digests[i]
+        return headers
+
+
+def make_unit(subject: str, events: Sequence[EventBase], stored: Sequence[EventBase],
+              expected_last_seq: int | None = None) -> Unit:
+    """A unit storing ``stored`` (the events as sealed), digested from ``events`` (as sent)."""
+    return Unit(subject=subject,
+                msg_ids=[msg_id(e.tenant, e.task_id, e.event_id) for e in stored],
+                bodies=[encode(e) for e in stored],
+                event_ids=[e.event_id for e in stored],
+                expected_last_seq=expected_last_seq,
+                digests=[event_digest(e) for e in events])
 
 
 class _BatchFailed(Exception):  # noqa: N818 - internal signal, never escapes this module
@@ -181,6 +215,11 @@ class GroupCommitter:
             else:
                 unit.future.set_exception(exc)
         else:
+            if duplicate:
+                conflict = await self._conflicting(unit, [last])
+                if conflict is not None:
+                    unit.future.set_exception(conflict)
+                    return
             _resolve([unit], last, duplicate=duplicate)
 
     async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
@@ -191,7 +230,7 @@ class GroupCommitter:
         """
         if len(units) == 1 and len(units[0]) == 1:
             unit = units[0]
-            headers = {MSG_ID: unit.msg_ids[0]}
+            headers = unit.headers(0)
             if unit.expected_last_seq is not None:
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
             ack = await self._request(unit.subject, unit.bodies[0], headers)
@@ -203,7 +242,7 @@ class GroupCommitter:
             for i, body in enumerate(unit.bodies):
                 n += 1
                 headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
-                           MSG_ID: unit.msg_ids[i]}
+                           **unit.headers(i)}
                 if i == 0 and unit.expected_last_seq is not None:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
                 if n == total:
@@ -232,6 +271,9 @@ class GroupCommitter:
             return AgentLedgerError(f"the ledger refused the append: {exc.description}",
                                     code="ledger_rejected")
         stored = [await self._probe(unit.subject, mid) for mid in unit.msg_ids]
+        conflict = await self._conflicting(unit, stored)
+        if conflict is not None:
+            return conflict
         if all(seq is not None for seq in stored):
             # A retry of an append that was stored (its ack was lost): report the
             # original sequences, never a conflict and never a second copy.
@@ -244,7 +286,7 @@ class GroupCommitter:
                 "of this atomic append are not; resend only the new events",
                 path=f"$.events[{i}].event_id")
         if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-            current = await self._last_seq(unit.subject)
+            current = await self.last_seq(unit.subject)
             return ConflictError(
                 f"expected last sequence {unit.expected_last_seq}, the task is at {current}",
                 path="$.expected_last_seq", current_seq=current)
@@ -259,13 +301,41 @@ class GroupCommitter:
             return None  # the expectation failed: the id is not stored, nothing was written
         return int(ack["seq"]) if ack.get("duplicate") else None
 
-    async def _last_seq(self, subject: str) -> int:
+    async def _conflicting(self, unit: Unit, stored: Sequence[int | None]) -> AgentLedgerError | None:
+        """``event_id_conflict`` for the first id stored with other content than this unit's."""
+        if not unit.digests:
+            return None
+        for i, seq in enumerate(stored):
+            if seq is None:
+                continue
+            digest = await self._stored_digest(seq)
+            # A message stored before digests existed cannot be compared; it counts as the same.
+            if digest is not None and digest != unit.digests[i]:
+                return EventIdConflictError(
+                    f"event id {unit.event_ids[i]!r} is already stored (seq {seq}) with other "
+                    "content; use a new event id for a new event", path=f"$.events[{i}].event_id")
+        return None
+
+    async def _stored_digest(self, seq: int) -> str | None:
+        """The digest header of the message at ``seq`` (direct get), or None."""
+        try:
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
+                                           json.dumps({"seq": seq}).encode(), timeout=self._timeout)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise UnavailableError("the ledger did not answer a direct get") from exc
+        return (reply.headers or {}).get(DIGEST)
+
+    async def last_seq(self, subject: str) -> int:
         """Stream sequence of the last message on ``subject`` (0 when none)."""
-        reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
-                                       json.dumps({"last_by_subj": subject}).encode(),
-                                       timeout=self._timeout)
+        try:
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
+                                           json.dumps({"last_by_subj": subject}).encode(),
+                                           timeout=self._timeout)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise UnavailableError("the ledger did not answer a direct get") from exc
         seq = (reply.headers or {}).get("Nats-Sequence")
         return int(seq) if seq else 0
+
 
 
 def _resolve(units: Sequence[Unit], last_seq: int, *, duplicate: bool = False) -> None:

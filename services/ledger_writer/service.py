@@ -19,22 +19,26 @@ import structlog
 from nats.micro import add_service
 from nats.micro.request import Request
 
-from agentledger import artifacts
+from agentledger import artifacts, auth
 from agentledger.config import Settings
-from agentledger.contracts.api import AppendReply, AppendResult, ErrorBody, LeaseBody, LeaseReply
+from agentledger.contracts.api import AppendReply, AppendResult, LeaseBody, LeaseReply
 from agentledger.contracts.codec import (
     decode_append_request,
     decode_event,
     decode_lease_request,
     encode,
+    error_body,
 )
 from agentledger.contracts.events import EventBase, kind_of
 from agentledger.core.validate import check_batch
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseTable
-from agentledger.ledger import ensure_stream, ledger_subject, msg_id
+from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.sealing import Keyring, load_kek, seal_event
-from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit
+from agentledger.services.ledger_writer import artifact_endpoints
+from agentledger.services.ledger_writer.grants import LedgerGrants
+from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 
 log = structlog.get_logger()
 
@@ -43,11 +47,6 @@ SERVICE_NAME = "agentledger-ledger-writer"
 
 def append_subject(prefix: str) -> str:
     return f"{prefix}.writer.append"
-
-
-def error_body(exc: AgentLedgerError) -> ErrorBody:
-    return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path,
-                     current_seq=exc.current_seq)
 
 
 def error_reply(exc: AgentLedgerError) -> bytes:
@@ -73,20 +72,24 @@ class LedgerWriter:
         self._keyring: Keyring | None = None
         self._artifacts: artifacts.ArtifactStore | None = None
         self._leases: LeaseTable | None = None
+        self._tenants: TenantRegistry | None = None
         self._stopped = False
 
     async def start(self) -> None:
         s = self.settings
-        self._nc = await nats.connect(s.nats_url, name="agentledger-ledger-writer",
-                                      max_reconnect_attempts=-1)
+        self._nc = await auth.connect(s, auth.WRITER, max_reconnect_attempts=-1)
         await ensure_stream(s, self._nc)
+        self._tenants = TenantRegistry(self._nc, s.prefix)
+        await self._tenants.start()
         self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path))
         self._artifacts = await artifacts.open(self._nc, s)
-        self._leases = LeaseTable(self._nc, s.leases_bucket)
-        await self._leases.start()
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches)
         self._flusher = asyncio.create_task(self._committer.run())
+        # Grants are ledger events (their sequence is the fencing token): see leases.py.
+        self._leases = LeaseTable(self._nc, s.leases_bucket,
+                                  LedgerGrants(self._nc, s, self._committer))
+        await self._leases.start()
         self._service = await add_service(
             self._nc, name=SERVICE_NAME, version="0.1.0",
             description="Validated, durable, deduplicated appends to the agentledger ledger")
@@ -96,6 +99,8 @@ class LedgerWriter:
             await self._service.add_endpoint(  # type: ignore[attr-defined]
                 name=f"lease-{action}", subject=lease_subject(s.prefix, action),
                 handler=self._lease_handler(action))
+        await artifact_endpoints.register(self._service, self._nc, s, self._artifacts, self._tenants,
+                                          tasks=self._handlers)
 
     async def wait_failed(self) -> None:
         assert self._flusher is not None
@@ -113,24 +118,33 @@ class LedgerWriter:
             await self._committer.close()
         if self._leases is not None:
             await self._leases.stop()
+        if self._tenants is not None:
+            await self._tenants.stop()
         if self._flusher is not None:
             self._flusher.cancel()
         if self._nc is not None:
             await self._nc.drain()
 
     async def _on_request(self, req: Request) -> None:
+        assert self._tenants is not None
         try:
-            unit = self._prepare(req.data)
+            caller = await self._tenants.caller(req.headers)
+            unit = self._prepare(req.data, caller)
         except AgentLedgerError as exc:
             log.info("append.rejected", code=exc.code, path=exc.path)
             await req.respond(error_reply(exc))
             return
-        task = asyncio.create_task(self._finish(req, unit))
+        task = asyncio.create_task(self._finish(req, unit, caller))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
-    def _prepare(self, data: bytes) -> tuple[list[EventBase], int | None]:
-        """Decode and check a request; everything here needs no I/O."""
+    def _prepare(self, data: bytes,
+                 caller: Caller) -> tuple[list[EventBase], int | None, str | None]:
+        """Decode and check a request; everything here needs no I/O.
+
+        A tenant caller may only append to its own tenant, as itself: the
+        body's tenant and producer must be the authenticated ones.
+        """
         request = decode_append_request(data)
         limit = self.settings.max_event_bytes
         if len(request.events) > self.settings.max_batch_events:
@@ -143,12 +157,21 @@ class LedgerWriter:
                 raise ContractError(f"event is {len(raw)} bytes, the limit is {limit}; put large "
                                     "payloads in the artifact store and reference them",
                                     code="event_too_large", path=f"$.events[{i}]")
-            events.append(decode_event(raw, f"$.events[{i}]"))
+            event = decode_event(raw, f"$.events[{i}]")
+            caller.require_tenant(event.tenant, f"$.events[{i}].tenant")
+            if caller.agent is not None and event.producer != caller.agent:
+                raise PermissionDeniedError(
+                    f"this connection is authenticated as agent {caller.agent!r}; an event's "
+                    "producer must be the agent that sends it", code="producer_mismatch",
+                    path=f"$.events[{i}].producer")
+            events.append(event)
         check_batch(events)
-        return events, request.expected_last_seq
+        return events, request.expected_last_seq, request.lease_secret
 
-    async def _finish(self, req: Request, prepared: tuple[list[EventBase], int | None]) -> None:
-        events, expected = prepared
+    async def _finish(self, req: Request,
+                      prepared: tuple[list[EventBase], int | None, str | None],
+                      caller: Caller) -> None:
+        events, expected, lease_secret = prepared
         first = events[0]
         with structlog.contextvars.bound_contextvars(tenant=first.tenant, task=first.task_id,
                                                      trace_id=first.trace_id):
@@ -157,14 +180,10 @@ class LedgerWriter:
                 # The artifact must be durable before the event that cites it is accepted.
                 await artifacts.check_refs(self._artifacts, events)
                 sealed = [await seal_event(e, self._keyring) for e in events]
-                unit = Unit(
-                    subject=ledger_subject(self.settings.prefix, first.tenant, first.task_id),
-                    msg_ids=[msg_id(e.tenant, e.task_id, e.event_id) for e in sealed],
-                    bodies=[encode(e) for e in sealed],
-                    event_ids=[e.event_id for e in sealed],
-                    expected_last_seq=expected,
-                )
-                results = await self._commit_fenced(events, unit)
+                # Digests of the events as sent: sealing draws a fresh nonce on every retry.
+                unit = make_unit(ledger_subject(self.settings.prefix, first.tenant, first.task_id),
+                                 events, sealed, expected)
+                results = await self._commit_fenced(events, unit, caller, lease_secret)
             except AgentLedgerError as exc:
                 log.info("append.refused", code=exc.code, path=exc.path)
                 await req.respond(error_reply(exc))
@@ -176,34 +195,55 @@ class LedgerWriter:
                 return
             await req.respond(encode(AppendReply(ok=True, results=results)))
 
-    async def _commit_fenced(self, events: list[EventBase], unit: Unit) -> list[AppendResult]:
-        """Commit ``unit``, holding the task's lease lock from the token check to the ack."""
+    async def _commit_fenced(self, events: list[EventBase], unit: Unit, caller: Caller,
+                             lease_secret: str | None) -> list[AppendResult]:
+        """Commit ``unit``, holding the task's lease lock from the lease check to the ack."""
         assert self._leases is not None and self._committer is not None
         first = events[0]
         async with self._leases.locked(first.tenant, first.task_id):
             await self._leases.check(first.tenant, first.task_id,
-                                     [(kind_of(e), e.fencing_token) for e in events])
+                                     [(kind_of(e), e.fencing_token) for e in events],
+                                     lease_secret, caller)
             return await self._committer.submit(unit)
 
     def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
         async def handle(req: Request) -> None:
-            assert self._leases is not None
+            assert self._leases is not None and self._tenants is not None
+            secret: str | None = None
             try:
+                caller = await self._tenants.caller(req.headers)
                 r = decode_lease_request(req.data)
+                caller.require_tenant(r.tenant, "$.tenant")
+                # A tenant agent holds leases only as itself; an operator (the checkpointer
+                # resuming for an executor) names the holder.
+                if caller.agent is not None and r.holder != caller.agent:
+                    raise PermissionDeniedError(
+                        f"this connection is authenticated as agent {caller.agent!r}; an agent "
+                        "takes and holds leases only as itself", code="holder_mismatch",
+                        path="$.holder")
                 if action == "acquire":
-                    lease: Lease | None = await self._leases.acquire(r.tenant, r.task_id, r.holder,
-                                                                     r.ttl_s)
+                    lease: Lease | None
+                    lease, secret = await self._leases.acquire(r.tenant, r.task_id, r.holder,
+                                                               r.ttl_s)
                 elif r.token is None:
                     raise ContractError(f"{action} needs the lease token", code="missing_field",
                                         path="$.token")
                 elif action == "renew":
-                    lease = await self._leases.renew(r.tenant, r.task_id, r.holder, r.token, r.ttl_s)
+                    lease = await self._leases.renew(r.tenant, r.task_id, r.holder, r.token,
+                                                     secret=r.secret, ttl_s=r.ttl_s)
                 else:
-                    await self._leases.release(r.tenant, r.task_id, r.holder, r.token)
+                    await self._leases.release(r.tenant, r.task_id, r.holder, r.token,
+                                               secret=r.secret)
                     lease = None
             except AgentLedgerError as exc:
+                log.info("lease.refused", action=action, code=exc.code, path=exc.path)
                 await req.respond(encode(LeaseReply(ok=False, error=error_body(exc))))
                 return
-            body = LeaseBody(lease.holder, lease.token, lease.expires_at) if lease else None
+            except Exception:
+                log.exception("lease.failed", action=action)
+                await req.respond(encode(LeaseReply(ok=False, error=error_body(AgentLedgerError(
+                    "internal error", code="internal", retryable=True)))))
+                return
+            body = LeaseBody(lease.holder, lease.token, lease.expires_at, secret) if lease else None
             await req.respond(encode(LeaseReply(ok=True, lease=body)))
         return handle

@@ -9,7 +9,9 @@ into a scratch schema and compares state hashes with the live projection.
 
 ``fold_message`` is the one place that turns a ledger message into a state
 change; the live projector calls it too, so live and replay cannot disagree on
-what a message means.
+what a message means. It files an event only where its subject and its body
+agree on tenant and task: anything else is a recorded rejection, never a crash
+and never a change to some other task's state.
 """
 
 from __future__ import annotations
@@ -23,19 +25,18 @@ from typing import Any
 import asyncpg
 import blake3
 import msgspec
-import nats
 import structlog
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from agentledger import db
+from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.contracts.codec import contract_error
-from agentledger.contracts.events import AnyEvent
+from agentledger.contracts.events import AnyEvent, kind_of
 from agentledger.core.reducer import apply
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, new_state
 from agentledger.errors import UnavailableError
-from agentledger.ledger import ledger_subject, ledger_wildcard, split_subject
+from agentledger.ledger import ledger_subject, ledger_wildcard, subject_key
 from agentledger.services.projector.store import RejectionRow, Store, TaskRow
 
 log = structlog.get_logger()
@@ -104,21 +105,55 @@ def event_id_of(headers: dict[str, str] | None) -> str:
     return mid.rsplit("/", 1)[-1]
 
 
-def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key, data: bytes, seq: int,
-                 headers: dict[str, str] | None, *, rejections: list[RejectionRow]) -> bool:
+def subject_tokens(subject: str) -> Key:
+    """Best-effort (tenant, task) of any ledger subject, for a rejection row of a malformed one."""
+    rest = subject.split(".ledger.", 1)[1] if ".ledger." in subject else ""
+    tenant, _, task = rest.partition(".")
+    return tenant, task
+
+
+class SubjectKeys(dict[str, Key | None]):
+    """``subject_key`` of each ledger subject, parsed once per subject."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, subject: str) -> Key | None:
+        key = self[subject] = subject_key(self.prefix, subject)
+        return key
+
+
+def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, data: bytes,
+                 seq: int, headers: dict[str, str] | None, *, rejections: list[RejectionRow],
+                 subject: str = "") -> bool:
     """Apply one ledger message to ``states[key]``; True if the task's state was touched.
 
-    A body that does not decode becomes an ``undecodable`` rejection row and
-    leaves the state alone; an event the reducer refuses becomes a rejection row
-    (and a ``Rejection`` inside the state, as the reducer records it). Should the
+    ``key`` is the (tenant, task) of the message's subject (``ledger.subject_key``),
+    None when the subject is not ``<prefix>.ledger.<tenant>.<task>``: that is a
+    ``malformed_subject`` rejection row (filed under the subject's own tokens).
+    A body that does not decode is ``undecodable``; a body naming another tenant
+    or task than its subject is ``subject_mismatch``. None of these touch any
+    state. An event the reducer refuses becomes a rejection row (and a
+    ``Rejection`` inside the state, as the reducer records it). Should the
     reducer itself raise, the message becomes a ``reducer_error`` row instead of
     stopping the projection (live and replay record it alike).
     """
+    if key is None:
+        tenant, task = subject_tokens(subject)
+        rejections.append((tenant, task, seq, event_id_of(headers), "", "malformed_subject",
+                           f"ledger subject {subject!r} is not <prefix>.ledger.<tenant>.<task>"))
+        return False
     try:
         event = _decoder.decode(data)
     except msgspec.MsgspecError as exc:
         err = contract_error(exc)
         rejections.append((key[0], key[1], seq, event_id_of(headers), "", "undecodable", str(err)))
+        return False
+    if event.tenant != key[0] or event.task_id != key[1]:
+        rejections.append((key[0], key[1], seq, event.event_id, kind_of(event), "subject_mismatch",
+                           f"the event names {event.tenant}/{event.task_id} but was stored on the "
+                           f"subject of {key[0]}/{key[1]}"))
         return False
     state = states.get(key)
     if state is None:
@@ -231,7 +266,7 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     states, seqs, rejections = fold.states, fold.seqs, fold.rejections
-    keys: dict[str, Key] = {}
+    keys = SubjectKeys(settings.prefix)
     count = [0, 0]  # messages folded, last sequence folded
 
     async def on_msg(msg: Any) -> None:
@@ -247,11 +282,9 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
             if seq > upto:
                 done.set_result(None)
                 return
-            subj = msg.subject
-            key = keys.get(subj)
-            if key is None:
-                key = keys[subj] = split_subject(subj)
-            if fold_message(states, key, msg.data, seq, msg.headers, rejections=rejections):
+            key = keys[msg.subject]
+            if fold_message(states, key, msg.data, seq, msg.headers, rejections=rejections,
+                            subject=msg.subject) and key is not None:
                 seqs[key] = seq
             n = count[0] = count[0] + 1
             count[1] = seq
@@ -311,7 +344,7 @@ async def rebuild_with(nc: Client, conn: asyncpg.Connection, settings: Settings,
 
 
 async def _connect(settings: Settings) -> tuple[Client, asyncpg.Connection]:
-    nc = await nats.connect(settings.nats_url)
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
         conn = await db.connect(settings.database_url)
     except BaseException:

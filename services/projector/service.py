@@ -43,13 +43,14 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import db
+from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.contracts.api import ErrorBody, TaskChanged, WorkingMemoryReply
 from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
 from agentledger.errors import AgentLedgerError
-from agentledger.ledger import ensure_stream, ledger_wildcard, split_subject
+from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
+from agentledger.ledger import ensure_stream, ledger_wildcard, subject_key
 from agentledger.sealing import Keyring, load_kek, reveal
 from agentledger.services.projector.puller import Puller
 from agentledger.services.projector.rebuild import (
@@ -133,6 +134,7 @@ class Projector:
         self._busy = False
         self._cache: dict[tuple[str, str], WorkingMemory] = {}
         self._keys: Keyring | None = None
+        self._tenants: TenantRegistry | None = None
         # Watermark this process committed last (None: not initialized).
         self._committed: int | None = None
 
@@ -150,9 +152,11 @@ class Projector:
 
     async def _start(self) -> None:
         s = self.settings
-        self._nc = await nats.connect(s.nats_url, name="agentledger-projector",
+        self._nc = await auth.connect(s, "projector",
                                       max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
+        self._tenants = TenantRegistry(self._nc, s.prefix)
+        await self._tenants.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
         await self._ensure_stream()
         await db.migrate(s.database_url)
@@ -198,8 +202,7 @@ class Projector:
                 await self._service.stop()
             except Exception:
                 log.warning("projector.service_stop_failed", exc_info=True)
-        if self._sub is not None:
-            await self._sub.close()
+        await self._close_readers()
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await self._nc.drain()
@@ -210,6 +213,12 @@ class Projector:
         if self._pool is not None:
             await self._pool.close()
         log.info("projector.stopped", watermark=self._committed)
+
+    async def _close_readers(self) -> None:
+        if self._sub is not None:
+            await self._sub.close()
+        if self._tenants is not None:
+            await self._tenants.stop()
 
     async def wait_failed(self) -> None:
         """Return or raise only when the projection loop gave up."""
@@ -388,8 +397,9 @@ class Projector:
         """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's transaction."""
         await self._check_contiguous(wm, [seq for seq, _ in fresh])
         cache = self._cache
-        keys = [split_subject(msg.subject) for _, msg in fresh]
-        missing = list({k for k in keys if k not in cache})
+        prefix = self.settings.prefix
+        keys = [subject_key(prefix, msg.subject) for _, msg in fresh]
+        missing = list({k for k in keys if k is not None and k not in cache})
         for r in await self.store.load_states(conn, missing):
             cache[(r[0], r[1])] = decode_state(r[3])
         changed: dict[tuple[str, str], int] = {}
@@ -397,9 +407,10 @@ class Projector:
         bind = structlog.contextvars.bind_contextvars
         try:
             for (seq, msg), key in zip(fresh, keys, strict=True):
-                bind(tenant=key[0], task=key[1], seq=seq)
+                bind(tenant=key[0] if key else "", task=key[1] if key else "", seq=seq)
                 before = len(rejections)
-                if fold_message(cache, key, msg.data, seq, msg.headers, rejections=rejections):
+                if fold_message(cache, key, msg.data, seq, msg.headers, rejections=rejections,
+                                subject=msg.subject) and key is not None:
                     changed[key] = seq
                 if len(rejections) > before:
                     log.info("projector.rejected", code=rejections[-1][5])
@@ -453,17 +464,22 @@ class Projector:
     # ---- read API -------------------------------------------------------------------------
 
     async def _handle_get(self, req: Request) -> None:
+        assert self._tenants is not None
         try:
-            reply = await self.working_memory(req.data)
+            caller = await self._tenants.caller(req.headers)
+            reply = await self.working_memory(req.data, caller)
+        except PermissionDeniedError as exc:
+            reply = _error(exc.code, exc.message, exc.path)
         except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
             log.error("projector.read_error", error=type(exc).__name__, detail=_safe(exc))
             reply = _error("internal", "the projector failed to answer")
         await req.respond(encode(reply))
 
-    async def working_memory(self, data: bytes) -> WorkingMemoryReply:
-        """Answer one ``wm.get`` request body."""
+    async def working_memory(self, data: bytes, caller: Caller = OPERATOR) -> WorkingMemoryReply:
+        """Answer one ``wm.get`` request body for ``caller``: a tenant reads only its own tasks."""
         try:
             ref = decode_task_ref(data)
+            caller.require_tenant(ref.tenant, "$.tenant")
         except AgentLedgerError as exc:
             return _error(exc.code, exc.message, exc.path)
         assert self._pool is not None

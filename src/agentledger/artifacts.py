@@ -1,19 +1,26 @@
-"""Content-addressed artifact store on a JetStream Object Store bucket.
+"""Content-addressed artifact store on a JetStream Object Store bucket, scoped per tenant.
 
 Events never carry large content: they carry an ``ArtifactRef`` pointing here.
-An artifact is named by the blake3 of its bytes, so putting the same content
-twice stores it once and always yields the same URI,
-``artifact://<bucket>/<blake3 hex>``. The bucket is ``<PREFIX>_ARTIFACTS``
-(derived like the other per-prefix names in ``config``).
+An artifact is named by its tenant and the blake3 of its bytes, so one tenant
+putting the same content twice stores it once and always yields the same URI,
+``artifact://<bucket>/<tenant>/<blake3 hex>``, while two tenants never share an
+object: dedupe never tells a tenant what another one stored. The bucket is
+``<PREFIX>_ARTIFACTS`` (derived like the other per-prefix names in ``config``).
 
-The Object Store checks its own SHA-256 digest; the blake3, schema, producer
-and version of an artifact travel in the object's ``headers`` (stored in the
-meta message's JSON body, Go-compatible ``{name: [value]}`` form), so ``stat``
-answers from metadata alone. ``get`` re-hashes the content and compares it with
-the name, the metadata and the caller's expected hash, which catches an object
-replaced under the same name. ``check_refs`` lets the ledger-writer refuse an
-event that cites an artifact which is not durably stored (or not the one cited),
-so an artifact is always in the store before the event that points at it.
+Only the services open this store (tenants have no JetStream access); agents
+reach it through the ledger-writer's ``<prefix>.artifact.*`` endpoints. A
+``tenant`` given to ``stat`` / ``get`` / ``verify`` scopes the lookup: a URI of
+another tenant answers exactly like a missing artifact.
+
+The Object Store checks its own SHA-256 digest; the tenant, blake3, schema,
+producer and version of an artifact travel in the object's ``headers`` (stored
+in the meta message's JSON body, Go-compatible ``{name: [value]}`` form), so
+``stat`` answers from metadata alone. ``get`` re-hashes the content and compares
+it with the name, the metadata and the caller's expected hash, which catches an
+object replaced under the same name. ``check_refs`` lets the ledger-writer
+refuse an event that cites an artifact which is not durably stored (or not the
+one cited, or another tenant's), so an artifact is always in the store before
+the event that points at it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import nats.errors
@@ -42,17 +49,15 @@ from nats.js.object_store import ObjectStore
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
+from agentledger.contracts.artifacts import H_BLAKE3, H_PRODUCER, H_SCHEMA, H_TENANT, H_VERSION
 from agentledger.contracts.codec import contract_error
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 
 URI_SCHEME = "artifact://"
-_URI = re.compile(r"^artifact://([A-Za-z0-9_-]+)/([0-9a-f]{64})$")
+_URI = re.compile(r"^artifact://([A-Za-z0-9_-]+)/([A-Za-z0-9_-]{1,64})/([0-9a-f]{64})$")
 
-# Object headers written by ``put`` (canonical MIME case, as Go's nats.Header expects).
-H_BLAKE3 = "Agentledger-Blake3"
-H_SCHEMA = "Agentledger-Schema"
-H_PRODUCER = "Agentledger-Producer"
-H_VERSION = "Agentledger-Version"
+# Object headers written by ``put`` (canonical MIME case, as Go's nats.Header expects) are
+# the endpoints' header names: H_TENANT, H_BLAKE3, H_SCHEMA, H_PRODUCER, H_VERSION.
 
 # Above this size hashing runs in a thread (blake3 releases the GIL) to keep the loop free.
 _THREAD_HASH_BYTES = 1 << 20
@@ -68,24 +73,38 @@ def artifacts_bucket(settings: Settings) -> str:
     return f"{settings.prefix.upper().replace('-', '_')}_ARTIFACTS"
 
 
-def artifact_uri(bucket: str, blake3_hex: str) -> str:
-    return f"{URI_SCHEME}{bucket}/{blake3_hex}"
+class ArtifactAddress(NamedTuple):
+    """What an artifact URI names: a bucket, the owning tenant and the content's blake3."""
+
+    bucket: str
+    tenant: str
+    blake3: str
+
+    @property
+    def name(self) -> str:
+        """The object's name in the bucket: ``<tenant>/<blake3>``."""
+        return f"{self.tenant}/{self.blake3}"
 
 
-def parse_uri(uri: str) -> tuple[str, str]:
-    """Split ``artifact://<bucket>/<64 hex>`` into (bucket, object name)."""
+def artifact_uri(bucket: str, tenant: str, blake3_hex: str) -> str:
+    return f"{URI_SCHEME}{bucket}/{tenant}/{blake3_hex}"
+
+
+def parse_uri(uri: str) -> ArtifactAddress:
+    """Split ``artifact://<bucket>/<tenant>/<64 hex>`` into its bucket, tenant and blake3."""
     match = _URI.match(uri) if isinstance(uri, str) else None
     if match is None:
-        raise ContractError(f"{uri!r} is not artifact://<bucket>/<64 lowercase hex blake3>",
-                            code="invalid_artifact_uri")
-    return match.group(1), match.group(2)
+        raise ContractError(f"{uri!r} is not artifact://<bucket>/<tenant>/<64 lowercase hex "
+                            "blake3>", code="invalid_artifact_uri")
+    return ArtifactAddress(match.group(1), match.group(2), match.group(3))
 
 
 def _hash_now(data: bytes) -> str:
     return blake3(data).hexdigest()
 
 
-async def _hash(data: bytes) -> str:
+async def hash_content(data: bytes) -> str:
+    """The blake3 hex of ``data``; large content is hashed in a thread, off the event loop."""
     if len(data) >= _THREAD_HASH_BYTES:
         return await asyncio.to_thread(_hash_now, data)
     return _hash_now(data)
@@ -144,21 +163,25 @@ class ArtifactStore:
                     raise UnavailableError(f"artifact bucket {self.bucket}: {exc!r}") from exc
         return self._obs
 
-    def _name(self, uri: str) -> str:
-        bucket, name = parse_uri(uri)
-        if bucket != self.bucket:
-            raise ContractError(f"{uri} names bucket {bucket}; this store is {self.bucket}",
+    def _address(self, uri: str, tenant: str | None) -> ArtifactAddress | None:
+        """The address ``uri`` names in this store; None when ``tenant`` may not see it."""
+        address = parse_uri(uri)
+        if address.bucket != self.bucket:
+            raise ContractError(f"{uri} names bucket {address.bucket}; this store is {self.bucket}",
                                 code="invalid_artifact_uri")
-        return name
+        return address if tenant is None or address.tenant == tenant else None
 
-    def _ref(self, uri: str, name: str, info: ObjectInfo) -> ev.ArtifactRef:
+    def _ref(self, uri: str, address: ArtifactAddress, info: ObjectInfo) -> ev.ArtifactRef:
         """The ref an object's metadata describes; a mismatch if it is not ours or not intact."""
         if info.options is not None and info.options.link is not None:
             raise _mismatch(uri, "is a link, not content")
         headers = info.headers
         stored = _header(headers, H_BLAKE3)
-        if stored != name:
-            raise _mismatch(uri, f"metadata blake3 is {stored!r}, the name says {name}")
+        if stored != address.blake3:
+            raise _mismatch(uri, f"metadata blake3 is {stored!r}, the name says {address.blake3}")
+        owner = _header(headers, H_TENANT)
+        if owner != address.tenant:
+            raise _mismatch(uri, f"metadata tenant is {owner!r}, the name says {address.tenant}")
         try:
             return msgspec.convert({
                 "uri": uri, "blake3": stored, "schema": _header(headers, H_SCHEMA),
@@ -179,18 +202,23 @@ class ArtifactStore:
         except _NATS_UNAVAILABLE as exc:
             raise UnavailableError(f"artifact {uri}: {exc!r}") from exc
 
-    async def put(self, data: bytes, *, schema: str, producer: str,
+    async def put(self, data: bytes, *, tenant: str, schema: str, producer: str,
                   version: int = 1) -> ev.ArtifactRef:
-        """Store ``data`` under its blake3 and return its ref, once durably stored.
+        """Store ``data`` under ``tenant`` and its blake3; return its ref, once durably stored.
 
-        Identical content already stored intact is not written again; the ref
-        returned names the caller's schema/producer/version (the metadata keeps
-        those of the first writer). An object under that name whose metadata is
-        not intact is overwritten with the right bytes.
+        Identical content the same tenant already stored intact is not written
+        again; the ref returned names the caller's schema/producer/version (the
+        metadata keeps those of the first writer). An object under that name
+        whose metadata is not intact is overwritten with the right bytes.
         """
         data = bytes(data)
-        digest = await _hash(data)
-        uri = artifact_uri(self.bucket, digest)
+        digest = await hash_content(data)
+        try:
+            address = ArtifactAddress(self.bucket, msgspec.convert(tenant, ev.Token), digest)
+        except msgspec.ValidationError as exc:
+            raise ContractError(f"tenant {tenant!r} is not a token: {exc}",
+                                code="invalid_token", path="$.tenant") from exc
+        uri = artifact_uri(self.bucket, tenant, digest)
         try:
             ref = msgspec.convert({"uri": uri, "blake3": digest, "schema": schema, "producer": producer,
                                    "version": version, "size": len(data)}, ev.ArtifactRef)
@@ -198,42 +226,57 @@ class ArtifactStore:
             raise contract_error(exc) from exc
         obs = await self._store(create=True)
         try:
-            existing = await obs.get_info(digest)
+            existing = await obs.get_info(address.name)
         except (ObjectNotFoundError, NatsNotFoundError, BadObjectMetaError):
             existing = None
         except _NATS_UNAVAILABLE as exc:
             raise UnavailableError(f"artifact {uri}: {exc!r}") from exc
         if existing is not None:
             try:
-                if self._ref(uri, digest, existing).size == len(data):
+                if self._ref(uri, address, existing).size == len(data):
                     return ref
             except AgentLedgerError:
                 pass  # not intact: rewrite it below
-        meta = ObjectMeta(name=digest, headers={
-            H_BLAKE3: [digest], H_SCHEMA: [schema], H_PRODUCER: [producer],
+        meta = ObjectMeta(name=address.name, headers={
+            H_TENANT: [tenant], H_BLAKE3: [digest], H_SCHEMA: [schema], H_PRODUCER: [producer],
             H_VERSION: [str(version)]})
         try:
             # Every chunk and the meta message are published with a JetStream ack awaited.
-            await obs.put(digest, data, meta=meta)
+            await obs.put(address.name, data, meta=meta)
         except _NATS_UNAVAILABLE as exc:
             raise UnavailableError(f"artifact {uri} not stored: {exc!r}") from exc
         return ref
 
-    async def stat(self, uri: str) -> ev.ArtifactRef:
-        """The ref of a stored artifact, from its metadata only (no content read)."""
-        name = self._name(uri)
-        info = await self._info(uri, name)
-        if info is None:
-            raise _missing(uri)
-        return self._ref(uri, name, info)
+    async def stat(self, uri: str, *, tenant: str | None = None) -> ev.ArtifactRef:
+        """The ref of a stored artifact, from its metadata only (no content read).
 
-    async def get(self, uri: str, expected_blake3: str | None = None) -> bytes:
-        """The content of an artifact, re-hashed and checked against its name and metadata."""
-        name = self._name(uri)
+        With ``tenant``, an artifact of another tenant is reported missing.
+        """
+        address = self._address(uri, tenant)
+        info = await self._info(uri, address.name) if address is not None else None
+        if address is None or info is None:
+            raise _missing(uri)
+        return self._ref(uri, address, info)
+
+    async def get(self, uri: str, expected_blake3: str | None = None, *,
+                  tenant: str | None = None) -> bytes:
+        """The content of an artifact, re-hashed and checked against its name and metadata.
+
+        With ``tenant``, an artifact of another tenant is reported missing.
+        """
+        data, _ = await self.read(uri, expected_blake3, tenant=tenant)
+        return data
+
+    async def read(self, uri: str, expected_blake3: str | None = None, *,
+                   tenant: str | None = None) -> tuple[bytes, ev.ArtifactRef]:
+        """``get``, also returning the ref the object's metadata describes."""
+        address = self._address(uri, tenant)
+        if address is None:
+            raise _missing(uri)
         obs = await self._store(create=False)
         try:
             # nats-py's get waits for chunks with no deadline; a purged chunk would hang it.
-            result = await asyncio.wait_for(obs.get(name), self._read_timeout)
+            result = await asyncio.wait_for(obs.get(address.name), self._read_timeout)
         except (ObjectNotFoundError, NatsNotFoundError):
             raise _missing(uri) from None
         except DigestMismatchError as exc:
@@ -242,18 +285,18 @@ class ArtifactStore:
             raise _mismatch(uri, "metadata does not parse") from exc
         except (TimeoutError, *_NATS_UNAVAILABLE) as exc:
             raise UnavailableError(f"artifact {uri} not read: {exc!r}") from exc
-        ref = self._ref(uri, name, result.info)
+        ref = self._ref(uri, address, result.info)
         data = result.data or b""
-        actual = await _hash(data)
+        actual = await hash_content(data)
         if actual != ref.blake3:
             raise _mismatch(uri, f"content hashes to {actual}, metadata says {ref.blake3}")
         if expected_blake3 is not None and actual != expected_blake3:
             raise _mismatch(uri, f"content hashes to {actual}, expected {expected_blake3}")
-        return data
+        return data, ref
 
-    async def verify(self, ref: ev.ArtifactRef) -> None:
+    async def verify(self, ref: ev.ArtifactRef, *, tenant: str | None = None) -> None:
         """Read the artifact and check it is exactly the one ``ref`` cites (hash and size)."""
-        data = await self.get(ref.uri, expected_blake3=ref.blake3)
+        data = await self.get(ref.uri, expected_blake3=ref.blake3, tenant=tenant)
         if ref.size is not None and len(data) != ref.size:
             raise _mismatch(ref.uri, f"content is {len(data)} bytes, the ref says {ref.size}")
 
@@ -265,26 +308,37 @@ async def open(nc: Client, settings: Settings) -> ArtifactStore:
     return store
 
 
-def artifact_refs(events: Sequence[ev.EventBase]) -> list[tuple[str, ev.ArtifactRef]]:
-    """Every ArtifactRef the events carry, with its JSON path in the request."""
-    found: list[tuple[str, ev.ArtifactRef]] = []
+def artifact_refs(events: Sequence[ev.EventBase]) -> list[tuple[str, str, ev.ArtifactRef]]:
+    """Every ArtifactRef the events carry, with its JSON path in the request and its event's tenant."""
+    found: list[tuple[str, str, ev.ArtifactRef]] = []
     for i, event in enumerate(events):
         payload = getattr(event, "payload", None)
         at = f"$.events[{i}].payload"
         if isinstance(payload, ev.StepSucceeded):
-            found += [(f"{at}.artifacts[{j}]", ref) for j, ref in enumerate(payload.artifacts)]
+            found += [(f"{at}.artifacts[{j}]", event.tenant, ref)
+                      for j, ref in enumerate(payload.artifacts)]
         elif isinstance(payload, ev.StepFailed) and payload.evidence is not None:
-            found.append((f"{at}.evidence", payload.evidence))
+            found.append((f"{at}.evidence", event.tenant, payload.evidence))
         elif isinstance(payload, ev.ArtifactRegistered):
-            found.append((f"{at}.artifact", payload.artifact))
+            found.append((f"{at}.artifact", event.tenant, payload.artifact))
     return found
 
 
+def _owner(uri: str) -> str | None:
+    """The tenant a URI names, None when it is malformed (``stat`` then says why)."""
+    try:
+        return parse_uri(uri).tenant
+    except ContractError:
+        return None
+
+
 async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> None:
-    """Refuse events citing an artifact that is not stored as cited.
+    """Refuse events citing an artifact that is not stored as cited, or is not their tenant's.
 
     Raises ``ContractError`` for the first offending ref in document order,
-    with its path and code ``invalid_artifact_uri``, ``artifact_missing`` or
+    with its path and code ``invalid_artifact_uri``, ``invalid_artifact_ref``
+    (the URI names another tenant: refused from the URI alone, so the answer
+    says nothing about what that tenant stored), ``artifact_missing`` or
     ``artifact_hash_mismatch`` (stored blake3 or size differs from the ref).
     Metadata only: content is not read. Store outages propagate as
     ``UnavailableError`` (retryable), not as contract errors.
@@ -294,10 +348,10 @@ async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> No
         return
     gate = asyncio.Semaphore(_STAT_CONCURRENCY)
 
-    async def stat(uri: str) -> ev.ArtifactRef | AgentLedgerError:
+    async def stat(uri: str, tenant: str) -> ev.ArtifactRef | AgentLedgerError:
         async with gate:
             try:
-                return await store.stat(uri)
+                return await store.stat(uri, tenant=tenant)
             except (ContractError, NotFoundError) as exc:
                 return exc
             except AgentLedgerError as exc:
@@ -305,10 +359,15 @@ async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> No
                     return exc
                 raise
 
-    uris = list(dict.fromkeys(ref.uri for _, ref in refs))
-    stored = dict(zip(uris, await asyncio.gather(*(stat(u) for u in uris)), strict=True))
-    for path, ref in refs:
-        found = stored[ref.uri]
+    keys = list(dict.fromkeys((ref.uri, tenant) for _, tenant, ref in refs
+                              if _owner(ref.uri) in (None, tenant)))
+    stored = dict(zip(keys, await asyncio.gather(*(stat(*key) for key in keys)), strict=True))
+    for path, tenant, ref in refs:
+        if (ref.uri, tenant) not in stored:
+            raise ContractError(f"{ref.uri} is not an artifact of tenant {tenant!r}; an event may "
+                                "only cite artifacts of its own tenant", code="invalid_artifact_ref",
+                                path=path)
+        found = stored[(ref.uri, tenant)]
         if isinstance(found, AgentLedgerError):
             raise ContractError(found.message, code=found.code, path=path)
         if found.blake3 != ref.blake3:

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger import logs
+from agentledger import auth, logs
 from agentledger.bench import run_all
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
@@ -24,7 +24,7 @@ from agentledger.services.projector import rebuild
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return from_env(data_dir=getattr(args, "data_dir", None))
+    return from_env(data_dir=getattr(args, "data_dir", None), nats_creds=getattr(args, "creds", None))
 
 
 def _connected(args: argparse.Namespace) -> Settings:
@@ -136,7 +136,8 @@ def cmd_artifact(args: argparse.Namespace) -> int:
         async with await connect(_connected(args)) as client:
             if args.artifact_command == "put":
                 return await client.put_artifact(content, schema=args.schema,
-                                                 producer=args.producer, version=args.version)
+                                                 producer=args.producer, version=args.version,
+                                                 tenant=args.tenant)
             if args.artifact_command == "stat":
                 return await client.stat_artifact(args.uri)
             return await client.get_artifact(args.uri)
@@ -181,15 +182,82 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tenant(args: argparse.Namespace) -> int:
+    """Add, list or revoke tenants (operator): registry entry plus NATS account."""
+    settings = _connected(args)
+    if args.tenant_command == "list":
+        for record in auth.auth_store(settings).tenants(settings.prefix):
+            agents = ", ".join(sorted(record.agents)) or "-"
+            print(f"{record.tenant:<24} {record.status:<8} {record.account}  agents: {agents}")
+        return 0
+    action = auth.tenant_add if args.tenant_command == "add" else auth.tenant_revoke
+    record = asyncio.run(action(settings, args.tenant))
+    print(f"tenant {record.tenant} {record.status} (NATS account {record.account})")
+    return 0
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    """Issue or revoke an agent's credentials (operator)."""
+    settings = _connected(args)
+    if args.agent_command == "revoke":
+        asyncio.run(auth.agent_revoke(settings, args.tenant, args.agent))
+        print(f"agent {args.agent} of tenant {args.tenant} revoked")
+        return 0
+    path = asyncio.run(auth.agent_add(settings, args.tenant, args.agent, args.out))
+    print(path)
+    return 0
+
+
+def cmd_auth_config(args: argparse.Namespace) -> int:
+    """Print the nats-server config lines of this operator (for an external server or cluster)."""
+    store = auth.auth_store(_settings(args))
+    if not store.initialized:
+        store.init()
+    print(store.server_config(Path(args.resolver_dir)), end="")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     logs.configure("warning")  # only the JSON figure lines on stdout
     return asyncio.run(run_all(_settings(args), only=args.only))
+
+
+def _add_identity_commands(sub: Any) -> None:
+    """``tenant``, ``agent`` and ``auth``: the operator's identity administration."""
+    tenant = sub.add_parser("tenant", help="add, list and revoke tenants (operator)").add_subparsers(
+        dest="tenant_command", required=True)
+    for action, text in (("add", "create a tenant (its NATS account); idempotent"),
+                         ("revoke", "revoke a tenant: refused by the services, disconnected")):
+        p = tenant.add_parser(action, help=text)
+        p.add_argument("tenant")
+        p.set_defaults(fn=cmd_tenant)
+    tenant.add_parser("list", help="list the tenants of this prefix").set_defaults(fn=cmd_tenant)
+    agent = sub.add_parser("agent", help="issue and revoke agent credentials (operator)").add_subparsers(
+        dest="agent_command", required=True)
+    p = agent.add_parser("add", help="write an agent's credentials file (0600); prints its path")
+    p.add_argument("tenant")
+    p.add_argument("agent")
+    p.add_argument("--out", type=Path, default=None, help="where to write the .creds file")
+    p.set_defaults(fn=cmd_agent)
+    p = agent.add_parser("revoke", help="revoke every credential issued to an agent")
+    p.add_argument("tenant")
+    p.add_argument("agent")
+    p.set_defaults(fn=cmd_agent)
+    authp = sub.add_parser("auth", help="operator identity").add_subparsers(dest="auth_command",
+                                                                           required=True)
+    p = authp.add_parser("server-config", help="print the nats-server config lines (operator mode)")
+    p.add_argument("--resolver-dir", default="/var/lib/nats/resolver",
+                   help="folder where the server keeps pushed account JWTs")
+    p.set_defaults(fn=cmd_auth_config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="runtime folder (default .agentledger or AGENTLEDGER_DATA_DIR)")
+    parser.add_argument("--creds", type=Path, default=None,
+                        help="connect with this NATS credentials file (an agent's) instead of "
+                             "the operator's")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start NATS, PostgreSQL and the services").set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
@@ -225,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--schema", required=True)
     p.add_argument("--producer", required=True)
     p.add_argument("--version", type=int, default=1)
+    p.add_argument("--tenant", default=None,
+                   help="the tenant the artifact belongs to (required with operator credentials)")
     p.set_defaults(fn=cmd_artifact)
     p = art.add_parser("get", help="read an artifact, verifying its blake3")
     p.add_argument("uri")
@@ -233,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = art.add_parser("stat", help="print an artifact's reference")
     p.add_argument("uri")
     p.set_defaults(fn=cmd_artifact)
+    _add_identity_commands(sub)
     p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
     p.add_argument("--only", action="append", default=None,
                    help="run only this benchmark (append, latency, rebuild, reducer)")

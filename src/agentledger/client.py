@@ -17,12 +17,12 @@ from types import TracebackType
 from typing import Any
 
 import msgspec
-import nats
 from nats.aio.client import Client as Nats
-from nats.errors import NoRespondersError
+from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from agentledger import artifacts
+from agentledger import artifacts, auth
 from agentledger.config import Settings
 from agentledger.contracts.api import (
     AppendReply,
@@ -31,6 +31,16 @@ from agentledger.contracts.api import (
     LeaseBody,
     LeaseReply,
     WorkingMemoryReply,
+)
+from agentledger.contracts.artifacts import (
+    H_BLAKE3,
+    H_ERROR,
+    H_PRODUCER,
+    H_SCHEMA,
+    H_TENANT,
+    H_VERSION,
+    ArtifactReply,
+    ArtifactRequest,
 )
 from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.contracts.resume import (
@@ -44,21 +54,25 @@ from agentledger.errors import (
     ConflictError,
     ContractError,
     DuplicateError,
+    EventIdConflictError,
     NotFoundError,
     UnavailableError,
 )
 
 _ERRORS: dict[str, type[AgentLedgerError]] = {
     "conflict": ConflictError,
+    "event_id_conflict": EventIdConflictError,
     "partial_duplicate": DuplicateError,
     "unavailable": UnavailableError,
     "not_found": NotFoundError,
+    "artifact_missing": NotFoundError,
 }
 _append_reply = msgspec.json.Decoder(AppendReply)
 _wm_reply = msgspec.json.Decoder(WorkingMemoryReply)
 _lease_reply = msgspec.json.Decoder(LeaseReply)
 _save_reply = msgspec.json.Decoder(CheckpointSaveReply)
 _resume_reply = msgspec.json.Decoder(ResumeReply)
+_artifact_reply = msgspec.json.Decoder(ArtifactReply)
 _encoder = msgspec.json.Encoder()
 
 
@@ -78,7 +92,6 @@ class Client:
         self.settings = settings
         self.timeout = timeout
         self.retries = retries
-        self._artifacts: artifacts.ArtifactStore | None = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -92,16 +105,31 @@ class Client:
             await self.nc.drain()
 
     async def append(self, event: EventBase | dict[str, Any], *,
-                     expected_last_seq: int | None = None) -> AppendResult:
-        """Append one event; returns its sequence and whether it was a duplicate."""
-        return (await self.append_batch([event], expected_last_seq=expected_last_seq))[0]
+                     expected_last_seq: int | None = None,
+                     lease: LeaseBody | None = None) -> AppendResult:
+        """Append one event; returns its sequence and whether it was a duplicate.
+
+        ``lease``: the task's lease as granted (acquire or resume); see ``append_batch``.
+        """
+        return (await self.append_batch([event], expected_last_seq=expected_last_seq,
+                                        lease=lease))[0]
 
     async def append_batch(self, events: Sequence[EventBase | dict[str, Any]], *,
-                           expected_last_seq: int | None = None) -> list[AppendResult]:
-        """Append events of one task atomically: all are stored, or none."""
+                           expected_last_seq: int | None = None,
+                           lease: LeaseBody | None = None) -> list[AppendResult]:
+        """Append events of one task atomically: all are stored, or none.
+
+        With ``lease`` (as acquire or resume returned it, secret included) the
+        request carries the lease's secret and every event without a
+        ``fencing_token`` gets the lease's token: what a leased task needs.
+        """
         body: dict[str, Any] = {"events": list(events)}
         if expected_last_seq is not None:
             body["expected_last_seq"] = expected_last_seq
+        if lease is not None:
+            body["events"] = [_fenced(e, lease.token) for e in events]
+            if lease.secret is not None:
+                body["lease_secret"] = lease.secret
         return await self.append_raw(_encoder.encode(body))
 
     async def append_raw(self, payload: bytes) -> list[AppendResult]:
@@ -148,20 +176,26 @@ class Client:
         return reply.lease
 
     async def acquire_lease(self, tenant: str, task_id: str, holder: str, ttl_s: float = 30.0) -> LeaseBody:
-        """Take the task's execution lease; its token goes into every guarded event."""
+        """Take the task's execution lease (at most 600 s; renew it).
+
+        The returned lease carries its secret: pass it as ``lease=`` to every
+        append of the task and to ``renew_lease`` / ``release_lease``. A tenant
+        agent's ``holder`` is its own agent name.
+        """
         lease = await self._lease("acquire", tenant=tenant, task_id=task_id, holder=holder, ttl_s=ttl_s)
         assert lease is not None
         return lease
 
     async def renew_lease(self, tenant: str, task_id: str, lease: LeaseBody, ttl_s: float = 30.0) -> LeaseBody:
+        """Move the lease's expiry to ``ttl_s`` from now; the returned lease keeps the secret."""
         renewed = await self._lease("renew", tenant=tenant, task_id=task_id, holder=lease.holder,
-                                    token=lease.token, ttl_s=ttl_s)
+                                    token=lease.token, secret=lease.secret, ttl_s=ttl_s)
         assert renewed is not None
-        return renewed
+        return msgspec.structs.replace(renewed, secret=lease.secret)
 
     async def release_lease(self, tenant: str, task_id: str, lease: LeaseBody) -> None:
         await self._lease("release", tenant=tenant, task_id=task_id, holder=lease.holder,
-                          token=lease.token)
+                          token=lease.token, secret=lease.secret)
 
     async def save_checkpoint(self, tenant: str, task_id: str) -> CheckpointSaveReply:
         """Checkpoint the task at its latest ledger event; returns the checkpoint id and seq."""
@@ -171,13 +205,14 @@ class Client:
             raise_error(reply.error)
         return reply
 
-    async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 30.0,
+    async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 60.0,
                      checkpoint_id: int | None = None) -> ResumeReply:
         """Resume the task for ``executor`` (see docs/checkpoints.md).
 
         Returns the reply whatever its status (read ``reasons`` when it is
-        ``rejected``); on ``resumable`` or ``needs_reconcile`` the reply carries a
-        lease whose token goes into every guarded event as ``fencing_token``.
+        ``rejected``: then it carries nothing else); on ``resumable`` or
+        ``needs_reconcile`` the reply carries the lease, secret included: pass it
+        as ``lease=`` to every append and renew it before ``expires_at``.
         """
         body = msgspec.to_builtins(ResumeRequest(tenant=tenant, task_id=task_id, executor=executor,
                                                  lease_ttl_s=lease_ttl_s, checkpoint_id=checkpoint_id))
@@ -186,25 +221,94 @@ class Client:
             raise_error(reply.error)
         return reply
 
-    async def artifacts(self) -> artifacts.ArtifactStore:
-        """The content-addressed artifact store (JetStream Object Store)."""
-        if self._artifacts is None:
-            self._artifacts = await artifacts.open(self.nc, self.settings)
-        return self._artifacts
+    async def _artifact_request(self, action: str, payload: bytes,
+                                headers: dict[str, str] | None = None) -> Msg:
+        """One request to ``<prefix>.artifact.<action>``; retried, as every artifact call is idempotent."""
+        subject = f"{self.settings.prefix}.artifact.{action}"
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
+            except MaxPayloadError as exc:
+                raise ContractError(f"{len(payload)} bytes do not fit in one NATS message (the "
+                                    f"server's max_payload is {self.nc.max_payload})",
+                                    code="artifact_too_large") from exc
+            except (NatsTimeout, NoRespondersError) as exc:
+                if attempt == self.retries:
+                    raise UnavailableError("the ledger-writer did not answer") from exc
+        raise AssertionError("unreachable")
 
-    async def put_artifact(self, data: bytes, *, schema: str, producer: str, version: int = 1) -> ArtifactRef:
-        """Store content durably; cite the returned reference in events afterwards."""
-        return await (await self.artifacts()).put(data, schema=schema, producer=producer, version=version)
+    @staticmethod
+    def _artifact_ref(msg: Msg) -> ArtifactRef:
+        reply = _artifact_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        if reply.artifact is None:
+            raise AgentLedgerError("the artifact reply carries no artifact", code="internal")
+        return reply.artifact
+
+    async def put_artifact(self, data: bytes, *, schema: str, producer: str, version: int = 1,
+                           tenant: str | None = None) -> ArtifactRef:
+        """Store content durably; cite the returned reference in events afterwards.
+
+        The artifact belongs to this connection's tenant; an operator connection
+        names the ``tenant`` it stores for. The content's blake3 travels with it
+        and the service refuses content that arrives different.
+        """
+        data = bytes(data)
+        digest = await artifacts.hash_content(data)
+        headers = {H_SCHEMA: schema, H_PRODUCER: producer, H_VERSION: str(version), H_BLAKE3: digest}
+        if tenant is not None:
+            headers[H_TENANT] = tenant
+        for name, value in headers.items():
+            # NATS trims header values and folds line breaks: refuse rather than store another name.
+            if value != value.strip() or "\r" in value or "\n" in value:
+                raise ContractError(f"{value!r} has surrounding white space or a line break",
+                                    code="invalid_value", path=f"headers.{name}")
+        ref = self._artifact_ref(await self._artifact_request("put", data, headers))
+        if ref.blake3 != digest:
+            raise AgentLedgerError(f"the service stored {ref.uri} for content hashing to {digest}",
+                                   code="artifact_hash_mismatch")
+        return ref
 
     async def get_artifact(self, uri: str) -> bytes:
-        """Read an artifact; its blake3 is verified before it is returned."""
-        return await (await self.artifacts()).get(uri)
+        """Read an artifact; the service verifies its blake3, and so does the client."""
+        expected = artifacts.parse_uri(uri).blake3
+        msg = await self._artifact_request("get", _artifact_body(uri))
+        headers = msg.headers or {}
+        if H_ERROR in headers:
+            self._artifact_ref(msg)  # raises the error the reply carries
+        actual = await artifacts.hash_content(msg.data)
+        if actual != expected or headers.get(H_BLAKE3) != expected:
+            raise AgentLedgerError(f"artifact {uri}: received content hashes to {actual} (reply "
+                                   f"header {headers.get(H_BLAKE3)!r})", code="artifact_hash_mismatch")
+        return msg.data
 
     async def stat_artifact(self, uri: str) -> ArtifactRef:
-        return await (await self.artifacts()).stat(uri)
+        """The reference of a stored artifact, from its metadata (no content is read)."""
+        return self._artifact_ref(await self._artifact_request("stat", _artifact_body(uri)))
 
 
-async def connect(settings: Settings, **kwargs: Any) -> Client:
-    """Connect to the NATS server named by ``settings.nats_url``."""
-    nc = await nats.connect(settings.nats_url, name="agentledger-client")
-    return Client(nc, settings, **kwargs)
+def _fenced(event: EventBase | dict[str, Any], token: int) -> EventBase | dict[str, Any]:
+    """``event`` with ``fencing_token`` set to ``token`` unless it already has one."""
+    if isinstance(event, EventBase):
+        return event if event.fencing_token is not None else msgspec.structs.replace(
+            event, fencing_token=token)
+    return event if event.get("fencing_token") is not None else {**event, "fencing_token": token}
+
+
+def _artifact_body(uri: str) -> bytes:
+    """The body of an artifact get / stat request."""
+    return _encoder.encode(ArtifactRequest(uri=uri))
+
+
+async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC109 - per request
+                  retries: int = 2, **nats_options: Any) -> Client:
+    """Connect to ``settings.nats_url`` as the agent of ``settings.nats_creds``.
+
+    Without agent credentials the client uses the operator's (the CLI on the
+    machine that ran ``agentledger up``), or none on a server without accounts.
+    ``nats_options`` go to ``nats.connect`` (e.g. ``error_cb``).
+    """
+    nats_options.setdefault("name", "agentledger-client")
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE, **nats_options)
+    return Client(nc, settings, timeout=timeout, retries=retries)

@@ -26,6 +26,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str = "agentledger"
     # Largest accepted event, in bytes of JSON; larger payloads belong in artifacts.
     max_event_bytes: int = 256 * 1024
+    # Largest artifact accepted through the artifact endpoints, in bytes (NATS max_payload is 8 MB).
+    max_artifact_bytes: int = 4 * 1024 * 1024
     # Replicas of the ledger stream (1 on the embedded single server).
     stream_replicas: int = 1
     # JetStream dedupe window for event ids, in seconds.
@@ -38,6 +40,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     projector_batch: int = 500
     # Key-encryption key wrapping the data-subject keys; default data_dir/keyring.key.
     kek_file: Path | None = None
+    # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
+    auth_dir: Path | None = None
+    # Credentials file this process connects with (an agent's); default: the role's file
+    # under auth_dir, or an anonymous connection when there is none.
+    nats_creds: Path | None = None
+    # CA bundle that signed the NATS servers' TLS certificates (tls:// URLs); default: the system's.
+    nats_ca_file: Path | None = None
+    # Root of the embedded servers' homes when `up` runs as root (default /var/lib/agentledger).
+    server_root: Path | None = None
     log_level: str = "info"
 
     @property
@@ -56,6 +67,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.prefix.upper().replace('-', '_')}_LEASES"
 
     @property
+    def auth_root(self) -> Path:
+        return self.auth_dir or self.data_dir / "auth"
+
+    @property
     def kek_path(self) -> Path:
         return self.kek_file or self.data_dir / "keyring.key"
 
@@ -64,7 +79,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.data_dir / "runtime.json"
 
 
-_INT = {"stream_replicas", "max_event_bytes", "max_batch_events", "max_inflight_batches", "projector_batch"}
+_INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
+        "projector_batch"}
 _FLOAT = {"dedupe_window_s"}
 
 
@@ -81,7 +97,7 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 values[field] = int(raw)
             elif field in _FLOAT:
                 values[field] = float(raw)
-            elif field in ("data_dir", "kek_file"):
+            elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

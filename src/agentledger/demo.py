@@ -19,6 +19,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
+from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.contracts.api import WorkingMemoryReply
@@ -26,6 +29,7 @@ from agentledger.contracts.resume import ResumeReply
 from agentledger.core.validate import goal_hash
 
 TENANT = "demo"
+AGENTS = ("agent-1", "agent-2")
 GOAL = "Ship the CSV export feature with tests passing"
 CRITERIA = ["export endpoint returns valid CSV", "all tests green"]
 
@@ -86,13 +90,25 @@ async def run_agent(client: Client, task_id: str) -> None:
     await asyncio.Event().wait()
 
 
+async def enroll(settings: Settings) -> dict[str, Settings]:
+    """The demo tenant and its two agents, each with credentials of its own (operator action)."""
+    if not auth.auth_store(settings).initialized:
+        return {name: settings for name in AGENTS}  # a server without accounts: no identities
+    await auth.tenant_add(settings, TENANT)
+    return {name: msgspec.structs.replace(settings, nats_creds=await auth.agent_add(settings, TENANT, name))
+            for name in AGENTS}
+
+
 async def run_demo(settings: Settings) -> tuple[WorkingMemoryReply, ResumeReply]:
     task_id = f"csv-export-{uuid.uuid4().hex[:8]}"
-    print(f"task {TENANT}/{task_id}: starting agent process")
+    agents = await enroll(settings)
+    print(f"task {TENANT}/{task_id}: starting agent process (tenant {TENANT}, agent-1)")
+    env = {**os.environ, "AGENTLEDGER_NATS_URL": settings.nats_url,
+           "AGENTLEDGER_PREFIX": settings.prefix}
+    if agents["agent-1"].nats_creds is not None:
+        env["AGENTLEDGER_NATS_CREDS"] = str(agents["agent-1"].nats_creds)
     agent = subprocess.Popen([sys.executable, "-m", "agentledger.demo", "agent", task_id],
-                             stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "AGENTLEDGER_NATS_URL": settings.nats_url,
-                                  "AGENTLEDGER_PREFIX": settings.prefix})
+                             stdout=subprocess.PIPE, text=True, env=env)
     assert agent.stdout is not None
     line = await asyncio.to_thread(agent.stdout.readline)
     print(line.strip())
@@ -100,12 +116,14 @@ async def run_demo(settings: Settings) -> tuple[WorkingMemoryReply, ResumeReply]
     agent.wait()
     print(f"agent process {agent.pid} killed with SIGKILL")
 
-    async with await connect(settings) as client:
+    async with await connect(agents["agent-2"]) as client, \
+            await connect(agents["agent-1"]) as zombie:
         ev = EventFactory(task_id, "agent-2")
         await client.append(ev("plan_versioned", {"plan_id": "plan", "version": 2,
                                                   "steps": plan(2), "reason": "review asked to rewrite S7"}))
+        # The killed agent's last words, sent with its own credentials.
         late = EventFactory(task_id, "agent-1")
-        last = await client.append(late("step_succeeded", {"plan_version": 1, "step_id": "S7"}))
+        last = await zombie.append(late("step_succeeded", {"plan_version": 1, "step_id": "S7"}))
         print("a straggler reported S7 under plan v1; waiting for the projection")
         for _ in range(200):
             wm = await client.working_memory(TENANT, task_id)

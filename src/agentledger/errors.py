@@ -44,6 +44,12 @@ class ConflictError(AgentLedgerError):
     code = "conflict"
 
 
+class EventIdConflictError(ConflictError):
+    """An event id already stored with other content: a new event needs a new id."""
+
+    code = "event_id_conflict"
+
+
 class DuplicateError(AgentLedgerError):
     """Part of an atomic batch was already stored while the rest was not."""
 

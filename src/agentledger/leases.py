@@ -1,76 +1,154 @@
-"""Execution leases with fencing tokens, held by the ledger-writer.
+"""Execution leases as capabilities, held by the ledger-writer.
 
-An executor that starts or resumes a task takes its lease: a holder, an expiry
-and a fencing token that only grows. The writer refuses guarded events that
-carry a token other than the live lease's, so of two executors racing to resume
-the same task exactly one can write; a dead executor's lease lapses and the
-next one takes over with a higher token.
+An executor that starts or resumes a task takes its lease and gets three
+things back: the **fencing token**, the expiry (``expires_at``, seconds since
+the Unix epoch by the writer's clock) and an unguessable **secret** bound to
+the holder. Renew, release and every append to the leased task need the token
+and the secret; the writer stores only a keyed blake3 hash of the secret.
 
-Leases live in a JetStream KV bucket, changed only by compare-and-swap on the
-entry's revision, so two writer processes cannot both grant one. Each writer
-mirrors the bucket in memory through a KV watch, so checking an append costs no
-round trip. Inside one writer, a per-task lock serialises lease changes with
-guarded appends: a lease cannot move between an append's token check and its
-commit. (With several writer processes, a check may see another writer's grant
-only after the watch delivers it; run one active writer where exact fencing matters.)
+Where the fencing token comes from: every grant first appends a
+``lease_granted`` event (holder, expiry, secret hash; never the secret) to the
+task's ledger subject through the writer's normal commit path, and the token
+*is that event's ledger sequence*. Stream sequences only grow and nothing
+outside the ledger can lower them, so no lease-table entry, hand-written,
+purged or expired, can make a later grant reuse a token: the next grant is
+simply a later message. It costs one append per grant and nothing per append.
+
+The lease table (a JetStream KV bucket) keeps the live state a grant started:
+holder, token, secret hash and expiry, which renewals move. Entries carry a
+per-key TTL (the lease's remaining time plus ``linger_s``), so an expired or
+released lease disappears from the bucket by itself, and the server's removal
+marker tells every writer's mirror. An entry the writer did not write itself
+(learnt from the watch, e.g. after a restart) is checked once against the
+ledger before it is trusted: the ``lease_granted`` event at its token must name
+the same task, holder and secret hash. A forged or damaged entry is ignored.
+
+Inside one writer, a per-task lock serialises lease changes with appends: a
+lease cannot move between an append's check and its commit. (With several
+writer processes, a check may see another writer's grant only after the watch
+delivers it; run one active writer where exact fencing matters.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
+import math
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+import blake3
 import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
 from nats.aio.client import Client
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import BucketNotFoundError
 
-from agentledger.buckets import open_kv
-from agentledger.errors import AgentLedgerError
+from agentledger.contracts.api import MAX_LEASE_TTL_S
+from agentledger.contracts.events import EVENT_TYPES, WRITER_ONLY_KINDS
+from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.identity import Caller
 
-# Kinds that change execution state: once a task has a live lease, only its holder
-# (presenting the current token) may append them. Conversation turns, questions
-# answered by people and artifact registrations stay open to everyone.
-GUARDED_KINDS = frozenset({
-    "plan_versioned", "step_started", "step_succeeded", "step_failed", "step_cancelled",
-    "side_effect_recorded", "budget_reserved", "budget_consumed", "budget_released",
-    "variable_set", "task_completed", "task_failed",
-})
+log = structlog.get_logger()
+
+# While a task has a live lease, every kind a client can append needs the lease's
+# token and secret (unless an operator identity appends it).
+GUARDED_KINDS = frozenset(EVENT_TYPES) - WRITER_ONLY_KINDS
+# How long an expired or released entry stays in the bucket (so a late call hears
+# ``lease_expired`` rather than ``lease_lost``) before its TTL removes it.
+LINGER_S = 60.0
+# TTL of the removal marker the server leaves when an entry's TTL ends.
+MARKER_TTL_S = 60.0
+# Clock skew tolerated when checking that an entry's expiry is one a grant could give.
+_SKEW_S = 5.0
+_WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
 class Lease(msgspec.Struct, frozen=True):
+    """A lease-table entry. ``expires_at``: seconds since the Unix epoch, writer clock."""
+
     holder: str
     token: int
-    expires_at: float  # seconds since the epoch, by the writer's clock
+    expires_at: float
+    secret_hash: str
 
     def live(self, now: float) -> bool:
         return now < self.expires_at
 
 
 class LeaseError(AgentLedgerError):
-    """The caller does not hold the task's lease (held by another, lost, or expired)."""
+    """The caller does not hold the task's lease (held by another, lost, expired, wrong secret)."""
 
     code = "lease_held"
 
 
-class LeaseTable:
-    """Grants, renews and checks leases; the source of truth is the KV bucket."""
+class GrantLedger(Protocol):
+    """What a grant needs from the ledger (the writer implements it on its committer)."""
 
-    def __init__(self, nc: Client, bucket: str, clock: Callable[[], float] = time.time) -> None:
+    async def task_last_seq(self, tenant: str, task_id: str) -> int:
+        """Sequence of the task's last ledger message; 0 when the task has none."""
+
+    async def record_grant(self, tenant: str, task_id: str, *, holder: str, expires_at: float,
+                           secret_hash: str, expected_last_seq: int) -> int:
+        """Append the ``lease_granted`` event; its ledger sequence (the new token)."""
+
+    async def granted_at(self, tenant: str, task_id: str, token: int) -> tuple[str, str] | None:
+        """(holder, secret hash) of this task's ``lease_granted`` event at ``token``, if it is one."""
+
+
+def secret_hash(tenant: str, task_id: str, holder: str, secret: str) -> str:
+    """Keyed blake3 of a lease secret, bound to the task and the holder it was granted to."""
+    material = "\0".join(("agentledger-lease-v1", tenant, task_id, holder, secret)).encode()
+    return blake3.blake3(material).hexdigest()
+
+
+def secret_matches(lease: Lease, tenant: str, task_id: str, secret: str | None) -> bool:
+    if not secret:
+        return False
+    return hmac.compare_digest(secret_hash(tenant, task_id, lease.holder, secret), lease.secret_hash)
+
+
+@dataclass
+class _Entry:
+    lease: Lease | None  # None: the key holds a removal marker or something unreadable
+    revision: int
+    # True: written by this process or checked against the ledger; False: forged; None: unchecked.
+    verified: bool | None
+
+
+class _StaleRevision(Exception):  # noqa: N818 - internal signal, never escapes this module
+    """The entry changed since the mirror saw it (a TTL marker, another writer, a hand edit)."""
+
+
+class LeaseTable:
+    """Grants, renews, releases and checks leases; see the module docstring."""
+
+    def __init__(self, nc: Client, bucket: str, ledger: GrantLedger, *,
+                 clock: Callable[[], float] = time.time, linger_s: float | None = None,
+                 marker_ttl_s: float | None = None) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
+        self._stream = f"KV_{bucket}"
+        self._ledger = ledger
         self._clock = clock
+        self._linger_s = LINGER_S if linger_s is None else linger_s
+        self._marker_ttl_s = MARKER_TTL_S if marker_ttl_s is None else marker_ttl_s
         self._kv: Any = None
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        # key -> (lease or None, KV revision), mirrored from the bucket.
-        self._mirror: dict[str, tuple[Lease | None, int]] = {}
+        self._mirror: dict[str, _Entry] = {}
         self._watcher: Any = None
         self._watch_task: asyncio.Task[None] | None = None
 
+    # ---- the bucket and its mirror ---------------------------------------------------------
+
     async def start(self) -> None:
-        """Load the bucket into memory and keep following it; returns once loaded."""
+        """Open the bucket (per-key TTLs, removal markers), load it and keep following it."""
         kv = await self._store()
         self._watcher = await kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
@@ -80,10 +158,29 @@ class LeaseTable:
     async def stop(self) -> None:
         if self._watch_task is not None:
             self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
             self._watch_task = None
         if self._watcher is not None:
-            await self._watcher.stop()
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()
             self._watcher = None
+
+    async def _store(self) -> Any:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(self._bucket)
+            except BucketNotFoundError:
+                self._kv = await self._js.create_key_value(
+                    bucket=self._bucket, history=1, limit_marker_ttl=self._marker_ttl_s)
+            info = await self._js.stream_info(self._stream)
+            if not info.config.allow_msg_ttl or not info.config.subject_delete_marker_ttl:
+                # A bucket from before per-key TTLs: turn them (and removal markers) on.
+                config = info.config
+                config.allow_msg_ttl = True
+                config.subject_delete_marker_ttl = self._marker_ttl_s
+                await self._js.update_stream(config)
+        return self._kv
 
     async def _follow(self, loaded: asyncio.Future[None]) -> None:
         async for entry in self._watcher:
@@ -91,17 +188,52 @@ class LeaseTable:
                 if not loaded.done():
                     loaded.set_result(None)
                 continue
-            lease = msgspec.json.decode(entry.value, type=Lease) if entry.value else None
-            self._remember(entry.key, lease, entry.revision)
+            self._remember(entry.key, _decode(entry.value), entry.revision, None)
 
-    def _remember(self, key: str, lease: Lease | None, revision: int) -> None:
-        if revision >= self._mirror.get(key, (None, 0))[1]:
-            self._mirror[key] = (lease, revision)
+    def _remember(self, key: str, lease: Lease | None, revision: int, verified: bool | None) -> None:
+        known = self._mirror.get(key)
+        if known is not None and revision < known.revision:
+            return  # an older revision than one already known (a write of ours the watch lags)
+        if known is not None and revision == known.revision:
+            known.verified = known.verified or verified
+            return
+        if lease is None:
+            # Removed (TTL marker, delete, purge): forget it. The marker's revision is
+            # learnt again by ``_refresh`` if a later write needs it.
+            self._mirror.pop(key, None)
+            return
+        self._mirror[key] = _Entry(lease, revision, verified)
 
-    async def _store(self) -> Any:
-        if self._kv is None:
-            self._kv = await open_kv(self._js, self._bucket)
-        return self._kv
+    async def _refresh(self, key: str) -> None:
+        """Read the key's latest message from the bucket's stream (after a stale revision)."""
+        try:
+            msg = await self._js.get_msg(self._stream, subject=f"$KV.{self._bucket}.{key}")
+        except nats.js.errors.NotFoundError:
+            self._mirror.pop(key, None)
+            return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise UnavailableError("the lease bucket did not answer") from exc
+        headers = msg.headers or {}
+        removed = headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
+        lease = None if removed else _decode(msg.data)
+        self._mirror[key] = _Entry(lease, int(msg.seq or 0), None)
+
+    async def _write(self, key: str, lease: Lease, revision: int) -> None:
+        """Compare-and-swap ``lease`` over ``revision``; the entry expires ``linger_s`` after it."""
+        kv = await self._store()
+        assert kv is not None
+        ttl = max(1, math.ceil(lease.expires_at - self._clock() + self._linger_s))
+        try:
+            ack = await self._js.publish(
+                f"$KV.{self._bucket}.{key}", msgspec.json.encode(lease),
+                headers={"Nats-Expected-Last-Subject-Sequence": str(revision)}, msg_ttl=ttl)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise _StaleRevision from exc
+            raise
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise UnavailableError("the lease bucket did not answer") from exc
+        self._remember(key, lease, ack.seq, True)
 
     @staticmethod
     def key(tenant: str, task_id: str) -> str:
@@ -122,85 +254,170 @@ class LeaseTable:
                 del self._locks[key]
 
     async def current(self, tenant: str, task_id: str) -> tuple[Lease | None, int]:
-        """The lease (live or not) and the KV revision to CAS against (0: none)."""
+        """The trusted lease (live or not) and the KV revision to CAS against (0: none).
+
+        An entry not written by this process is checked against the ledger once;
+        one that fails the check (forged, or its grant is gone) counts as no lease.
+        """
         if self._watch_task is None:
             await self.start()
-        return self._mirror.get(self.key(tenant, task_id), (None, 0))
-
-    async def _write(self, tenant: str, task_id: str, lease: Lease, revision: int) -> None:
-        kv = await self._store()
         key = self.key(tenant, task_id)
-        body = msgspec.json.encode(lease)
-        try:
-            if revision == 0:
-                new_revision = await kv.create(key, body)
-            else:
-                new_revision = await kv.update(key, body, last=revision)
-        except KeyWrongLastSequenceError as exc:
-            raise LeaseError("another writer changed this lease concurrently; retry",
-                             retryable=True) from exc
-        self._remember(key, lease, new_revision)
+        entry = self._mirror.get(key)
+        if entry is None:
+            return None, 0
+        if entry.lease is not None and entry.verified is None:
+            verified = await self._verify(tenant, task_id, entry.lease)
+            if not verified:
+                log.warning("lease.untrusted_entry", tenant=tenant, task=task_id,
+                            revision=entry.revision)
+            if self._mirror.get(key) is entry:
+                entry.verified = verified
+        if entry.lease is None or not entry.verified:
+            return None, entry.revision
+        return entry.lease, entry.revision
 
-    async def acquire(self, tenant: str, task_id: str, holder: str, ttl_s: float) -> Lease:
-        """Take the lease if it is free, expired or already ours; the token grows."""
+    async def _verify(self, tenant: str, task_id: str, lease: Lease) -> bool:
+        if lease.expires_at > self._clock() + MAX_LEASE_TTL_S + _SKEW_S:
+            return False  # no grant or renewal gives that much
+        granted = await self._ledger.granted_at(tenant, task_id, lease.token)
+        return granted is not None and granted == (lease.holder, lease.secret_hash)
+
+    # ---- grant, renew, release ------------------------------------------------------------
+
+    async def acquire(self, tenant: str, task_id: str, holder: str,
+                      ttl_s: float) -> tuple[Lease, str]:
+        """Take the lease if it is free, expired or already ``holder``'s: (lease, secret).
+
+        A new grant always gets a new token (its ``lease_granted`` sequence) and a
+        new secret; the previous secret stops working. A task with no ledger
+        message is refused with ``not_found``.
+        """
+        key = self.key(tenant, task_id)
         async with self.locked(tenant, task_id):
-            now = self._clock()
             lease, revision = await self.current(tenant, task_id)
-            if lease is not None and lease.live(now) and lease.holder != holder:
-                raise LeaseError(f"task is leased to another executor until {lease.expires_at:.3f}",
-                                 path="$.task_id")
-            token = (lease.token if lease else 0) + 1
-            granted = Lease(holder=holder, token=token, expires_at=now + ttl_s)
-            await self._write(tenant, task_id, granted, revision)
-            return granted
+            self._require_free(lease, holder)
+            last = await self._ledger.task_last_seq(tenant, task_id)
+            if last == 0:
+                raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}; "
+                                    "a lease is granted only for a task that exists",
+                                    path="$.task_id")
+            secret = secrets.token_urlsafe(32)
+            digest = secret_hash(tenant, task_id, holder, secret)
+            expires_at = self._clock() + ttl_s
+            token = await self._ledger.record_grant(tenant, task_id, holder=holder,
+                                                    expires_at=expires_at, secret_hash=digest,
+                                                    expected_last_seq=last)
+            granted = Lease(holder=holder, token=token, expires_at=expires_at, secret_hash=digest)
+            try:
+                await self._write(key, granted, revision)
+            except _StaleRevision:
+                # The entry moved under us: usually a TTL removal marker the watch has not
+                # delivered yet. Anything but a live lease of someone else may be replaced.
+                await self._refresh(key)
+                lease, revision = await self.current(tenant, task_id)
+                self._require_free(lease, holder)
+                try:
+                    await self._write(key, granted, revision)
+                except _StaleRevision as exc:
+                    raise LeaseError("another writer changed this lease concurrently; retry",
+                                     retryable=True, path="$.task_id") from exc
+            return granted, secret
 
-    async def renew(self, tenant: str, task_id: str, holder: str, token: int, ttl_s: float) -> Lease:
+    def _require_free(self, lease: Lease | None, holder: str) -> None:
+        if lease is not None and lease.live(self._clock()) and lease.holder != holder:
+            raise LeaseError(f"task is leased to another executor until {lease.expires_at:.3f}",
+                             path="$.task_id")
+
+    async def renew(self, tenant: str, task_id: str, holder: str, token: int, *,
+                    secret: str | None, ttl_s: float) -> Lease:
         """Extend a live lease we hold; a lapsed or taken-over lease is lost for good."""
-        async with self.locked(tenant, task_id):
-            now = self._clock()
-            lease, revision = await self.current(tenant, task_id)
-            self._require(lease, holder, token, now)
-            assert lease is not None
-            renewed = Lease(holder=holder, token=token, expires_at=now + ttl_s)
-            await self._write(tenant, task_id, renewed, revision)
-            return renewed
+        return await self._change(tenant, task_id, holder, token, secret=secret, ttl_s=ttl_s)
 
-    async def release(self, tenant: str, task_id: str, holder: str, token: int) -> None:
-        """End our lease now (its token stays spent: the next grant is higher)."""
-        async with self.locked(tenant, task_id):
-            now = self._clock()
-            lease, revision = await self.current(tenant, task_id)
-            self._require(lease, holder, token, now)
-            assert lease is not None
-            await self._write(tenant, task_id, Lease(holder, token, now), revision)
+    async def release(self, tenant: str, task_id: str, holder: str, token: int, *,
+                      secret: str | None) -> None:
+        """End our lease now (the next grant gets a later token all the same)."""
+        await self._change(tenant, task_id, holder, token, secret=secret, ttl_s=None)
 
-    @staticmethod
-    def _require(lease: Lease | None, holder: str, token: int, now: float) -> None:
+    async def _change(self, tenant: str, task_id: str, holder: str, token: int, *,
+                      secret: str | None, ttl_s: float | None) -> Lease:
+        key = self.key(tenant, task_id)
+        async with self.locked(tenant, task_id):
+            for attempt in range(2):
+                now = self._clock()
+                lease, revision = await self.current(tenant, task_id)
+                self._require(lease, tenant, task_id, holder, token, secret=secret, now=now)
+                assert lease is not None
+                changed = msgspec.structs.replace(
+                    lease, expires_at=now + ttl_s if ttl_s is not None else now)
+                try:
+                    await self._write(key, changed, revision)
+                except _StaleRevision as exc:
+                    if attempt:
+                        raise LeaseError("another writer changed this lease concurrently; retry",
+                                         retryable=True, path="$.token") from exc
+                    await self._refresh(key)
+                    continue
+                return changed
+        raise AssertionError("unreachable")
+
+    def _require(self, lease: Lease | None, tenant: str, task_id: str, holder: str, token: int, *,
+                 secret: str | None, now: float) -> None:
         if lease is None or lease.token != token or lease.holder != holder:
-            raise LeaseError("this lease was taken over or never granted", code="lease_lost",
-                             path="$.token")
+            raise LeaseError("this lease was taken over, expired long ago or was never granted",
+                             code="lease_lost", path="$.token")
+        if not secret_matches(lease, tenant, task_id, secret):
+            raise LeaseError("the lease secret is missing or wrong; it is the one the grant "
+                             "returned", code="lease_secret_invalid", path="$.secret")
         if not lease.live(now):
             raise LeaseError("this lease expired", code="lease_expired", path="$.token")
 
-    async def check(self, tenant: str, task_id: str, events: list[tuple[str, int | None]]) -> None:
-        """Refuse guarded events (``(kind, fencing_token)`` in request order) whose token is
-        not the live lease's.
+    # ---- fencing appends ---------------------------------------------------------------------
 
-        Call it while holding ``locked(tenant, task_id)`` and keep holding it until
-        the events are committed.
+    async def check(self, tenant: str, task_id: str, events: list[tuple[str, int | None]],
+                    secret: str | None, caller: Caller) -> None:
+        """Refuse events (``(kind, fencing_token)`` in request order) the caller may not append.
+
+        While the task has a live lease, a tenant agent's events need its token,
+        the request needs its secret, and the agent must be the holder. An
+        operator identity may append without a token (to cancel a task, record
+        an answer, repair); a token it does present is checked like anyone's.
+        Call it while holding ``locked(tenant, task_id)`` and keep holding it
+        until the events are committed.
         """
         lease, _ = await self.current(tenant, task_id)
         now = self._clock()
+        live = lease is not None and lease.live(now)
+        secret_checked = False
         for i, (kind, token) in enumerate(events):
             path = f"$.events[{i}].fencing_token"
             if token is None:
-                if kind in GUARDED_KINDS and lease is not None and lease.live(now):
-                    raise LeaseError("the task is leased; guarded events must carry its fencing token",
+                if live and not caller.is_operator and kind in GUARDED_KINDS:
+                    raise LeaseError("the task is leased; every event needs the lease's fencing "
+                                     "token (and the request its lease_secret)",
                                      code="fencing_token_required", path=path)
                 continue
             if lease is None or token != lease.token:
-                current = lease.token if lease else 0
-                raise LeaseError(f"fencing token {token} is stale; the task's lease is at token {current}",
+                current = f"at token {lease.token}" if lease is not None else "not leased"
+                raise LeaseError(f"fencing token {token} is stale; the task's lease is {current}",
                                  code="stale_fencing_token", path=path)
-            if not lease.live(now):
-                raise LeaseError("the lease of this fencing token expired", code="lease_expired", path=path)
+            if not live:
+                raise LeaseError("the lease of this fencing token expired", code="lease_expired",
+                                 path=path)
+            if caller.agent is not None and caller.agent != lease.holder:
+                raise LeaseError(f"this lease is held by {lease.holder!r}, not by agent "
+                                 f"{caller.agent!r}", code="holder_mismatch", path=path)
+            if not secret_checked:
+                if not secret_matches(lease, tenant, task_id, secret):
+                    raise LeaseError("a fenced append needs the lease's secret in lease_secret; "
+                                     "it is missing or wrong", code="lease_secret_invalid",
+                                     path="$.lease_secret")
+                secret_checked = True
+
+
+def _decode(value: bytes | None) -> Lease | None:
+    if not value:
+        return None
+    try:
+        return msgspec.json.decode(value, type=Lease)
+    except msgspec.MsgspecError:
+        return None  # unreadable (hand-written, or an entry from before secrets): no lease

@@ -4,18 +4,28 @@ One JetStream stream holds every task's events on ``<prefix>.ledger.<tenant>.<ta
 so a task's per-subject sequence doubles as its optimistic-concurrency version.
 Message body: the stored event as JSON (personal values sealed). ``Nats-Msg-Id``
 is ``tenant/task/event_id``: event ids are chosen by clients, so the dedupe key is
-scoped to the task and two tenants can never collide.
+scoped to the task and two tenants can never collide. ``Agentledger-Digest`` is
+the blake3 of the event's canonical encoding before sealing (sealing draws a
+random nonce, so the stored bytes of a retry differ): a re-sent event id is a
+duplicate only if its digest is the stored one.
 """
 
 from __future__ import annotations
 
+import blake3
+import msgspec
 import nats
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
+from agentledger import auth
 from agentledger.config import Settings
+from agentledger.contracts.events import EventBase
 
 MSG_ID = "Nats-Msg-Id"
+DIGEST = "Agentledger-Digest"
+
+_canonical = msgspec.json.Encoder(order="sorted")
 
 
 def ledger_subject(prefix: str, tenant: str, task_id: str) -> str:
@@ -30,10 +40,21 @@ def msg_id(tenant: str, task_id: str, event_id: str) -> str:
     return f"{tenant}/{task_id}/{event_id}"
 
 
-def split_subject(subject: str) -> tuple[str, str]:
-    """``<prefix>.ledger.<tenant>.<task>`` -> (tenant, task)."""
-    parts = subject.rsplit(".", 2)
-    return parts[1], parts[2]
+def subject_key(prefix: str, subject: str) -> tuple[str, str] | None:
+    """``<prefix>.ledger.<tenant>.<task>`` -> (tenant, task); None for any other shape
+    (a token too many or too few, an empty token)."""
+    head = f"{prefix}.ledger."
+    if not subject.startswith(head):
+        return None
+    parts = subject[len(head):].split(".")
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def event_digest(event: EventBase) -> str:
+    """blake3 of the event's canonical (sorted-keys) JSON, taken before sealing."""
+    return blake3.blake3(_canonical.encode(event)).hexdigest()
 
 
 def stream_config(settings: Settings) -> StreamConfig:
@@ -56,7 +77,7 @@ def stream_config(settings: Settings) -> StreamConfig:
 async def ensure_stream(settings: Settings, nc: Client | None = None) -> None:
     """Create the ledger stream, or bring an existing one to this configuration."""
     own = nc is None
-    conn = nc or await nats.connect(settings.nats_url)
+    conn = nc or await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
         js = conn.jetstream()
         config = stream_config(settings)

@@ -33,11 +33,13 @@ import msgspec
 import nats
 import nats.js.errors
 
+from agentledger import auth
 from agentledger.bench.common import emit, task_stream
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.checkpoint_policy import CHECKPOINT_TTL_S
+from agentledger.identity import tenants_bucket
 from agentledger.ledger import ledger_subject
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.checkpointer.store import CheckpointStore
@@ -110,11 +112,11 @@ async def _private(settings: Settings) -> AsyncIterator[_Bench]:
 
 async def _drop_prefix(s: Settings) -> None:
     """Delete the stream and buckets of a private prefix."""
-    nc = await nats.connect(s.nats_url)
+    nc = await auth.connect(s, auth.OPERATOR_ROLE)
     try:
         js = nc.jetstream()
         base = s.prefix.upper().replace("-", "_")
-        for name in (s.stream, f"KV_{s.keys_bucket}", f"KV_{s.leases_bucket}",
+        for name in (s.stream, f"KV_{s.keys_bucket}", f"KV_{s.leases_bucket}", f"KV_{tenants_bucket(s.prefix)}",
                      f"OBJ_{base}_ARTIFACTS"):
             with contextlib.suppress(nats.js.errors.NotFoundError):
                 await js.delete_stream(name)

@@ -17,12 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 
+from agentledger import auth
 from agentledger.config import Settings
 from agentledger.core.validate import goal_hash
 from agentledger.ledger import ensure_stream
-from agentledger.runtime.embedded import EmbeddedNats, EmbeddedPostgres
+from agentledger.runtime.embedded import EmbeddedNats
+from agentledger.runtime.hosting import remove_instance
+from agentledger.runtime.postgres import EmbeddedPostgres
+
+
+async def agent_settings(s: Settings, tenant: str, agent: str = "bench") -> Settings:
+    """Settings of an agent of ``tenant`` (created on the way); ``s`` itself without accounts."""
+    if not auth.auth_store(s).initialized:
+        return s
+    await auth.tenant_add(s, tenant)
+    return msgspec.structs.replace(s, nats_creds=await auth.agent_add(s, tenant, agent))
 
 
 def emit(bench: str, value: float, unit: str, baseline: float, ratio: float, **extra: Any) -> None:
@@ -93,8 +103,11 @@ async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
         root = Path(tmp)
         started: list[Any] = []
         nats_url, db_url = settings.nats_url, settings.database_url
+        auth_dir = settings.auth_dir
         if not nats_url:
-            srv = EmbeddedNats(root / "nats")
+            # Operator mode, as `up` runs it: appends come from a tenant's agent.
+            auth_dir = root / "auth"
+            srv = EmbeddedNats(root / "nats", auth=auth.AuthStore(auth_dir).init())
             srv.start()
             started.append(srv)
             nats_url = srv.url
@@ -104,14 +117,16 @@ async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
             started.append(pg)
             db_url = pg.url
         s = msgspec.structs.replace(settings, nats_url=nats_url, database_url=db_url,
-                                    prefix=f"bench{uuid.uuid4().hex[:8]}", data_dir=root)
+                                    prefix=f"bench{uuid.uuid4().hex[:8]}", data_dir=root,
+                                    auth_dir=auth_dir)
         await ensure_stream(s)
         env = {**os.environ, "AGENTLEDGER_NATS_URL": nats_url, "AGENTLEDGER_PREFIX": s.prefix,
-               "AGENTLEDGER_DATA_DIR": str(root), "AGENTLEDGER_LOG_LEVEL": "warning"}
+               "AGENTLEDGER_DATA_DIR": str(root), "AGENTLEDGER_LOG_LEVEL": "warning",
+               "AGENTLEDGER_AUTH_DIR": str(s.auth_root)}
         writer = subprocess.Popen([sys.executable, "-m", "agentledger.services.ledger_writer"],
                                   env=env)
         try:
-            nc = await nats.connect(nats_url)
+            nc = await auth.connect(s, auth.OPERATOR_ROLE)
             for _ in range(300):
                 try:
                     await nc.request("$SRV.PING.agentledger-ledger-writer", b"", timeout=0.2)
@@ -125,5 +140,8 @@ async def bench_stack(settings: Settings) -> AsyncIterator[Settings]:
             writer.wait(timeout=20)
             for srv in reversed(started):
                 srv.stop()
+            # As root the servers had homes and users of their own outside `root`.
+            remove_instance(root / "nats")
+            remove_instance(root / "pg")
 
 

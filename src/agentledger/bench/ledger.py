@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import msgspec
-import nats
 
-from agentledger.bench.common import emit, raw_atomic_batches, task_stream, variable_event
+from agentledger import auth
+from agentledger.bench.common import agent_settings, emit, raw_atomic_batches, task_stream, variable_event
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -31,14 +31,14 @@ REDUCER_EVENTS = 100_000
 
 async def bench_append(s: Settings) -> None:
     """Durable events/s through the writer vs raw atomic batches of 100."""
-    nc = await nats.connect(s.nats_url)
+    nc = await auth.connect(s, auth.WRITER)
     raw = [(ledger_subject(s.prefix, "raw", f"t{i % 100}"),
             msgspec.json.encode(variable_event("raw", f"t{i % 100}", i)),
             msg_id("raw", f"t{i % 100}", f"v{i}")) for i in range(APPEND_EVENTS)]
     baseline = await raw_atomic_batches(nc, raw)
     await nc.close()
 
-    client = await connect(s, timeout=30)
+    client = await connect(await agent_settings(s, "bench"), timeout=30)
     for per_append in (APPEND_BATCH, 1):
         value = await _clients_append(client, per_append)
         emit("append_throughput" if per_append > 1 else "append_throughput_single", value, "events/s",
@@ -70,7 +70,7 @@ def _pct(samples: list[float], q: float) -> float:
 
 async def bench_latency(s: Settings) -> None:
     """Single append at low load vs a raw sequential durable publish."""
-    nc = await nats.connect(s.nats_url)
+    nc = await auth.connect(s, auth.WRITER)
     js = nc.jetstream()
     raw: list[float] = []
     for i in range(LATENCY_SAMPLES):
@@ -80,7 +80,7 @@ async def bench_latency(s: Settings) -> None:
                          headers={"Nats-Msg-Id": msg_id("lat", "raw", f"v{i}")})
         raw.append((time.perf_counter() - t) * 1000)
     await nc.close()
-    client = await connect(s)
+    client = await connect(await agent_settings(s, "lat"))
     ours: list[float] = []
     for i in range(LATENCY_SAMPLES):
         event = variable_event("lat", "writer", i)
@@ -96,7 +96,7 @@ async def bench_latency(s: Settings) -> None:
 
 async def bench_rebuild(s: Settings) -> None:
     """Projector replay of the whole stream vs the raw ordered-consumer read rate."""
-    nc = await nats.connect(s.nats_url)
+    nc = await auth.connect(s, auth.WRITER)
     per_task = REBUILD_EVENTS // REBUILD_TASKS
     items = []
     for t in range(REBUILD_TASKS):

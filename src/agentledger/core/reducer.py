@@ -21,6 +21,7 @@ from msgspec import Struct
 from agentledger.contracts import events as ev
 from agentledger.core.dag import validate_plan
 from agentledger.core.state import (
+    LeaseState,
     Question,
     Rejection,
     Reservation,
@@ -96,7 +97,8 @@ def _check_task_status(state: WorkingMemory, kind: str) -> None:
         return
     if state.status == "new":
         raise _Reject("task_not_created", f"{kind} before task_created")
-    if state.status in TERMINAL_TASK and kind != "turn_appended":
+    # A closed task still records conversation and the writer's own lease bookkeeping.
+    if state.status in TERMINAL_TASK and kind not in ("turn_appended", "lease_granted"):
         raise _Reject("task_closed", f"{kind} after the task was {state.status}")
 
 
@@ -312,6 +314,11 @@ def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int) -> None:
     state.transcript.append(Turn(p.role, p.ordinal, seq, p.content, p.sealed))
 
 
+def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int) -> None:
+    # The fencing token is the grant's own ledger sequence (see agentledger.leases).
+    state.lease = LeaseState(p.holder, seq, p.expires_at)
+
+
 _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int], None]] = {
     "task_created": _task_created,
     "plan_versioned": _plan_versioned,
@@ -331,5 +338,6 @@ _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int], None]] = {
     "task_failed": _task_failed,
     "task_cancelled": _task_cancelled,
     "turn_appended": _turn_appended,
+    "lease_granted": _lease_granted,
 }
 assert set(_HANDLERS) == set(ev.EVENT_TYPES), "every event kind needs a handler"

@@ -74,6 +74,20 @@ class SideEffect(Struct):
     seq: int
 
 
+class LeaseState(Struct):
+    """The task's last lease grant as the ledger records it (never its secret).
+
+    ``token`` is the grant's ledger sequence; ``expires_at`` the grant's expiry
+    (seconds since the Unix epoch, writer clock). Renewals and releases change
+    the live lease in the writer's lease table only, so this says who was last
+    given the task, not whether that lease is still live.
+    """
+
+    holder: str
+    token: int
+    expires_at: float
+
+
 class Rejection(Struct):
     """An event the reducer refused, kept so the refusal is explainable."""
 
@@ -111,6 +125,7 @@ class WorkingMemory(Struct):
     # Event id -> ledger sequence of every applied event: duplicates are no-ops.
     applied: dict[str, int] = {}
     watermark: int = 0
+    lease: LeaseState | None = None
 
 
 def new_state(tenant: str, task_id: str) -> WorkingMemory:
@@ -175,6 +190,7 @@ def view(state: WorkingMemory) -> dict[str, Any]:
         "side_effects": msgspec.to_builtins(state.side_effects),
         "transcript": msgspec.to_builtins(state.transcript),
         "rejections": msgspec.to_builtins(state.rejections),
+        "lease": msgspec.to_builtins(state.lease) if state.lease else None,
         "watermark": state.watermark,
         "events_applied": len(state.applied),
     }

@@ -78,6 +78,10 @@ def check_batch(events: Sequence[ev.EventBase]) -> None:
         if (e.tenant, e.task_id) != (first.tenant, first.task_id):
             raise ContractError("every event of one append must belong to the same task",
                                 code="mixed_task_batch", path=f"{path}.task_id")
+        if ev.kind_of(e) in ev.WRITER_ONLY_KINDS:
+            raise ContractError(f"{ev.kind_of(e)} events are written by the ledger-writer itself "
+                                "(take a lease through lease.acquire)", code="reserved_kind",
+                                path=f"{path}.kind")
         if e.event_id in seen:
             raise ContractError(f"event id repeats $.events[{seen[e.event_id]}]",
                                 code="duplicate_event_id", path=f"{path}.event_id")

@@ -27,15 +27,16 @@ import nats
 import nats.errors
 import structlog
 
+from agentledger import auth
 from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime.embedded import (
     EmbeddedNats,
-    EmbeddedPostgres,
     log_tail,
     pid_alive,
     terminate_pid,
 )
+from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
     SUPERVISOR_MODULE,
     RuntimeInfo,
@@ -56,7 +57,8 @@ SERVICES: list[tuple[str, list[str]]] = [
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"
 WRITER_LOG = "ledger-writer"
-# Database created in the embedded PostgreSQL (the server's `postgres` db stays empty).
+# Database created in the embedded PostgreSQL, owned by the services' role (the
+# server's `postgres` db stays empty and closed to it).
 EMBEDDED_DATABASE = "agentledger"
 READY_TIMEOUT_S = 30.0
 
@@ -85,17 +87,21 @@ def up(settings: Settings, *, foreground: bool = False,
         nats_pid = postgres_pid = None
         started: list[object] = []
         if not settings.nats_url:
-            embedded_nats = EmbeddedNats(settings.data_dir).start()
+            identity = auth.AuthStore(settings.auth_root).init()
+            embedded_nats = EmbeddedNats(settings.data_dir, auth=identity,
+                                         server_root=settings.server_root).start()
             undo.callback(embedded_nats.stop)
             started.append(embedded_nats)
             nats_pid = embedded_nats.pid
             settings = msgspec.structs.replace(settings, nats_url=embedded_nats.url)
         if not settings.database_url:
-            embedded_pg = EmbeddedPostgres(settings.data_dir).start()
+            embedded_pg = EmbeddedPostgres(settings.data_dir,
+                                           server_root=settings.server_root).start()
             undo.callback(embedded_pg.stop)
             postgres_pid = embedded_pg.pid
+            # The services' role and database; the URL names a passfile, never the password.
             settings = msgspec.structs.replace(
-                settings, database_url=embedded_pg.create_database(EMBEDDED_DATABASE))
+                settings, database_url=embedded_pg.provision(EMBEDDED_DATABASE))
         asyncio.run(_prepare(settings))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
         supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground)
@@ -123,6 +129,9 @@ async def _prepare(settings: Settings) -> None:
 
     await migrate(settings.database_url)
     await ensure_stream(settings)
+    if auth.auth_store(settings).initialized:
+        # A server that lost its resolver folder would not know the tenants any more.
+        await auth.sync_tenants(settings)
 
 
 def _clear_stale(settings: Settings) -> None:
@@ -216,7 +225,7 @@ def _wait_until_up(settings: Settings, supervisor: subprocess.Popen[bytes]) -> R
             raise RuntimeStateError(f"services did not start within {READY_TIMEOUT_S:.0f} s\n"
                                     f"{tails}")
         time.sleep(0.05)
-    if not asyncio.run(_writer_answers(settings.nats_url, deadline)):
+    if not asyncio.run(_writer_answers(settings, deadline)):
         raise RuntimeStateError(f"the ledger writer did not answer on $SRV.PING.{WRITER_SERVICE} "
                                 f"within {READY_TIMEOUT_S:.0f} s; its log ends with:\n"
                                 f"{log_tail(log_dir / f'{WRITER_LOG}.log')}")
@@ -230,9 +239,9 @@ def _read_if_present(path: Path) -> RuntimeInfo | None:
         return None
 
 
-async def _writer_answers(nats_url: str, deadline: float) -> bool:
+async def _writer_answers(settings: Settings, deadline: float) -> bool:
     """Ping the writer's NATS micro service until it answers or ``deadline`` (monotonic) passes."""
-    nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE, connect_timeout=5, max_reconnect_attempts=3)
     try:
         while True:
             try:

@@ -1,0 +1,192 @@
+"""The ledger-writer's artifact endpoints: put, get and stat artifacts for authenticated callers.
+
+Tenant accounts have no JetStream access, so agents store and read artifacts
+through ``<prefix>.artifact.put|get|stat`` (wire format in
+``agentledger.contracts.artifacts`` and docs/contracts.md). The caller's
+identity decides the tenant: a tenant caller stores under its own tenant and
+sees only its own artifacts; a URI of another tenant is answered exactly like
+a missing artifact, so nothing tells whether that tenant stored the content.
+The operator (a caller inside the services' account) names the tenant it puts
+for and may read any tenant's artifacts.
+
+``ArtifactEndpoints`` holds the rules with the caller as a parameter and no NATS
+request in sight; ``register`` wires it to the writer's micro service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+
+import structlog
+from nats.aio.client import Client
+from nats.micro.request import Request
+
+from agentledger.artifacts import ArtifactStore, hash_content
+from agentledger.config import Settings
+from agentledger.contracts.artifacts import (
+    H_BLAKE3,
+    H_ERROR,
+    H_PRODUCER,
+    H_SCHEMA,
+    H_SIZE,
+    H_TENANT,
+    H_VERSION,
+    ArtifactReply,
+)
+from agentledger.contracts.codec import (
+    decode_artifact_put_headers,
+    decode_artifact_request,
+    encode,
+    error_body,
+)
+from agentledger.contracts.events import ArtifactRef
+from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
+from agentledger.identity import Caller, TenantRegistry
+
+log = structlog.get_logger()
+
+ACTIONS = ("put", "get", "stat")
+# Room left in a reply for its headers: content larger than max_payload minus this cannot be sent.
+REPLY_HEADROOM = 4096
+# Requests served at once: each holds its content (up to max_artifact_bytes) in memory.
+MAX_CONCURRENT = 16
+
+
+def artifact_subject(prefix: str, action: str) -> str:
+    return f"{prefix}.artifact.{action}"
+
+
+def _too_large(size: int, limit: int, what: str) -> ContractError:
+    return ContractError(f"{what} is {size} bytes, the limit is {limit}", code="artifact_too_large")
+
+
+class ArtifactEndpoints:
+    """What each endpoint does for a given caller; raises ``AgentLedgerError`` to refuse."""
+
+    def __init__(self, store: ArtifactStore, settings: Settings, *, max_payload: int) -> None:
+        self.store = store
+        self.max_put_bytes = settings.max_artifact_bytes
+        # Any stored artifact that fits in a reply can be read, even above today's put limit.
+        self.max_get_bytes = max_payload - REPLY_HEADROOM
+
+    async def put(self, caller: Caller, data: bytes, headers: Mapping[str, str] | None) -> ArtifactRef:
+        """Store ``data`` for the caller's tenant (the operator names it in ``Agentledger-Tenant``)."""
+        meta = decode_artifact_put_headers(headers)
+        path = f"headers.{H_TENANT}"
+        tenant = meta.tenant or caller.tenant
+        if tenant is None:
+            raise ContractError("the operator puts artifacts for a tenant it names",
+                                code="missing_field", path=path)
+        caller.require_tenant(tenant, path)
+        if len(data) > self.max_put_bytes:
+            raise _too_large(len(data), self.max_put_bytes, "the artifact")
+        if meta.blake3 is not None and (actual := await hash_content(data)) != meta.blake3:
+            raise AgentLedgerError(f"the content arrived hashing to {actual}, the request says "
+                                   f"{meta.blake3}; nothing was stored",
+                                   code="artifact_hash_mismatch", path=f"headers.{H_BLAKE3}")
+        return await self.store.put(data, tenant=tenant, schema=meta.schema, producer=meta.producer,
+                                    version=meta.version)
+
+    async def stat(self, caller: Caller, body: bytes) -> ArtifactRef:
+        """The ref of one of the caller's artifacts (any tenant's for the operator)."""
+        request = decode_artifact_request(body)
+        with _uri_errors():
+            return await self.store.stat(request.uri, tenant=caller.tenant)
+
+    async def get(self, caller: Caller, body: bytes) -> tuple[bytes, ArtifactRef]:
+        """Content and ref of one of the caller's artifacts, re-hashed here before it is sent."""
+        request = decode_artifact_request(body)
+        with _uri_errors():
+            ref = await self.store.stat(request.uri, tenant=caller.tenant)
+            if ref.size is not None and ref.size > self.max_get_bytes:
+                raise _too_large(ref.size, self.max_get_bytes, f"artifact {request.uri}")
+            return await self.store.read(request.uri, request.blake3, tenant=caller.tenant)
+
+
+@contextlib.contextmanager
+def _uri_errors() -> Iterator[None]:
+    """A malformed, missing or too large artifact is named by its path in the request, ``$.uri``."""
+    try:
+        yield
+    except (ContractError, NotFoundError) as exc:
+        if exc.path is None:
+            exc.path = "$.uri"
+        raise
+
+
+def content_headers(ref: ArtifactRef, size: int) -> dict[str, str]:
+    """The headers of a successful get reply: the ref of the content in the payload."""
+    return {H_BLAKE3: ref.blake3, H_SCHEMA: ref.schema, H_PRODUCER: ref.producer,
+            H_VERSION: str(ref.version), H_SIZE: str(size)}
+
+
+class _Server:
+    """NATS glue: identity from the request headers, one task per request, typed error replies."""
+
+    def __init__(self, endpoints: ArtifactEndpoints, tenants: TenantRegistry,
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self.endpoints = endpoints
+        self.tenants = tenants
+        self.tasks = tasks
+        self.slots = asyncio.Semaphore(MAX_CONCURRENT)
+
+    def handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
+        async def handle(req: Request) -> None:
+            # Waiting for a slot here leaves further requests queued in the subscription,
+            # where the client's pending limits apply, instead of in memory here.
+            await self.slots.acquire()
+            task = asyncio.create_task(self.serve(action, req))
+            self.tasks.add(task)
+            task.add_done_callback(self._done)
+        return handle
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self.slots.release()
+
+    async def serve(self, action: str, req: Request) -> None:
+        try:
+            caller = await self.tenants.caller(req.headers)
+            with structlog.contextvars.bound_contextvars(action=f"artifact.{action}",
+                                                         tenant=caller.tenant, agent=caller.agent):
+                if action == "put":
+                    ref = await self.endpoints.put(caller, req.data, req.headers)
+                    await req.respond(encode(ArtifactReply(ok=True, artifact=ref)))
+                elif action == "stat":
+                    ref = await self.endpoints.stat(caller, req.data)
+                    await req.respond(encode(ArtifactReply(ok=True, artifact=ref)))
+                else:
+                    data, ref = await self.endpoints.get(caller, req.data)
+                    await req.respond(data, headers=content_headers(ref, len(data)))
+        except AgentLedgerError as exc:
+            log.info("artifact.refused", action=action, code=exc.code, path=exc.path)
+            await self._refuse(req, exc)
+        except Exception:
+            log.exception("artifact.failed", action=action)
+            await self._refuse(req, AgentLedgerError("internal error", code="internal", retryable=True))
+
+    @staticmethod
+    async def _refuse(req: Request, exc: AgentLedgerError) -> None:
+        # The header, not the payload, marks an error: an empty artifact is a valid payload.
+        await req.respond(encode(ArtifactReply(ok=False, error=error_body(exc))),
+                          headers={H_ERROR: exc.code})
+
+
+async def register(service: object, nc: Client, settings: Settings, store: ArtifactStore,
+                   tenants: TenantRegistry, *, tasks: set[asyncio.Task[None]]) -> ArtifactEndpoints:
+    """Add ``<prefix>.artifact.put|get|stat`` to the writer's micro service.
+
+    Requests run in tasks added to ``tasks``, which the writer awaits on shutdown.
+    """
+    endpoints = ArtifactEndpoints(store, settings, max_payload=nc.max_payload)
+    if settings.max_artifact_bytes > endpoints.max_get_bytes:
+        log.warning("artifact.limit_above_max_payload", max_artifact_bytes=settings.max_artifact_bytes,
+                    max_payload=nc.max_payload)
+    server = _Server(endpoints, tenants, tasks)
+    for action in ACTIONS:
+        await service.add_endpoint(  # type: ignore[attr-defined]
+            name=f"artifact-{action}", subject=artifact_subject(settings.prefix, action),
+            handler=server.handler(action))
+    return endpoints
