@@ -82,8 +82,48 @@ def decode_event(data: bytes | str | msgspec.Raw, prefix: str = "") -> EventBase
     """Decode and validate one event; raise ``ContractError`` naming the path."""
     try:
         return _event_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _name_map_key(exc, data, prefix) from exc
     except msgspec.MsgspecError as exc:
         raise contract_error(exc, prefix) from exc
+
+
+def _name_map_key(exc: msgspec.ValidationError, data: bytes | str | msgspec.Raw,
+                  prefix: str) -> ContractError:
+    """``contract_error`` for an event, naming the offending key of a map (a task's budget).
+
+    msgspec locates a bad map entry only as ``$.payload.budget[...]`` (its value) or
+    "at `key` in `$.payload.budget`" (its key); the key is found by decoding the event with
+    one entry of that map at a time, so the path becomes ``$.payload.budget.tokens``.
+    """
+    text = str(exc)
+    if (m := re.search(r" - at `key` in `(\$[^`]*)`$", text)) is not None:
+        where, rest, reason, note = m.group(1), "", text[: m.start()], " (a map key)"
+    elif (m := _AT.search(text)) is not None and "[...]" in m.group(1):
+        where, rest = m.group(1).split("[...]", 1)
+        reason, note = text[: m.start()], ""
+    else:
+        return contract_error(exc, prefix)
+    code = contract_error(exc).code
+    try:
+        doc = msgspec.json.decode(data)
+        node = doc
+        for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", where):
+            node = node[name] if name else node[int(index)]
+        for key, value in list(node.items()):
+            node.clear()
+            node[key] = value
+            try:
+                _event_decoder.decode(msgspec.json.encode(doc))
+            except msgspec.ValidationError as trial:
+                if str(trial).startswith(reason):
+                    step = (f".{key}" if re.fullmatch(r"[A-Za-z0-9_-]+", key)
+                            else f"[{msgspec.json.encode(key).decode()}]")
+                    return ContractError(reason + note, code=code,
+                                         path=_join(prefix, where + step + rest))
+    except (msgspec.MsgspecError, LookupError, TypeError, ValueError, AttributeError):
+        pass  # not the shape expected: fall back to msgspec's own path
+    return contract_error(exc, prefix)
 
 
 def decode_append_request(data: bytes) -> AppendRequest:
@@ -134,6 +174,92 @@ def decode_artifact_put_headers(headers: Mapping[str, str] | None) -> ArtifactPu
         field = (error.path or "$").removeprefix("$.")
         error.path = f"headers.{_PUT_HEADERS.get(field, field)}"
         raise error from exc
+
+
+# Deepest nesting of objects and arrays accepted anywhere (an event, a request, a stored
+# message). Far below what every reader can decode (msgspec, Python's json and the reducer's
+# recursion break at roughly 1,000 levels), far above what a real event needs.
+MAX_DEPTH = 64
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},:]', re.DOTALL)
+
+
+def nesting_path(data: bytes | str, limit: int = MAX_DEPTH) -> str | None:
+    """The JSON path of the first value nested deeper than ``limit``, or None if none is.
+
+    A scan without recursion and without decoding, safe on any bytes (what is
+    not JSON is left to the decoder to refuse): ``$`` is depth 0, the members of
+    the top-level object or array are depth 1, and so on.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    # Fast path: without strings, fewer than ``limit`` + 1 openings cannot nest too deep.
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return None
+    stack: list[list[object]] = []  # [container, key or index, expecting a key]
+    for m in _JSON_TOKEN.finditer(raw):
+        tok = m.group()
+        c = tok[:1]
+        if c in (b"{", b"["):
+            if len(stack) >= limit:
+                return _path(stack)
+            stack.append(["{", None, True] if c == b"{" else ["[", 0, False])
+        elif stack:
+            _step(stack, c, tok)
+    return None
+
+
+def _step(stack: list[list[object]], c: bytes, tok: bytes) -> None:
+    """Follow one token other than an opening bracket inside a container."""
+    top = stack[-1]
+    if c == b'"':
+        if top[0] == "{" and top[2]:
+            try:
+                top[1] = msgspec.json.decode(tok, type=str)
+            except msgspec.MsgspecError:
+                top[1] = "?"
+            top[2] = False
+    elif c in (b"}", b"]"):
+        stack.pop()
+    elif c == b",":
+        if top[0] == "{":
+            top[2] = True
+        else:
+            top[1] = int(top[1]) + 1  # type: ignore[call-overload]
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _path(stack: list[list[object]]) -> str:
+    parts = ["$"]
+    for container, key, _ in stack:
+        if container == "[":
+            parts.append(f"[{key}]")
+        elif isinstance(key, str) and _PLAIN_KEY.match(key):
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{msgspec.json.encode(str(key)).decode()[:40]}]")
+    path = "".join(parts)
+    return path if len(path) <= 300 else path[:297] + "..."
+
+
+def check_depth(data: bytes | str, prefix: str = "", limit: int = MAX_DEPTH) -> None:
+    """Raise ``ContractError`` ``too_deep`` (naming the path) if ``data`` nests deeper than ``limit``."""
+    path = nesting_path(data, limit)
+    if path is not None:
+        raise ContractError(f"nested deeper than {limit} levels of objects and arrays",
+                            code="too_deep", path=_join(prefix, path))
+
+
+def check_request_depth(data: bytes | str) -> None:
+    """``check_depth`` of an ``AppendRequest`` body before it is decoded at all.
+
+    Each event sits two levels down (``$.events[i]``), so the events' limit is
+    ``MAX_DEPTH`` and the path names the event: ``$.events[0].payload.value[0]...``.
+    """
+    path = nesting_path(data, MAX_DEPTH + 2)
+    if path is not None:
+        raise ContractError(f"an event nests deeper than {MAX_DEPTH} levels of objects and arrays",
+                            code="too_deep", path=path)
 
 
 def error_body(exc: AgentLedgerError) -> ErrorBody:

@@ -30,6 +30,10 @@ Hash = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$", description="blake3, 64 lo
 PositiveInt = Annotated[int, Meta(ge=1)]
 Amount = Annotated[int, Meta(ge=0, le=2**53)]
 Version = Annotated[int, Meta(ge=1, le=2**31)]
+# RFC 3339 requires an offset: a naive "2026-11-29T10:00:00" is refused (invalid_value), never
+# guessed to be UTC or local time.
+Timestamp = Annotated[datetime, Meta(tz=True, description="RFC 3339 date-time with a UTC offset "
+                                                          "(Z or +hh:mm)")]
 
 
 class Strict(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
@@ -221,12 +225,28 @@ class LeaseGranted(Strict, frozen=True):
 
 
 class TurnAppended(Strict, frozen=True):
-    """One conversation turn. ``content`` is personal: it is stored sealed."""
+    """One conversation turn. ``content`` is personal: it is stored sealed.
+
+    A client always sends ``content`` (the writer refuses a turn without it,
+    ``missing_field``) and never ``sealed`` (``sealed_not_allowed``); the stored
+    form carries ``sealed`` instead of ``content``. The field is optional in the
+    Struct only so that one type reads both forms; the JSON Schema says exactly
+    one of the two is present (``TURN_CONTENT_RULE``).
+    """
 
     role: Literal["user", "assistant", "system", "tool"]
     ordinal: PositiveInt
-    content: Annotated[str, Meta(max_length=65536)] | None = None
+    content: Annotated[str, Meta(max_length=65536, description=(
+        "the turn's text; required in an append (absent only in the stored, sealed form)"))] | None = None
     sealed: Sealed | None = None
+
+
+# A turn carries exactly one of ``content`` (as sent to the writer, required there) and
+# ``sealed`` (as stored in the ledger, set by the writer only).
+TURN_CONTENT_RULE: dict[str, Any] = {
+    "oneOf": [{"required": ["content"], "not": {"required": ["sealed"]}},
+              {"required": ["sealed"], "not": {"required": ["content"]}}],
+}
 
 
 # ---- envelope --------------------------------------------------------------
@@ -239,7 +259,7 @@ class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=T
     tenant: Token
     task_id: Token
     producer: Name
-    occurred_at: datetime
+    occurred_at: Timestamp
     schema_version: Literal[1]
     causation_id: EventId | None = None
     correlation_id: EventId | None = None
@@ -318,7 +338,7 @@ class TaskCancelledEvent(EventBase, tag="task_cancelled", frozen=True):
 
 
 class TurnAppendedEvent(EventBase, tag="turn_appended", frozen=True):
-    payload: TurnAppended
+    payload: Annotated[TurnAppended, Meta(extra_json_schema=TURN_CONTENT_RULE)]
 
 
 class LeaseGrantedEvent(EventBase, tag="lease_granted", frozen=True):

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from agentledger import auth
 from agentledger.auth import AuthStore
 from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
+from agentledger.ledger import ensure_stream
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.runtime.hosting import DEFAULT_SERVER_ROOT, remove_instances
 from agentledger.runtime.postgres import (
@@ -40,6 +41,7 @@ from agentledger.runtime.postgres import (
     role_url,
     write_passfile,
 )
+from raw_ledger import Ledger
 
 
 @pytest.fixture(scope="session")
@@ -200,3 +202,12 @@ async def _delete_streams(settings: Settings) -> None:
                 await jsm.delete_stream(name)
     finally:
         await nc.close()
+
+
+@pytest.fixture
+async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
+    """The test's ledger stream, for publishing raw messages as the writer's NATS user."""
+    await ensure_stream(settings)
+    nc = await auth.connect(settings, auth.WRITER)
+    yield Ledger(settings, nc)
+    await nc.close()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 
 from agentledger.contracts import events as ev
@@ -167,7 +169,52 @@ BAD_EVENTS = [
                  id="event-id-with-slash"),
     pytest.param(_mutated(_set(["occurred_at"], "yesterday")), "invalid_value", "$.occurred_at",
                  id="bad-timestamp"),
+    pytest.param(_mutated(_set(["occurred_at"], "2026-11-29T10:00:00")), "invalid_value",
+                 "$.occurred_at", id="timestamp-without-offset"),
+    pytest.param(_mutated(_set(["occurred_at"], "2026-11-29T10:00:00.250")), "invalid_value",
+                 "$.occurred_at", id="fractional-timestamp-without-offset"),
 ]
+
+
+@pytest.mark.parametrize("stamp", ["2026-11-29T10:00:00Z", "2026-11-29T10:00:00+00:00",
+                                   "2026-11-29T11:30:00.5+01:30", "2026-11-29T05:00:00-05:00"])
+def test_timestamps_with_an_offset_are_accepted(stamp: str) -> None:
+    """RFC 3339 timestamps (Z or a numeric offset) decode, as aware datetimes."""
+    event = decode_event(_mutated(_set(["occurred_at"], stamp)))
+    assert event.occurred_at.utcoffset() is not None
+
+
+def _budget_event(budget: dict[str, Any]) -> bytes:
+    doc = load_example("task_created")
+    doc["payload"]["budget"] = budget
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(("budget", "code", "path"), [
+    pytest.param({"llm_tokens": 10, "tool_calls": -1}, "invalid_value",
+                 "$.events[3].payload.budget.tool_calls", id="negative-limit"),
+    pytest.param({"llm_tokens": "many"}, "invalid_type", "$.events[3].payload.budget.llm_tokens",
+                 id="limit-not-an-int"),
+    pytest.param({"usd-cents": 1, "gpu-hours": 2**60}, "invalid_value",
+                 "$.events[3].payload.budget.gpu-hours", id="limit-too-large"),
+    pytest.param({"llm_tokens": 10, "llm.tokens": 5}, "invalid_value",
+                 '$.events[3].payload.budget["llm.tokens"]', id="key-not-a-token"),
+])
+def test_budget_errors_name_the_key(budget: dict[str, Any], code: str, path: str) -> None:
+    """A bad budget entry is reported at its resource name, never at an index or `[...]`."""
+    with pytest.raises(ContractError) as info:
+        decode_event(_budget_event(budget), "$.events[3]")
+    assert (info.value.code, info.value.path) == (code, path)
+
+
+def test_turn_content_is_required_by_the_schema() -> None:
+    """The schema, like the writer, requires a turn's content (or, stored, its sealed form)."""
+    schema = json.loads((SCHEMA_DIR / "event.schema.json").read_text(encoding="utf-8"))
+    payload = schema["$defs"]["TurnAppendedEvent"]["properties"]["payload"]
+    assert payload["$ref"] == "#/$defs/TurnAppended"
+    sent, stored = payload["oneOf"]
+    assert sent == {"required": ["content"], "not": {"required": ["sealed"]}}
+    assert stored == {"required": ["sealed"], "not": {"required": ["content"]}}
 
 
 @pytest.mark.parametrize(("data", "code", "path"), BAD_EVENTS)
@@ -297,6 +344,32 @@ def test_mixed_tenant_batch() -> None:
     """The same task id under another tenant is still a different task."""
     err = _check(_event("step_started"), _event("budget_reserved", tenant="globex"))
     assert (err.code, err.path) == ("mixed_task_batch", "$.events[1].task_id")
+
+
+GOAL_HASH_DOC = (Path(ev.__file__).resolve().parents[1] / "docs" / "contracts.md")
+
+
+def test_goal_hash_worked_example_in_the_docs() -> None:
+    """The non-ASCII goal_hash example of docs/contracts.md: its bytes and its hash are real."""
+    text = GOAL_HASH_DOC.read_text(encoding="utf-8")
+    section = text.split("<!-- goal-hash-example -->", 1)[1]
+    canonical = section.split("```text\n", 1)[1].split("\n```", 1)[0]
+    documented = section.split("its `goal_hash` is\n`", 1)[1].split("`", 1)[0]
+    doc = json.loads(canonical)
+    goal, criteria = doc["text"], doc["acceptance_criteria"]
+    assert any(ord(ch) > 127 for ch in goal + "".join(criteria))
+    assert goal_hash(goal, criteria) == documented
+    body = canonical.encode("utf-8")
+    assert f"these {len(body)} bytes" in text
+    assert blake3.blake3(body).hexdigest() == documented
+    assert body == json.dumps({"acceptance_criteria": criteria, "text": goal}, ensure_ascii=False,
+                              separators=(",", ":"), sort_keys=True).encode()
+
+
+def test_goal_hash_is_not_normalised() -> None:
+    """As documented: NFC and NFD spellings of one text hash differently."""
+    assert goal_hash(unicodedata.normalize("NFC", "Café"), []) != \
+        goal_hash(unicodedata.normalize("NFD", "Café"), [])
 
 
 def test_repeated_event_id() -> None:

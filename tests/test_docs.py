@@ -62,3 +62,29 @@ def test_readme_cli_lists_every_command() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in sub.choices:
         assert f"agentledger {name}" in readme
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "--data-dir", "D"],
+    ["--data-dir", "D", "up"],
+    ["--data-dir", "elsewhere", "up", "--data-dir", "D"],
+    ["task", "show", "acme", "task-42", "--data-dir", "D", "--creds", "agent.creds"],
+    ["--creds", "agent.creds", "artifact", "stat", "artifact://x", "--data-dir", "D"],
+    ["tenant", "add", "acme", "--creds", "agent.creds", "--data-dir", "D"],
+])
+def test_global_options_go_before_or_after_the_command(argv: list[str]) -> None:
+    """`agentledger up --data-dir DIR` (as the README shows) parses like `--data-dir DIR up`."""
+    args = build_parser().parse_args(argv)
+    assert args.data_dir == Path("D")
+    assert args.creds == (Path("agent.creds") if "--creds" in argv else None)
+
+
+def test_readme_up_line_parses() -> None:
+    """The README's `agentledger up [--data-dir DIR]` line parses as written."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## CLI", 1)[1].split("```", 2)[1]
+    line = next(ln for ln in block.splitlines() if ln.startswith("agentledger up "))
+    usage = line.split("  ", 1)[0].split()[1:]
+    argv = [w.strip("[]").replace("DIR", "D") for w in usage]
+    assert argv == ["up", "--data-dir", "D"]
+    assert build_parser().parse_args(argv).data_dir == Path("D")

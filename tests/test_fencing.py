@@ -397,3 +397,29 @@ async def test_tenant_agents_hold_leases_as_themselves(stack: tuple[LedgerWriter
     finally:
         for c in agents.values():
             await c.close()
+
+
+async def test_a_retry_after_the_lease_moved_is_a_duplicate_not_a_refusal(client: Client) -> None:
+    """Protects the retry contract: an append whose ack was lost, retried after its lease lapsed or
+    moved, is stored, so the answer is `duplicate` with the original sequences. New events and
+    resent ids with other content are still refused."""
+    await client.append(created())
+    first = (await lease(client, "acquire", holder="exec-a", ttl_s=0.3))["lease"]
+    batch = [{**event("s1"), "fencing_token": first["token"]},
+             {**event("s2"), "fencing_token": first["token"]}]
+    body = json.dumps({"events": batch, "lease_secret": first["secret"]}).encode()
+    original = await client.append_raw(body)
+    assert [r.duplicate for r in original] == [False, False]
+
+    async def taken() -> dict[str, Any] | None:
+        reply = await lease(client, "acquire", holder="exec-b", ttl_s=30)
+        return reply["lease"] if reply["ok"] else None
+
+    await assert_eventually(taken, timeout=10)
+    retried = await client.append_raw(body)  # the lost-ack retry, byte for byte
+    assert [(r.seq, r.duplicate) for r in retried] == [(r.seq, True) for r in original]
+    # A new event under the old lease is still refused, and so is an old id with new content.
+    assert await fenced(client, event("s3"), first, first["secret"]) == "stale_fencing_token"
+    changed = {**event("s1", payload={"name": "x", "value": "other"}), "fencing_token": first["token"]}
+    code = await fenced(client, changed, None, first["secret"])
+    assert code == "event_id_conflict"

@@ -25,7 +25,7 @@ from agentledger.config import Settings
 from agentledger.contracts.codec import encode
 from agentledger.core.state import decode_state
 from agentledger.errors import AgentLedgerError, EventIdConflictError
-from agentledger.ledger import DIGEST, MSG_ID, ensure_stream, ledger_subject, msg_id, subject_key
+from agentledger.ledger import DIGEST, MSG_ID, ledger_subject, msg_id, subject_key
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
@@ -40,13 +40,6 @@ from test_projector import (
 from test_writer import created, stored
 from test_writer import event as wevent
 
-
-@pytest.fixture
-async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
-    await ensure_stream(settings)
-    nc = await auth.connect(settings, auth.WRITER)
-    yield Ledger(settings, nc)
-    await nc.close()
 
 @pytest.fixture
 async def client(settings: Settings) -> AsyncIterator[Client]:

@@ -13,22 +13,20 @@ from typing import Any
 
 import asyncpg
 import msgspec
-import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from agentledger import auth
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
-from agentledger.contracts.codec import encode
 from agentledger.core.state import decode_state, view
 from agentledger.core.validate import goal_hash
 from agentledger.errors import NotFoundError
-from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, ledger_wildcard, msg_id
+from agentledger.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
 from helpers import assert_eventually
+from raw_ledger import Ledger
 
 TENANT = "acme"
 
@@ -57,31 +55,6 @@ def task_script(task: str, tenant: str = TENANT) -> list[dict[str, Any]]:
         # Refused by the reducer: C depends on B, which has not succeeded.
         event("step_started", "s3", {"plan_version": 1, "step_id": "C"}, task, tenant),
     ]
-
-
-class Ledger:
-    """Publishes events straight into the ledger stream, as the writer would."""
-
-    def __init__(self, settings: Settings, nc: nats.NATS) -> None:
-        self.settings = settings
-        self.nc = nc
-        self.js = nc.jetstream()
-
-    async def publish(self, ev: dict[str, Any]) -> int:
-        subject = ledger_subject(self.settings.prefix, ev["tenant"], ev["task_id"])
-        ack = await self.js.publish(subject, encode(ev),
-                                    headers={MSG_ID: msg_id(ev["tenant"], ev["task_id"], ev["event_id"])})
-        return int(ack.seq)
-
-    async def publish_all(self, events: list[dict[str, Any]]) -> int:
-        seq = 0
-        for ev in events:
-            seq = await self.publish(ev)
-        return seq
-
-    async def last_seq(self) -> int:
-        info = await self.js.stream_info(self.settings.stream)
-        return int(info.state.last_seq)
 
 
 async def watermark(settings: Settings) -> int | None:
@@ -113,14 +86,6 @@ async def caught_up(settings: Settings, ledger: Ledger, wait_s: float = 30.0) ->
 
     await assert_eventually(reached, timeout=wait_s, message=f"watermark never reached {last}")
     return last
-
-
-@pytest.fixture
-async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
-    await ensure_stream(settings)
-    nc = await auth.connect(settings, auth.WRITER)
-    yield Ledger(settings, nc)
-    await nc.close()
 
 
 @pytest.fixture

@@ -286,6 +286,20 @@ def test_replan_keeps_unchanged_steps_and_resets_changed(run: Run) -> None:
     assert view(run.state)["next_ready"] == ["S2", "S4"]
 
 
+def test_a_step_dropped_and_added_back_keeps_counting_attempts(run: Run) -> None:
+    """A step one plan drops and a later plan adds back continues its attempt numbering, so an
+    idempotency key built from (step, attempt) never repeats one that may have had effects."""
+    run.start("S1"), run.succeed("S1"), run.start("S2")
+    run.plan(2, [{"id": "S1"}])
+    assert "S2" not in run.state.step_states
+    run.plan(3, [{"id": "S1"}, {"id": "S2", "depends_on": ["S1"]}])
+    assert run.state.step_states["S2"].attempt == 1
+    assert run.state.retired_attempts == {}
+    run.rejected("stale_attempt", "step_started", "again", plan_version=3, step_id="S2", attempt=1)
+    run.start("S2", v=3, attempt=2)
+    assert run.state.step_states["S2"].attempt == 2
+
+
 def test_replan_resets_dependents_of_a_changed_step(run: Run) -> None:
     """A step whose dependency was redefined loses its progress too: its input is being redone."""
     run.start("S1"), run.succeed("S1"), run.start("S2"), run.succeed("S2")

@@ -19,24 +19,14 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.config import Settings
 from agentledger.core.state import decode_state, encode_state, state_hash
 from agentledger.errors import UnavailableError
-from agentledger.ledger import ensure_stream
 from agentledger.runtime.state import settings_env
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from helpers import assert_eventually
 from test_projector import TENANT, Ledger, caught_up, event, task_rows, task_script, watermark
-
-
-@pytest.fixture
-async def ledger(settings: Settings) -> AsyncIterator[Ledger]:
-    await ensure_stream(settings)
-    nc = await auth.connect(settings, auth.WRITER)
-    yield Ledger(settings, nc)
-    await nc.close()
 
 
 @pytest.fixture

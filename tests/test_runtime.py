@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -177,6 +178,40 @@ async def test_supervisor_restarts_a_killed_service_and_stops_all_on_sigterm(
     assert read_runtime(runtime).services == {}
 
 
+# Says it is ready the way a real service does (the file the supervisor names), then waits.
+READY_SLEEPER = [sys.executable, "-c", "import os, pathlib, time; "
+                 "pathlib.Path(os.environ['AGENTLEDGER_READY_FILE']).touch(); time.sleep(600)"]
+
+
+@pytest.mark.asyncio
+async def test_a_restart_that_became_ready_resets_the_backoff(
+        tmp_path: Path, start_supervisor: StartSupervisor) -> None:
+    """Protects availability: five kills of a healthy service in a row never grow its restart delay,
+    because each restart reported ready; a service that never gets ready backs off."""
+    runtime = tmp_path / "runtime.json"
+    start_supervisor([("ready", READY_SLEEPER), ("stuck", SLEEPER)])
+    for _ in range(5):
+        pid = (await assert_eventually(
+            lambda: (s := _live_services(runtime, {"ready"})) and s["ready"], timeout=30))
+        # The supervisor saw this very process get ready.
+        await assert_eventually(lambda p=pid: any(
+            '"service_ready"' in line and f'"pid": {p},' in line
+            for line in (tmp_path / "supervisor.log").read_text().splitlines()), timeout=30)
+        os.kill(pid, signal.SIGKILL)
+        await assert_eventually(lambda p=pid: (s := _live_services(runtime, {"ready"})) and s["ready"] != p,
+                                timeout=20)
+    for _ in range(3):
+        stuck = await assert_eventually(lambda: (s := _live_services(runtime, {"stuck"})) and s["stuck"],
+                                        timeout=30)
+        os.kill(stuck, signal.SIGKILL)
+        await assert_eventually(lambda p=stuck: (s := _live_services(runtime, {"stuck"})) and s["stuck"] != p,
+                                timeout=20)
+    exits = [json.loads(line) for line in (tmp_path / "supervisor.log").read_text().splitlines()
+             if '"service_exited"' in line]
+    assert [e["attempt"] for e in exits if e["child"] == "ready"] == [1] * 5
+    assert [e["attempt"] for e in exits if e["child"] == "stuck"] == [1, 2, 3]
+
+
 @pytest.mark.asyncio
 async def test_supervisor_kills_a_service_that_ignores_sigterm(
         tmp_path: Path, start_supervisor: StartSupervisor) -> None:
@@ -250,6 +285,44 @@ def test_up_starts_everything_and_down_stops_everything(
     assert not settings.runtime_file.exists()
     with pytest.raises(RuntimeStateError, match="not up"):
         commands.down(settings)
+
+
+def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_root: Path) -> None:
+    """Protects self-healing: SIGKILL of nats-server or PostgreSQL under a running stack is
+    repaired by the supervisor, on the same port and data, with nothing to do by hand."""
+    monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER)])
+    settings = Settings(data_dir=tmp_path, prefix="healtest", server_root=server_root)
+    try:
+        info = commands.up(settings)
+        assert info.nats_pid is not None and info.postgres_pid is not None
+        os.kill(info.nats_pid, signal.SIGKILL)
+        os.kill(info.postgres_pid, signal.SIGKILL)
+
+        def healed() -> RuntimeInfo | None:
+            now = read_runtime(settings.runtime_file)
+            fresh = (now.nats_pid not in (None, info.nats_pid)
+                     and now.postgres_pid not in (None, info.postgres_pid))
+            return now if fresh and pid_alive(now.nats_pid) and pid_alive(now.postgres_pid) else None
+
+        deadline = datetime.now(UTC).timestamp() + 60
+        while (after := healed()) is None:
+            assert datetime.now(UTC).timestamp() < deadline, "the servers did not come back"
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert (after.nats_url, after.database_url) == (info.nats_url, info.database_url)
+        connected = resolve_urls(settings)
+
+        async def reachable() -> None:
+            nc = await auth.connect(connected, auth.OPERATOR_ROLE)
+            await nc.close()
+            conn = await asyncpg.connect(connected.database_url)
+            assert await conn.fetchval("SELECT 1") == 1
+            await conn.close()
+
+        asyncio.run(reachable())
+    finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
 
 
 # --- fixtures ---------------------------------------------------------------------

@@ -53,7 +53,7 @@ from agentledger.contracts.resume import (
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.state import WorkingMemory, decode_state
-from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ledger_subject
 from agentledger.services.checkpointer.resume import Resumer
@@ -401,6 +401,9 @@ class Checkpointer:
                 body = _resume_request.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
+            if body.checkpoint_id is not None and body.checkpoint_id > MAX_BIGINT:
+                raise ContractError(f"checkpoint_id must be at most {MAX_BIGINT}",
+                                    code="invalid_value", path="$.checkpoint_id")
             caller = await self._caller(req)
             caller.require_tenant(body.tenant, "$.tenant")
             if caller.agent is not None and body.executor != caller.agent:
@@ -426,11 +429,17 @@ class Checkpointer:
             self._failed.set_exception(ConnectionError("the NATS connection closed"))
 
 
+# Checkpoint ids are PostgreSQL bigints.
+MAX_BIGINT = 2**63 - 1
+
+
 def _error_body(exc: Exception) -> ErrorBody:
     if isinstance(exc, AgentLedgerError):
         return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path)
+    # PostgreSQL or NATS failing mid-request (a dropped connection, a protocol error, a
+    # timeout) is the dependency's trouble: retryable ``unavailable``, never ``internal``.
     if isinstance(exc, (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
-                        nats.errors.Error)):
+                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
         log.warning("checkpointer.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
         return ErrorBody(code="unavailable", message="a dependency did not answer; retry",
                          retryable=True)

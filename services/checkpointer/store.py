@@ -169,6 +169,8 @@ class CheckpointStore:
 
     async def locate_id(self, checkpoint_id: int) -> Located | None:
         """One checkpoint row by id (whatever task it belongs to), or None."""
+        if not 0 < checkpoint_id < 2**63:  # not a bigint: no such row
+            return None
         return _located(await self.pool.fetchrow(_GET, checkpoint_id))
 
 

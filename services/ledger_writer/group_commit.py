@@ -51,6 +51,8 @@ log = structlog.get_logger()
 
 ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_BATCH_DUPLICATE_ID = 10201
+# "maximum bytes / messages exceeded": the stream is at a limit and discards new messages.
+ERR_STREAM_LIMIT = 10077
 # `Nats-Expected-Last-Msg-Id` is checked after dedupe: a stored id answers
 # "duplicate" with its sequence, a new id fails the check and nothing is written.
 # Real ids always contain two slashes, so this value can never match one.
@@ -268,8 +270,7 @@ class GroupCommitter:
     async def _explain(self, unit: Unit, exc: _BatchFailed) -> list[AppendResult] | AgentLedgerError:
         """Turn a refused single-unit batch into its answer: duplicate, conflict, ..."""
         if exc.err_code not in (ERR_WRONG_LAST_SEQUENCE, ERR_BATCH_DUPLICATE_ID):
-            return AgentLedgerError(f"the ledger refused the append: {exc.description}",
-                                    code="ledger_rejected")
+            return _refused(exc)
         stored = [await self._probe(unit.subject, mid) for mid in unit.msg_ids]
         conflict = await self._conflicting(unit, stored)
         if conflict is not None:
@@ -291,6 +292,24 @@ class GroupCommitter:
                 f"expected last sequence {unit.expected_last_seq}, the task is at {current}",
                 path="$.expected_last_seq", current_seq=current)
         return UnavailableError("the ledger reported a duplicate it no longer holds; retry")
+
+    async def already_stored(self, unit: Unit) -> list[AppendResult] | None:
+        """The original results when every event of ``unit`` is stored with the same content.
+
+        For a retry refused for a reason that only applies to new writes (a lease
+        that lapsed or moved after the first attempt's ack was lost): the events
+        are stored, so the answer is ``duplicate``, as the contract promises.
+        Different stored content is ``event_id_conflict``; None when not all are
+        stored (within the dedupe window, where the probe can see them).
+        """
+        stored = [await self._probe(unit.subject, mid) for mid in unit.msg_ids]
+        if any(seq is None for seq in stored):
+            return None
+        conflict = await self._conflicting(unit, stored)
+        if conflict is not None:
+            raise conflict
+        return [AppendResult(eid, seq, True)  # type: ignore[arg-type]
+                for eid, seq in zip(unit.event_ids, stored, strict=True)]
 
     async def _probe(self, subject: str, mid: str) -> int | None:
         """Sequence of the stored message with id ``mid`` (within the dedupe window)."""
@@ -336,6 +355,16 @@ class GroupCommitter:
         seq = (reply.headers or {}).get("Nats-Sequence")
         return int(seq) if seq else 0
 
+
+
+def _refused(exc: _BatchFailed) -> AgentLedgerError:
+    """The answer to an append the ledger refused for a reason other than ids or expectations."""
+    if exc.err_code == ERR_STREAM_LIMIT:
+        return AgentLedgerError(f"the ledger is full ({exc.description}); nothing was stored. "
+                                "Raise AGENTLEDGER_MAX_LEDGER_BYTES or the server's storage",
+                                code="ledger_full", retryable=False)
+    return AgentLedgerError(f"the ledger refused the append: {exc.description}",
+                            code="ledger_rejected")
 
 
 def _resolve(units: Sequence[Unit], last_seq: int, *, duplicate: bool = False) -> None:

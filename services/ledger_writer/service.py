@@ -23,6 +23,7 @@ from agentledger import artifacts, auth
 from agentledger.config import Settings
 from agentledger.contracts.api import AppendReply, AppendResult, LeaseBody, LeaseReply
 from agentledger.contracts.codec import (
+    check_request_depth,
     decode_append_request,
     decode_event,
     decode_lease_request,
@@ -33,7 +34,7 @@ from agentledger.contracts.events import EventBase, kind_of
 from agentledger.core.validate import check_batch
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
-from agentledger.leases import Lease, LeaseTable
+from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.sealing import Keyring, load_kek, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
@@ -81,7 +82,8 @@ class LedgerWriter:
         await ensure_stream(s, self._nc)
         self._tenants = TenantRegistry(self._nc, s.prefix)
         await self._tenants.start()
-        self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path))
+        self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path),
+                                max_bytes=s.max_keys_bytes)
         self._artifacts = await artifacts.open(self._nc, s)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches)
@@ -145,6 +147,7 @@ class LedgerWriter:
         A tenant caller may only append to its own tenant, as itself: the
         body's tenant and producer must be the authenticated ones.
         """
+        check_request_depth(data)  # before any decoder recurses into the body
         request = decode_append_request(data)
         limit = self.settings.max_event_bytes
         if len(request.events) > self.settings.max_batch_events:
@@ -201,9 +204,17 @@ class LedgerWriter:
         assert self._leases is not None and self._committer is not None
         first = events[0]
         async with self._leases.locked(first.tenant, first.task_id):
-            await self._leases.check(first.tenant, first.task_id,
-                                     [(kind_of(e), e.fencing_token) for e in events],
-                                     lease_secret, caller)
+            try:
+                await self._leases.check(first.tenant, first.task_id,
+                                         [(kind_of(e), e.fencing_token) for e in events],
+                                         lease_secret, caller)
+            except LeaseError:
+                # A retry of an append whose ack was lost, refused only because the lease
+                # lapsed or moved since: it is stored, so it is a duplicate, not a refusal.
+                stored = await self._committer.already_stored(unit)
+                if stored is not None:
+                    return stored
+                raise
             return await self._committer.submit(unit)
 
     def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:

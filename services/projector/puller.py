@@ -17,6 +17,10 @@ import msgspec
 from nats.aio.client import Client
 
 
+class ConsumerLostError(Exception):
+    """The server says the consumer is gone (deleted, or no one answers its pull requests)."""
+
+
 class Puller:
     """Fetches batches from a durable pull consumer with one callback per message.
 
@@ -42,6 +46,7 @@ class Puller:
         self._remaining = 0  # messages the open request may still deliver
         self._stale_at = 0.0
         self._drained = False  # the last no_wait request found nothing
+        self._lost: str | None = None  # why the consumer is gone, once the server said so
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=0,
@@ -62,6 +67,10 @@ class Puller:
             # 404 no messages, 408 request expired, 409 conflict: the request is over.
             if self._mode == "no_wait" and status == "404":
                 self._drained = True
+            description = (headers.get("Description") or "") if headers else ""
+            # 503: no responders, the consumer does not exist; 409 "Consumer Deleted".
+            if status == "503" or (status == "409" and "deleted" in description.lower()):
+                self._lost = f"{status} {description}".strip()
             self._mode = None
             self._wake.set()
             return
@@ -77,6 +86,8 @@ class Puller:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
+            if self._lost is not None and not self._buf:
+                raise ConsumerLostError(self._lost)
             # While a no_wait request is filling a batch, wait for it; otherwise hand over what is here.
             if self._buf and (self._mode != "no_wait" or len(self._buf) >= batch):
                 out, self._buf = self._buf[:batch], self._buf[batch:]

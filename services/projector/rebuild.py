@@ -31,7 +31,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from agentledger import auth, db
 from agentledger.config import Settings
-from agentledger.contracts.codec import contract_error
+from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
 from agentledger.contracts.events import AnyEvent, kind_of
 from agentledger.core.reducer import apply
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, new_state
@@ -124,6 +124,54 @@ class SubjectKeys(dict[str, Key | None]):
         return key
 
 
+# Longest text kept in a rejection row's columns: identifiers and the reason.
+MAX_TOKEN_CHARS = 200
+MAX_REASON_CHARS = 500
+
+
+def clean_text(value: object, limit: int = MAX_REASON_CHARS) -> str:
+    """Text a PostgreSQL ``text`` column accepts, at most ``limit`` characters.
+
+    NUL becomes U+FFFD, lone surrogates (which UTF-8 cannot carry) become '?',
+    and what is longer than ``limit`` is cut with an ellipsis.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def rejection_row(row: RejectionRow) -> RejectionRow:
+    """``row`` with its text columns safe for PostgreSQL and bounded."""
+    tenant, task, seq, event_id, kind, code, reason = row
+    t = MAX_TOKEN_CHARS
+    return (clean_text(tenant, t), clean_text(task, t), seq, clean_text(event_id, t),
+            clean_text(kind, t), clean_text(code, t), clean_text(reason, MAX_REASON_CHARS))
+
+
+def _decode(key: Key, data: bytes, seq: int, headers: dict[str, str] | None,
+            rejections: list[RejectionRow]) -> AnyEvent | None:
+    """The event in ``data``, or None after appending its rejection row."""
+    try:
+        too_deep = nesting_path(data, MAX_DEPTH)
+        if too_deep is None:
+            return _decoder.decode(data)
+        code = "too_deep"
+        reason = f"nested deeper than {MAX_DEPTH} levels of objects and arrays at {too_deep}"
+    except msgspec.MsgspecError as exc:
+        code, reason = "undecodable", str(contract_error(exc))
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError: any bytes must end as a row
+        code, reason = "undecodable", f"the body does not decode ({type(exc).__name__})"
+    rejections.append(rejection_row((key[0], key[1], seq, event_id_of(headers), "", code, reason)))
+    return None
+
+
 def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, data: bytes,
                  seq: int, headers: dict[str, str] | None, *, rejections: list[RejectionRow],
                  subject: str = "") -> bool:
@@ -132,28 +180,30 @@ def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, da
     ``key`` is the (tenant, task) of the message's subject (``ledger.subject_key``),
     None when the subject is not ``<prefix>.ledger.<tenant>.<task>``: that is a
     ``malformed_subject`` rejection row (filed under the subject's own tokens).
-    A body that does not decode is ``undecodable``; a body naming another tenant
-    or task than its subject is ``subject_mismatch``. None of these touch any
-    state. An event the reducer refuses becomes a rejection row (and a
-    ``Rejection`` inside the state, as the reducer records it). Should the
-    reducer itself raise, the message becomes a ``reducer_error`` row instead of
-    stopping the projection (live and replay record it alike).
+    A body nested deeper than ``MAX_DEPTH`` is ``too_deep`` (checked before any
+    decoder recurses into it); a body that does not decode is ``undecodable``; a
+    body naming another tenant or task than its subject is ``subject_mismatch``.
+    None of these touch any state. An event the reducer refuses becomes a
+    rejection row (and a ``Rejection`` inside the state, as the reducer records
+    it). Should the reducer itself raise, the message becomes a
+    ``reducer_error`` row instead of stopping the projection (live and replay
+    record it alike). Every text column of a row is sanitised and bounded
+    (``rejection_row``), so any bytes on any ledger subject end as a row.
     """
     if key is None:
         tenant, task = subject_tokens(subject)
-        rejections.append((tenant, task, seq, event_id_of(headers), "", "malformed_subject",
-                           f"ledger subject {subject!r} is not <prefix>.ledger.<tenant>.<task>"))
+        rejections.append(rejection_row((
+            tenant, task, seq, event_id_of(headers), "", "malformed_subject",
+            f"ledger subject {subject[:300]!r} is not <prefix>.ledger.<tenant>.<task>")))
         return False
-    try:
-        event = _decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        err = contract_error(exc)
-        rejections.append((key[0], key[1], seq, event_id_of(headers), "", "undecodable", str(err)))
+    event = _decode(key, data, seq, headers, rejections)
+    if event is None:
         return False
     if event.tenant != key[0] or event.task_id != key[1]:
-        rejections.append((key[0], key[1], seq, event.event_id, kind_of(event), "subject_mismatch",
-                           f"the event names {event.tenant}/{event.task_id} but was stored on the "
-                           f"subject of {key[0]}/{key[1]}"))
+        rejections.append(rejection_row((
+            key[0], key[1], seq, event.event_id, kind_of(event), "subject_mismatch",
+            f"the event names {event.tenant[:100]}/{event.task_id[:100]} but was stored on the "
+            f"subject of {key[0]}/{key[1]}")))
         return False
     state = states.get(key)
     if state is None:
@@ -164,12 +214,12 @@ def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, da
         # Deterministic, so replay records the same; visible as a rejection row.
         log.error("projector.reducer_error", tenant=key[0], task=key[1], seq=seq,
                   error=type(exc).__name__)
-        rejections.append((key[0], key[1], seq, getattr(event, "event_id", ""), "",
-                           "reducer_error", type(exc).__name__))
+        rejections.append(rejection_row((key[0], key[1], seq, getattr(event, "event_id", ""), "",
+                                         "reducer_error", type(exc).__name__)))
         return True
     if trace.outcome == "rejected":
-        rejections.append((key[0], key[1], seq, trace.event_id, trace.kind, trace.code or "",
-                           trace.reason or ""))
+        rejections.append(rejection_row((key[0], key[1], seq, trace.event_id, trace.kind,
+                                         trace.code or "", trace.reason or "")))
     return True
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import asyncpg
 import blake3
+import msgspec
 import nats
 import nats.js.errors
 import structlog
@@ -52,13 +53,15 @@ from agentledger.errors import AgentLedgerError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ensure_stream, ledger_wildcard, subject_key
 from agentledger.sealing import Keyring, load_kek, reveal
-from agentledger.services.projector.puller import Puller
+from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
     fold_message,
     rebuild_with,
+    rejection_row,
     stream_last_seq,
     stream_seq,
+    subject_tokens,
 )
 from agentledger.services.projector.store import (
     ProjectionMissingError,
@@ -89,6 +92,16 @@ class ProjectionChangedError(Exception):
 
 class OutOfOrderError(Exception):
     """The consumer delivered past a message that was never applied."""
+
+
+# Errors a message's content can cause while its batch is written (a value PostgreSQL
+# cannot store, a row too large, a state that does not encode): the batch is split so the
+# other messages commit and the one that fails alone becomes a rejection row. Anything else
+# (connection loss, a dropped projection, a constraint an operator added) fails the batch,
+# which is retried as a whole from the watermark.
+POISON_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.DataError, asyncpg.ProgramLimitExceededError, ValueError, TypeError, OverflowError,
+    RecursionError, msgspec.MsgspecError)
 
 
 async def render_view(state: WorkingMemory, keyring: Keyring | None) -> dict[str, Any]:
@@ -328,8 +341,10 @@ class Projector:
                     if self._stopping:
                         break
                     failures += 1
-                    log.warning("projector.batch_failed", failures=failures,
-                                error=type(exc).__name__, detail=_safe(exc))
+                    # A deleted consumer is recreated from the watermark by the reset below.
+                    log.warning("projector.consumer_lost" if isinstance(exc, ConsumerLostError)
+                                else "projector.batch_failed", failures=failures,
+                                error=type(exc).__name__, detail=_safe(exc), watermark=self._committed)
                     await self._reset()
                     if failures >= MAX_FAILURES:
                         raise
@@ -378,20 +393,65 @@ class Projector:
             raise ProjectionChangedError(f"watermark is {wm}, this projector committed {self._committed}")
 
     async def _process(self, msgs: list[Any]) -> None:
-        """Apply one fetched batch in one transaction, then ack and notify."""
-        assert self._pool is not None
+        """Apply one fetched batch in one transaction (split if one message fails it), then ack and notify."""
         batch = {stream_seq(msg): msg for msg in msgs}
+        rows = await self._commit(sorted(batch.items()))
+        await self._after_commit(batch[max(batch)], rows)
+        if rows:
+            log.debug("projector.batch", events=len(batch), tasks=len(rows), watermark=self._committed)
+
+    async def _commit(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
+        """Commit ``items`` (sorted); a transaction that a message's content fails is bisected.
+
+        The halves commit on their own; a single message that still fails becomes a
+        ``projection_error`` rejection row, so the same batch is never retried forever.
+        """
+        try:
+            return await self._commit_once(items)
+        except POISON_ERRORS as exc:
+            self._cache.clear()  # states were folded in memory for a transaction that rolled back
+            if len(items) > 1:
+                log.warning("projector.batch_split", events=len(items), first=items[0][0],
+                            last=items[-1][0], error=type(exc).__name__)
+                mid = len(items) // 2
+                return await self._commit(items[:mid]) + await self._commit(items[mid:])
+            seq, msg = items[0]
+            log.error("projector.poison_message", seq=seq, error=type(exc).__name__,
+                      detail=_safe(exc))
+            await self._commit_poison(seq, msg, exc)
+            return []
+
+    async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
+        assert self._pool is not None
         async with self._pool.acquire() as conn, conn.transaction():
             wm = await self.store.lock_watermark(conn)
             if wm != self._committed:
                 raise ProjectionChangedError(
                     f"watermark is {wm}, this projector committed {self._committed}")
-            fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
+            fresh = [(seq, msg) for seq, msg in items if seq > wm]
             rows = await self._apply(conn, wm, fresh) if fresh else []
         self._committed = fresh[-1][0] if fresh else wm
-        await self._after_commit(batch[max(batch)], rows)
-        if rows:
-            log.debug("projector.batch", events=len(fresh), tasks=len(rows), watermark=self._committed)
+        return rows
+
+    async def _commit_poison(self, seq: int, msg: Any, exc: BaseException) -> None:
+        """Record one message that cannot be written as a rejection row and move past it."""
+        assert self._pool is not None
+        key = subject_key(self.settings.prefix, msg.subject) or subject_tokens(msg.subject)
+        headers = msg.headers or {}
+        mid = headers.get("Nats-Msg-Id") or ""
+        row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
+                             f"the projection could not store this message ({type(exc).__name__})"))
+        async with self._pool.acquire() as conn, conn.transaction():
+            wm = await self.store.lock_watermark(conn)
+            if wm != self._committed:
+                raise ProjectionChangedError(
+                    f"watermark is {wm}, this projector committed {self._committed}")
+            if seq <= wm:
+                return
+            await self._check_contiguous(wm, [seq])
+            await self.store.insert_rejections(conn, [row])
+            await self.store.set_watermark(conn, seq)
+        self._committed = seq
 
     async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]]) -> list[TaskRow]:
         """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's transaction."""
@@ -470,6 +530,10 @@ class Projector:
             reply = await self.working_memory(req.data, caller)
         except PermissionDeniedError as exc:
             reply = _error(exc.code, exc.message, exc.path)
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
+                asyncpg.InternalClientError) as exc:
+            log.warning("projector.read_failed", error=type(exc).__name__, detail=_safe(exc))
+            reply = _error("unavailable", "the projection is not available right now", retryable=True)
         except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
             log.error("projector.read_error", error=type(exc).__name__, detail=_safe(exc))
             reply = _error("internal", "the projector failed to answer")
@@ -486,7 +550,8 @@ class Projector:
         with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
             try:
                 row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
+                    asyncpg.InternalClientError, TimeoutError) as exc:
                 log.warning("projector.read_failed", error=type(exc).__name__)
                 return _error("unavailable", "the projection is not available right now",
                               retryable=True)

@@ -132,10 +132,12 @@ class ArtifactStore:
     """Put, stat, read and verify content-addressed artifacts in one Object Store bucket."""
 
     def __init__(self, nc: Client, bucket: str, *, replicas: int = 1,
-                 read_timeout: float = 30.0) -> None:
+                 read_timeout: float = 30.0, max_bytes: int = 0) -> None:
         self._js = nc.jetstream()
         self.bucket = bucket
         self._replicas = replicas
+        # Size limit of a bucket this store creates (0: none of its own).
+        self._max_bytes = max_bytes
         self._read_timeout = read_timeout
         self._obs: ObjectStore | None = None
         self._lock = asyncio.Lock()
@@ -155,6 +157,7 @@ class ArtifactStore:
                     try:
                         self._obs = await self._js.create_object_store(
                             self.bucket, storage=StorageType.FILE, replicas=self._replicas,
+                            max_bytes=self._max_bytes or -1,
                             description="agentledger artifacts, named by blake3")
                     except BadRequestError:
                         # Created concurrently by another process: bind to theirs.
@@ -303,7 +306,8 @@ class ArtifactStore:
 
 async def open(nc: Client, settings: Settings) -> ArtifactStore:
     """The artifact store of ``settings``' prefix, its bucket created if missing."""
-    store = ArtifactStore(nc, artifacts_bucket(settings), replicas=settings.stream_replicas)
+    store = ArtifactStore(nc, artifacts_bucket(settings), replicas=settings.stream_replicas,
+                          max_bytes=settings.max_artifact_store_bytes)
     await store._store(create=True)
     return store
 

@@ -251,13 +251,31 @@ def _add_identity_commands(sub: Any) -> None:
     p.set_defaults(fn=cmd_auth_config)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
-    parser.add_argument("--data-dir", type=Path, default=None,
+def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--data-dir`` and ``--creds``, accepted before the command and after it."""
+    parser.add_argument("--data-dir", type=Path, default=default,
                         help="runtime folder (default .agentledger or AGENTLEDGER_DATA_DIR)")
-    parser.add_argument("--creds", type=Path, default=None,
+    parser.add_argument("--creds", type=Path, default=default,
                         help="connect with this NATS credentials file (an agent's) instead of "
                              "the operator's")
+
+
+def _accept_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Add the global options to every (sub)command, so ``agentledger up --data-dir DIR`` works.
+
+    On a subcommand they default to ``SUPPRESS``: given there they win, absent there the
+    value given before the command (or None) stays.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in {id(p): p for p in action.choices.values()}.values():
+                _add_global_options(sub, argparse.SUPPRESS)
+                _accept_global_options_everywhere(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
+    _add_global_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start NATS, PostgreSQL and the services").set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
@@ -308,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", default=None,
                    help="run only this benchmark (append, latency, rebuild, reducer)")
     p.set_defaults(fn=cmd_bench)
+    _accept_global_options_everywhere(parser)
     return parser
 
 

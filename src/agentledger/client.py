@@ -17,6 +17,8 @@ from types import TracebackType
 from typing import Any
 
 import msgspec
+import nats
+import nats.errors
 from nats.aio.client import Client as Nats
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError, NoRespondersError
@@ -67,6 +69,11 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
     "not_found": NotFoundError,
     "artifact_missing": NotFoundError,
 }
+# Every way a request can fail because the bus or the service is away: a typed, retryable
+# `unavailable` for the caller, never a raw nats-py exception.
+_UNAVAILABLE = (NatsTimeout, NoRespondersError, nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+                nats.errors.OutboundBufferLimitError, nats.errors.ConnectionDrainingError)
 _append_reply = msgspec.json.Decoder(AppendReply)
 _wm_reply = msgspec.json.Decoder(WorkingMemoryReply)
 _lease_reply = msgspec.json.Decoder(LeaseReply)
@@ -139,7 +146,7 @@ class Client:
             try:
                 msg = await self.nc.request(subject, payload, timeout=self.timeout)
                 break
-            except (NatsTimeout, NoRespondersError) as exc:
+            except _UNAVAILABLE as exc:
                 if attempt == self.retries:
                     raise UnavailableError("the ledger-writer did not answer") from exc
         reply = _append_reply.decode(msg.data)
@@ -154,7 +161,7 @@ class Client:
         try:
             msg = await self.nc.request(f"{self.settings.prefix}.wm.get", _encoder.encode(req),
                                         timeout=self.timeout)
-        except (NatsTimeout, NoRespondersError) as exc:
+        except _UNAVAILABLE as exc:
             raise UnavailableError("the projector did not answer") from exc
         reply = _wm_reply.decode(msg.data)
         if reply.error is not None:
@@ -165,7 +172,7 @@ class Client:
         try:
             msg = await self.nc.request(f"{self.settings.prefix}.{subject}", _encoder.encode(body),
                                         timeout=self.timeout)
-        except (NatsTimeout, NoRespondersError) as exc:
+        except _UNAVAILABLE as exc:
             raise UnavailableError(f"the {what} did not answer") from exc
         return msg.data
 
@@ -232,7 +239,7 @@ class Client:
                 raise ContractError(f"{len(payload)} bytes do not fit in one NATS message (the "
                                     f"server's max_payload is {self.nc.max_payload})",
                                     code="artifact_too_large") from exc
-            except (NatsTimeout, NoRespondersError) as exc:
+            except _UNAVAILABLE as exc:
                 if attempt == self.retries:
                     raise UnavailableError("the ledger-writer did not answer") from exc
         raise AssertionError("unreachable")
@@ -301,6 +308,10 @@ def _artifact_body(uri: str) -> bytes:
     return _encoder.encode(ArtifactRequest(uri=uri))
 
 
+# Connection attempts before `connect` gives up (a few seconds), not the reconnects afterwards.
+INITIAL_ATTEMPTS = 2
+
+
 async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC109 - per request
                   retries: int = 2, **nats_options: Any) -> Client:
     """Connect to ``settings.nats_url`` as the agent of ``settings.nats_creds``.
@@ -310,5 +321,11 @@ async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC10
     ``nats_options`` go to ``nats.connect`` (e.g. ``error_cb``).
     """
     nats_options.setdefault("name", "agentledger-client")
+    # Fail in seconds when no server answers at first (a CLI must say so, not hang), then, once
+    # connected, reconnect forever: an agent outlives any server restart.
+    nats_options.setdefault("max_reconnect_attempts", INITIAL_ATTEMPTS)
+    nats_options.setdefault("reconnect_time_wait", 1.0)
+    nats_options.setdefault("connect_timeout", 2.0)
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, **nats_options)
+    nc.options["max_reconnect_attempts"] = -1
     return Client(nc, settings, timeout=timeout, retries=retries)

@@ -8,6 +8,7 @@ embedded servers that ``agentledger up`` started" (found via runtime.json).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +29,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_event_bytes: int = 256 * 1024
     # Largest artifact accepted through the artifact endpoints, in bytes (NATS max_payload is 8 MB).
     max_artifact_bytes: int = 4 * 1024 * 1024
+    # Largest ledger stream in bytes; 0: no limit of its own (the server's storage limit applies).
+    # At the limit new appends are refused (`ledger_full`); nothing stored is ever discarded.
+    max_ledger_bytes: int = 0
+    # Largest data-subject key bucket, in bytes (a wrapped key is ~100 bytes).
+    max_keys_bytes: int = 1 << 30
+    # Largest artifact object store, in bytes; at the limit a put is refused (`artifact_store_full`).
+    max_artifact_store_bytes: int = 16 << 30
     # Replicas of the ledger stream (1 on the embedded single server).
     stream_replicas: int = 1
     # JetStream dedupe window for event ids, in seconds.
@@ -49,7 +57,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     nats_ca_file: Path | None = None
     # Root of the embedded servers' homes when `up` runs as root (default /var/lib/agentledger).
     server_root: Path | None = None
+    # Touched by a service process once it is ready (the supervisor sets one per child).
+    ready_file: Path | None = None
     log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        # Stream and bucket names are the upper-cased prefix: with only lowercase letters and
+        # digits allowed, two prefixes can never name the same stream (agent-ledger and
+        # agent_ledger once shared one, and the second rewrote the first's subjects).
+        if not _PREFIX.match(self.prefix):
+            raise ContractError(f"prefix {self.prefix!r} must be a lowercase letter followed by up "
+                                "to 31 lowercase letters or digits", code="invalid_config",
+                                path="AGENTLEDGER_PREFIX")
 
     @property
     def stream(self) -> str:
@@ -79,8 +98,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.data_dir / "runtime.json"
 
 
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
 _INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
-        "projector_batch"}
+        "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes"}
 _FLOAT = {"dedupe_window_s"}
 
 
@@ -97,7 +117,8 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 values[field] = int(raw)
             elif field in _FLOAT:
                 values[field] = float(raw)
-            elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file"):
+            elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
+                           "ready_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

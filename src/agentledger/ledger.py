@@ -21,6 +21,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from agentledger import auth
 from agentledger.config import Settings
 from agentledger.contracts.events import EventBase
+from agentledger.errors import RuntimeStateError
 
 MSG_ID = "Nats-Msg-Id"
 DIGEST = "Agentledger-Digest"
@@ -64,7 +65,9 @@ def stream_config(settings: Settings) -> StreamConfig:
         subjects=[ledger_wildcard(settings.prefix)],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
-        discard=DiscardPolicy.OLD,
+        # A full ledger refuses new events; it never drops old ones (it is the record).
+        discard=DiscardPolicy.NEW,
+        max_bytes=settings.max_ledger_bytes or -1,
         duplicate_window=settings.dedupe_window_s,
         # Headroom over the event limit for the envelope the writer adds when sealing.
         max_msg_size=settings.max_event_bytes * 2 + 4096,
@@ -82,11 +85,16 @@ async def ensure_stream(settings: Settings, nc: Client | None = None) -> None:
         js = conn.jetstream()
         config = stream_config(settings)
         try:
-            await js.stream_info(settings.stream)
+            info = await js.stream_info(settings.stream)
         except nats.js.errors.NotFoundError:
             await js.add_stream(config)
-        else:
-            await js.update_stream(config)
+            return
+        if list(info.config.subjects or []) != list(config.subjects or []):
+            # Never rewrite a live stream's subjects: it would stop holding its own ledger.
+            raise RuntimeStateError(
+                f"stream {settings.stream} exists with subjects {info.config.subjects}, not "
+                f"{config.subjects}; it belongs to another deployment or prefix")
+        await js.update_stream(config)
     finally:
         if own:
             await conn.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 import structlog
@@ -33,14 +34,20 @@ class Service(Protocol):
         ...
 
 
-async def serve(service: Service) -> None:
-    """Run ``service`` until a signal arrives or a background task fails."""
+async def serve(service: Service, ready_file: Path | None = None) -> None:
+    """Run ``service`` until a signal arrives or a background task fails.
+
+    Once it is ready, ``ready_file`` is touched: the supervisor reads it to
+    know that a restart succeeded (and to forget the failures before it).
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await service.start()
     log.info("service.ready", name=service.name)
+    if ready_file is not None:
+        _mark_ready(ready_file)
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(service.wait_failed())]
     try:
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -53,8 +60,14 @@ async def serve(service: Service) -> None:
         await service.stop()
 
 
+def _mark_ready(path: Path) -> None:
+    """Create the ready file (a few microseconds of local file system work, once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
 def main(factory: Callable[[Settings], Service], name: str) -> None:
     """Process entry point: settings from the environment, JSON logs, serve."""
     settings = from_env()
     logs.configure(settings.log_level, service=name)
-    asyncio.run(serve(factory(settings)))
+    asyncio.run(serve(factory(settings), settings.ready_file))

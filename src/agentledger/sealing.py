@@ -61,16 +61,17 @@ def load_kek(path: Path, *, create: bool = True) -> bytes:
 class Keyring:
     """Per-subject data keys in a KV bucket; one in-process cache per service."""
 
-    def __init__(self, nc: Client, bucket: str, kek: bytes) -> None:
+    def __init__(self, nc: Client, bucket: str, kek: bytes, *, max_bytes: int = 0) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
+        self._max_bytes = max_bytes
         self._kek = AESGCM(kek)
         self._cache: dict[str, tuple[str, AESGCM]] = {}
         self._kv: Any = None
 
     async def _store(self) -> Any:
         if self._kv is None:
-            self._kv = await open_kv(self._js, self._bucket)
+            self._kv = await open_kv(self._js, self._bucket, self._max_bytes)
         return self._kv
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:

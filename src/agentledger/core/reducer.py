@@ -154,10 +154,14 @@ def _plan_versioned(state: WorkingMemory, p: ev.PlanVersioned, seq: int) -> None
         if step.id not in reset and old is not None:
             new_states[step.id] = old
         else:
-            # Attempts keep counting across plans, so an idempotency key built from
-            # (step, attempt) never repeats one of an earlier plan.
-            new_states[step.id] = StepState(attempt=old.attempt if old else 0,
-                                            plan_version=p.version, defined_in=p.version, seq=seq)
+            # Attempts keep counting across plans, also through a plan that dropped the step,
+            # so an idempotency key built from (step, attempt) never repeats an earlier one.
+            attempt = old.attempt if old else state.retired_attempts.pop(step.id, 0)
+            new_states[step.id] = StepState(attempt=attempt, plan_version=p.version,
+                                            defined_in=p.version, seq=seq)
+    for step_id, old_state in state.step_states.items():
+        if step_id not in new_states and old_state.attempt:
+            state.retired_attempts[step_id] = old_state.attempt
     state.plan_id = p.plan_id
     state.plan_version = p.version
     state.steps = list(p.steps)

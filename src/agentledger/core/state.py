@@ -126,6 +126,9 @@ class WorkingMemory(Struct):
     applied: dict[str, int] = {}
     watermark: int = 0
     lease: LeaseState | None = None
+    # Last attempt of each step a replan dropped: a step added back continues counting, so an
+    # idempotency key built from (step, attempt) never repeats one of an earlier plan.
+    retired_attempts: dict[str, int] = {}
 
 
 def new_state(tenant: str, task_id: str) -> WorkingMemory:

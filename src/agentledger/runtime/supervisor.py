@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +29,11 @@ import msgspec
 import structlog
 
 from agentledger import logs
+from agentledger.auth import AuthStore
 from agentledger.config import from_env
+from agentledger.errors import AgentLedgerError
+from agentledger.runtime.embedded import EmbeddedNats, pid_alive
+from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import RuntimeInfo, settings_env, write_runtime
 
 log = structlog.get_logger(__name__)
@@ -40,6 +44,8 @@ BACKOFF_CAP_S = 30.0
 # A service that ran this long before exiting starts its backoff afresh.
 STABLE_AFTER_S = 60.0
 STOP_TIMEOUT_S = 10.0
+# Wait between attempts to restart an embedded server that does not come back.
+SERVER_RETRY_S = 2.0
 
 ServiceSpec = tuple[str, Sequence[str]]
 
@@ -49,6 +55,7 @@ class _Child:
     name: str
     argv: list[str]
     proc: subprocess.Popen[bytes] | None = None
+    ready: bool = False
     started: float = 0.0
     failures: int = 0
     restart_at: float = 0.0
@@ -59,13 +66,17 @@ class Supervisor:
 
     def __init__(self, services: Sequence[ServiceSpec], *, env: Mapping[str, str],
                  log_dir: Path, runtime_file: Path, info: RuntimeInfo,
-                 stop_timeout: float = STOP_TIMEOUT_S) -> None:
+                 stop_timeout: float = STOP_TIMEOUT_S,
+                 servers: Mapping[str, Callable[[], int | None]] | None = None) -> None:
         self._children = [_Child(name, list(argv)) for name, argv in services]
         self._env = dict(env)
         self._log_dir = log_dir
         self._runtime_file = runtime_file
         self._info = info
         self._stop_timeout = stop_timeout
+        # Embedded servers to keep alive: name ("nats", "postgres") -> restart, returning the pid.
+        self._servers = dict(servers or {})
+        self._server_restart_at: dict[str, float] = {}
         # Set by the signal handler, which only records it: logging from a
         # handler could re-enter a write already in progress on stderr.
         self._stop_signal: int | None = None
@@ -80,7 +91,7 @@ class Supervisor:
                 self._spawn(child)
             self._publish()
             while self._stop_signal is None:
-                if self._check():
+                if self._check() | self._check_servers():
                     self._publish()
                 time.sleep(POLL_S)
             log.info("supervisor_stopping", signal=signal.Signals(self._stop_signal).name)
@@ -90,11 +101,19 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stop_signal = signum
 
+    def _ready_file(self, child: _Child) -> Path:
+        return self._log_dir.parent / "run" / f"{child.name}.ready"
+
     def _spawn(self, child: _Child) -> None:
         child.started = time.monotonic()
+        child.ready = False
+        ready = self._ready_file(child)
+        ready.parent.mkdir(parents=True, exist_ok=True)
+        ready.unlink(missing_ok=True)
+        env = {**self._env, "AGENTLEDGER_READY_FILE": str(ready)}
         try:
             with (self._log_dir / f"{child.name}.log").open("ab") as out:
-                child.proc = subprocess.Popen(child.argv, env=self._env, stdin=subprocess.DEVNULL,
+                child.proc = subprocess.Popen(child.argv, env=env, stdin=subprocess.DEVNULL,
                                               stdout=out, stderr=subprocess.STDOUT)
         except OSError as exc:
             log.error("service_spawn_failed", child=child.name, error=str(exc))
@@ -118,6 +137,10 @@ class Supervisor:
             if child.proc is not None:
                 code = child.proc.poll()
                 if code is None:
+                    if not child.ready and self._ready_file(child).exists():
+                        # Restarted and serving again: the next crash starts the backoff afresh.
+                        child.ready, child.failures = True, 0
+                        log.info("service_ready", child=child.name, pid=child.proc.pid)
                     continue
                 delay = self._schedule_restart(child)
                 log.warning("service_exited", child=child.name, pid=child.proc.pid,
@@ -128,6 +151,33 @@ class Supervisor:
                 log.info("service_restarting", child=child.name, attempt=child.failures)
                 self._spawn(child)
                 changed = True
+        return changed
+
+    def _check_servers(self) -> bool:
+        """Restart an embedded server that died, on its own port and data; whether a pid changed.
+
+        The services reconnect by themselves once it is back; a server that fails
+        to start is retried every few seconds, and the failure is logged each time.
+        """
+        changed = False
+        for name, restart in self._servers.items():
+            pid = self._info.nats_pid if name == "nats" else self._info.postgres_pid
+            if pid is not None and pid_alive(pid):
+                continue
+            now = time.monotonic()
+            if now < self._server_restart_at.get(name, 0.0):
+                continue
+            log.warning("server_down", server=name, pid=pid)
+            try:
+                new_pid = restart()
+            except AgentLedgerError as exc:
+                log.error("server_restart_failed", server=name, error=str(exc)[:500])
+                self._server_restart_at[name] = now + SERVER_RETRY_S
+                continue
+            log.info("server_restarted", server=name, pid=new_pid)
+            field = "nats_pid" if name == "nats" else "postgres_pid"
+            self._info = msgspec.structs.replace(self._info, **{field: new_pid})
+            changed = True
         return changed
 
     def _publish(self) -> None:
@@ -169,6 +219,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     settings = from_env(data_dir=args.data_dir.absolute())
     logs.configure(settings.log_level, service="supervisor")
+    servers: dict[str, Callable[[], int | None]] = {}
+    if args.nats_pid is not None:
+        servers["nats"] = lambda: EmbeddedNats(settings.data_dir, auth=AuthStore(settings.auth_root),
+                                               server_root=settings.server_root).start().pid
+    if args.postgres_pid is not None:
+        servers["postgres"] = lambda: EmbeddedPostgres(settings.data_dir,
+                                                       server_root=settings.server_root).start().pid
     services = msgspec.json.decode(args.services, type=list[tuple[str, list[str]]])
     info = RuntimeInfo(nats_url=settings.nats_url, database_url=settings.database_url,
                        data_dir=str(settings.data_dir), supervisor_pid=os.getpid(),
@@ -176,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                        started_at=datetime.now(UTC))
     Supervisor(services, env={**os.environ, **settings_env(settings)},
                log_dir=settings.data_dir / "logs", runtime_file=settings.runtime_file,
-               info=info, stop_timeout=args.stop_timeout).run()
+               info=info, stop_timeout=args.stop_timeout, servers=servers).run()
 
 
 if __name__ == "__main__":
