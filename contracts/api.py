@@ -57,11 +57,18 @@ class AppendReply(Struct, frozen=True, omit_defaults=True):
 
 
 class TaskRef(Struct, forbid_unknown_fields=True, frozen=True):
-    """Names one task: the request of the working-memory endpoint."""
+    """Names one task: the request of the working-memory endpoint.
+
+    ``min_seq`` asks to read your own writes: the reply waits (at most
+    ``wait_ms``) until the projection has folded the ledger up to that sequence,
+    e.g. the ``seq`` an append returned; still behind then is ``unavailable``.
+    """
 
     tenant: Token
     task_id: Token
     reveal_personal: bool = False
+    min_seq: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    wait_ms: Annotated[int, Meta(ge=0, le=30_000)] = 5_000
 
 
 class WorkingMemoryReply(Struct, frozen=True, omit_defaults=True):
@@ -80,6 +87,22 @@ class TaskChanged(Struct, frozen=True):
     task_id: str
     seq: int
     state_hash: str
+
+
+class EventRejected(Struct, frozen=True, kw_only=True):
+    """Published on ``<prefix>.rejected.<tenant>.<task>`` when the reducer refuses a stored event.
+
+    The append was acknowledged (the event is in the ledger); this says it changed
+    nothing, and why. The same row is kept in the task's rejection trace.
+    """
+
+    tenant: str
+    task_id: str
+    seq: int
+    event_id: str
+    kind: str
+    code: str
+    reason: str
 
 
 class LeaseRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):

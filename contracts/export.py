@@ -28,6 +28,7 @@ CONTRACTS: dict[str, Any] = {
     "task_ref.schema.json": api.TaskRef,
     "working_memory_reply.schema.json": api.WorkingMemoryReply,
     "task_changed.schema.json": api.TaskChanged,
+    "event_rejected.schema.json": api.EventRejected,
     "checkpoint_save_request.schema.json": resume.CheckpointSaveRequest,
     "checkpoint_save_reply.schema.json": resume.CheckpointSaveReply,
     "resume_request.schema.json": resume.ResumeRequest,

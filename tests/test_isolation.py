@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgspec
 import nats
 import nats.errors
@@ -28,6 +29,7 @@ from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.identity import tenants_bucket
 from agentledger.ledger import ledger_subject
+from agentledger.services.projector.service import LEADER_LOCK, Projector
 from ckpt_support import Stack, chain, created, event, plan
 from helpers import assert_eventually
 
@@ -135,6 +137,57 @@ async def test_a_tenant_receives_its_own_change_notifications_only(world: World)
     await assert_eventually(lambda: f"{p}.wm.changed.acme.a1" in seen)
     await world.stack.projected()
     assert all(".acme." in s for s in seen), seen
+
+
+async def test_an_agent_learns_of_its_rejected_events_without_polling(world: World) -> None:
+    """Protects feedback after the ack: a rejection the reducer records reaches the tenant on
+    `<prefix>.rejected.<tenant>.<task>`, and never another tenant."""
+    p = world.settings.prefix
+    mine: list[dict[str, Any]] = []
+    theirs: list[str] = []
+
+    async def on_mine(msg: Any) -> None:
+        mine.append(json.loads(msg.data))
+
+    async def on_theirs(msg: Any) -> None:
+        theirs.append(msg.subject)
+
+    await world.acme.nc.subscribe(f"{p}.rejected.acme.>", cb=on_mine)
+    await world.globex.nc.subscribe(f"{p}.rejected.globex.>", cb=on_theirs)
+    await world.acme.nc.flush()
+    await world.globex.nc.flush()
+    await world.acme.client.append_batch(_task("acme", "a1", "agent-a"))
+    late = event("step_succeeded", {"plan_version": 1, "step_id": "S2"}, "a1", tenant="acme",
+                 producer="agent-a", event_id="too-early")
+    acked = await world.acme.client.append(late)  # stored: S2 never started
+    assert not acked.duplicate
+    await assert_eventually(lambda: mine, timeout=10)
+    assert mine[0] | {"reason": ""} == {"tenant": "acme", "task_id": "a1", "seq": acked.seq,
+                                        "event_id": "too-early", "kind": "step_succeeded",
+                                        "code": "not_started", "reason": ""}
+    await world.stack.projected()
+    assert theirs == []
+
+
+async def test_read_your_writes_and_no_false_not_found(world: World) -> None:
+    """Protects agents reading right after an append: `min_seq` waits for the projection, and a
+    task that is in the ledger is never `not_found` just because the projector is behind."""
+    # The projection falls behind on purpose: the leader stops, and while another connection holds
+    # the leadership lock a new projector only serves reads (a standby).
+    await world.stack.projector.stop()
+    lock = await asyncpg.connect(world.settings.database_url)
+    assert await lock.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK)
+    world.stack.projector = Projector(world.settings)
+    await world.stack.projector.start()
+    results = await world.acme.client.append_batch(_task("acme", "rw", "agent-a"))
+    assert await _code(world.acme.client.working_memory("acme", "rw")) == "unavailable"
+    assert await _code(world.acme.client.working_memory("acme", "never")) == "not_found"
+    assert await _code(world.acme.client.working_memory("acme", "rw", min_seq=results[-1].seq,
+                                                        wait_ms=200)) == "unavailable"
+    await lock.close()  # the standby takes over and catches up
+    wm = await world.acme.client.working_memory("acme", "rw", min_seq=results[-1].seq,
+                                                wait_ms=30_000)
+    assert wm.seq >= results[-1].seq and wm.state["next_ready"] == ["S1"]
 
 
 # --- what it may not do: through the services ----------------------------------------------------

@@ -21,7 +21,7 @@ from agentledger.config import Settings
 from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
 from agentledger.core.state import decode_state, view
 from agentledger.core.validate import goal_hash
-from agentledger.errors import NotFoundError
+from agentledger.errors import NotFoundError, UnavailableError
 from agentledger.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
@@ -379,7 +379,7 @@ async def test_personal_values_are_revealed_only_on_request(settings: Settings) 
         async def caught() -> Any:
             try:
                 wm = await client.working_memory(TENANT, "chat")
-            except NotFoundError:
+            except (NotFoundError, UnavailableError):  # not projected yet
                 return None
             return wm if wm.seq >= last.seq else None
 

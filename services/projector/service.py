@@ -29,6 +29,7 @@ One projector applies at a time: the process holds a PostgreSQL advisory lock
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from typing import Any
 
@@ -46,12 +47,12 @@ from nats.micro.service import Service
 
 from agentledger import auth, db
 from agentledger.config import Settings
-from agentledger.contracts.api import ErrorBody, TaskChanged, WorkingMemoryReply
+from agentledger.contracts.api import ErrorBody, EventRejected, TaskChanged, TaskRef, WorkingMemoryReply
 from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
-from agentledger.errors import AgentLedgerError
+from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
-from agentledger.ledger import ensure_stream, ledger_wildcard, subject_key
+from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
 from agentledger.sealing import Keyring, load_kek, reveal
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
@@ -83,6 +84,8 @@ MAX_ACK_PENDING = 100_000
 # A consumer that would re-deliver more than this many already-projected messages is recreated.
 MAX_SKIP = 100_000
 CACHE_MAX = 50_000
+# How often a read waiting for its own write re-reads the watermark (a commit wakes it sooner).
+READ_POLL_S = 0.05
 MAX_FAILURES = 30
 
 
@@ -121,6 +124,11 @@ def changed_subject(prefix: str, tenant: str, task_id: str) -> str:
     return f"{prefix}.wm.changed.{tenant}.{task_id}"
 
 
+def rejected_subject(prefix: str, tenant: str, task_id: str) -> str:
+    """Where a producer learns that the reducer refused an event it appended (after the ack)."""
+    return f"{prefix}.rejected.{tenant}.{task_id}"
+
+
 def get_subject(prefix: str) -> str:
     return f"{prefix}.wm.get"
 
@@ -148,6 +156,9 @@ class Projector:
         self._cache: dict[tuple[str, str], WorkingMemory] = {}
         self._keys: Keyring | None = None
         self._tenants: TenantRegistry | None = None
+        # Rejections committed but not yet announced; a wake-up for readers waiting on a seq.
+        self._rejected: list[RejectionRow] = []
+        self._progress = asyncio.Event()
         # Watermark this process committed last (None: not initialized).
         self._committed: int | None = None
 
@@ -429,8 +440,10 @@ class Projector:
                 raise ProjectionChangedError(
                     f"watermark is {wm}, this projector committed {self._committed}")
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
-            rows = await self._apply(conn, wm, fresh) if fresh else []
+            rejected: list[RejectionRow] = []
+            rows = await self._apply(conn, wm, fresh, rejected) if fresh else []
         self._committed = fresh[-1][0] if fresh else wm
+        self._rejected.extend(rejected)  # committed: tell the producers after the ack
         return rows
 
     async def _commit_poison(self, seq: int, msg: Any, exc: BaseException) -> None:
@@ -453,8 +466,10 @@ class Projector:
             await self.store.set_watermark(conn, seq)
         self._committed = seq
 
-    async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]]) -> list[TaskRow]:
-        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's transaction."""
+    async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]],
+                     rejections: list[RejectionRow]) -> list[TaskRow]:
+        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's
+        transaction; the rejections it records are appended to ``rejections``."""
         await self._check_contiguous(wm, [seq for seq, _ in fresh])
         cache = self._cache
         prefix = self.settings.prefix
@@ -463,7 +478,6 @@ class Projector:
         for r in await self.store.load_states(conn, missing):
             cache[(r[0], r[1])] = decode_state(r[3])
         changed: dict[tuple[str, str], int] = {}
-        rejections: list[RejectionRow] = []
         bind = structlog.contextvars.bind_contextvars
         try:
             for (seq, msg), key in zip(fresh, keys, strict=True):
@@ -493,13 +507,19 @@ class Projector:
             await last.ack()
         except Exception:  # noqa: BLE001 - a lost ack means a redelivery, which is a no-op
             log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
-        for tenant, task_id, seq, _, digest in rows:
-            try:
+        rejected, self._rejected = self._rejected, []
+        try:
+            for tenant, task_id, seq, _, digest in rows:
                 await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),
                                        encode(TaskChanged(tenant, task_id, seq, digest)))
-            except Exception:  # noqa: BLE001 - notifications are best effort
-                log.warning("projector.notify_failed")
-                break
+            for r in rejected:
+                await self._nc.publish(rejected_subject(self.settings.prefix, r[0], r[1]),
+                                       encode(EventRejected(tenant=r[0], task_id=r[1], seq=r[2],
+                                                            event_id=r[3], kind=r[4], code=r[5],
+                                                            reason=r[6])))
+        except Exception:  # noqa: BLE001 - notifications are best effort; the rows are the record
+            log.warning("projector.notify_failed")
+        self._progress.set()
         cache = self._cache
         if len(cache) > CACHE_MAX:
             for key in list(cache)[: len(cache) - CACHE_MAX // 2]:
@@ -544,29 +564,64 @@ class Projector:
         try:
             ref = decode_task_ref(data)
             caller.require_tenant(ref.tenant, "$.tenant")
+            with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
+                return await self._read(ref)
         except AgentLedgerError as exc:
-            return _error(exc.code, exc.message, exc.path)
+            return _error(exc.code, exc.message, exc.path, exc.retryable)
+
+    async def _read(self, ref: TaskRef) -> WorkingMemoryReply:
         assert self._pool is not None
-        with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
-            try:
-                row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
-                    asyncpg.InternalClientError, TimeoutError) as exc:
-                log.warning("projector.read_failed", error=type(exc).__name__)
-                return _error("unavailable", "the projection is not available right now",
-                              retryable=True)
-            if row is None:
-                return _error("not_found", f"no task {ref.task_id!r} for tenant {ref.tenant!r}",
-                              "$.task_id")
-            state = decode_state(row["state"])
-            try:
-                sealed = any(t.sealed for t in state.transcript) or any(
-                    v.sealed for v in state.variables.values())
-                keyring = self._keyring() if ref.reveal_personal and sealed else None
-                rendered = await render_view(state, keyring)
-            except AgentLedgerError as exc:
-                return _error(exc.code, exc.message, exc.path)
-            return WorkingMemoryReply(ok=True, seq=row["seq"], state=rendered)
+        try:
+            if ref.min_seq is not None and not await self._reached(ref.min_seq, ref.wait_ms):
+                raise UnavailableError(f"the projection has not reached seq {ref.min_seq} within "
+                                       f"{ref.wait_ms} ms; retry", path="$.min_seq")
+            row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
+                asyncpg.InternalClientError, TimeoutError) as exc:
+            log.warning("projector.read_failed", error=type(exc).__name__)
+            raise UnavailableError("the projection is not available right now") from exc
+        if row is None:
+            if await self._in_ledger(ref.tenant, ref.task_id):
+                raise UnavailableError("the task is in the ledger but not projected yet; retry "
+                                       "(or pass min_seq)", path="$.task_id")
+            raise NotFoundError(f"no task {ref.task_id!r} for tenant {ref.tenant!r}", path="$.task_id")
+        state = decode_state(row["state"])
+        sealed = any(t.sealed for t in state.transcript) or any(
+            v.sealed for v in state.variables.values())
+        keyring = self._keyring() if ref.reveal_personal and sealed else None
+        rendered = await render_view(state, keyring)
+        return WorkingMemoryReply(ok=True, seq=row["seq"], state=rendered)
+
+    async def _reached(self, seq: int, wait_ms: int) -> bool:
+        """Whether the committed watermark reaches ``seq`` within ``wait_ms`` (read-your-writes).
+
+        Reads the watermark row, so a standby answers as truly as the leader; the
+        leader's commits wake the wait early.
+        """
+        assert self._pool is not None
+        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        while True:
+            async with self._pool.acquire() as conn:
+                wm = await self.store.watermark(conn)
+            if wm is not None and wm >= seq:
+                return True
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), timeout=min(left, READ_POLL_S))
+
+    async def _in_ledger(self, tenant: str, task_id: str) -> bool:
+        """Whether the ledger holds a message of this task (one direct get, no scan)."""
+        assert self._nc is not None
+        subject = ledger_subject(self.settings.prefix, tenant, task_id)
+        try:
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.settings.stream}",
+                                           msgspec.json.encode({"last_by_subj": subject}), timeout=2)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            return False
+        return bool((reply.headers or {}).get("Nats-Sequence"))
 
     def _keyring(self) -> Keyring:
         """Opened on the first request that reveals personal values."""

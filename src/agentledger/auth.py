@@ -219,6 +219,7 @@ class AuthStore:
             {"name": ep, "subject": f"*.{ep}", "type": "service", "response_type": "Singleton"}
             for ep in ENDPOINTS]
         exports.append({"name": "changes", "subject": "*.wm.changed.>", "type": "stream"})
+        exports.append({"name": "rejections", "subject": "*.rejected.>", "type": "stream"})
         svc = self.seed("SVC")
         return encode_jwt({"sub": public_key(svc), "name": "SVC", "nats": {
             "type": "account", "version": 2, "limits": {**_UNLIMITED, **_JETSTREAM},
@@ -307,6 +308,8 @@ class AuthStore:
                         "type": "service", "share": True} for ep in ENDPOINTS]
             imports.append({"name": "changes", "type": "stream", "account": svc,
                             "subject": f"{record.prefix}.wm.changed.{record.tenant}.>"})
+            imports.append({"name": "rejections", "type": "stream", "account": svc,
+                            "subject": f"{record.prefix}.rejected.{record.tenant}.>"})
         else:
             revocations["*"] = int(time.time())
         nats_claims: dict[str, Any] = {"type": "account", "version": 2, "limits": _UNLIMITED,
@@ -327,7 +330,8 @@ class AuthStore:
         p = record.prefix
         permissions = {
             "pub": {"allow": [f"{p}.{ep}" for ep in ENDPOINTS]},
-            "sub": {"allow": [f"{inbox_prefix(user)}.>", f"{p}.wm.changed.{record.tenant}.>"]},
+            "sub": {"allow": [f"{inbox_prefix(user)}.>", f"{p}.wm.changed.{record.tenant}.>",
+                              f"{p}.rejected.{record.tenant}.>"]},
         }
         issued = int(time.time())
         jwt = encode_jwt({"sub": user, "name": agent, "iat": issued, "nats": {

@@ -154,10 +154,17 @@ class Client:
             raise_error(reply.error)
         return reply.results
 
-    async def working_memory(self, tenant: str, task_id: str, *,
-                             reveal_personal: bool = False) -> WorkingMemoryReply:
-        """The task's Working Memory and the ledger sequence it reflects."""
-        req = {"tenant": tenant, "task_id": task_id, "reveal_personal": reveal_personal}
+    async def working_memory(self, tenant: str, task_id: str, *, reveal_personal: bool = False,
+                             min_seq: int | None = None, wait_ms: int = 5_000) -> WorkingMemoryReply:
+        """The task's Working Memory and the ledger sequence it reflects.
+
+        ``min_seq`` reads your own writes: pass the ``seq`` an append returned and
+        the reply waits (up to ``wait_ms``) until the projection has folded it.
+        """
+        req: dict[str, Any] = {"tenant": tenant, "task_id": task_id,
+                               "reveal_personal": reveal_personal}
+        if min_seq is not None:
+            req |= {"min_seq": min_seq, "wait_ms": wait_ms}
         try:
             msg = await self.nc.request(f"{self.settings.prefix}.wm.get", _encoder.encode(req),
                                         timeout=self.timeout)
