@@ -50,6 +50,7 @@ import nats
 import nkeys
 from nats.aio.client import Client
 
+from agentledger.buckets import open_kv
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import ACTIVE, REVOKED, TenantEntry, tenants_bucket
@@ -434,11 +435,7 @@ async def _register(settings: Settings, record: TenantRecord) -> None:
     """Write the tenant's registry entry (as the operator) so the services know its account."""
     nc = await connect(settings, OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(tenants_bucket(settings.prefix))
-        except nats.js.errors.BucketNotFoundError:
-            kv = await js.create_key_value(bucket=tenants_bucket(settings.prefix), history=1)
+        kv = await open_kv(nc.jetstream(), tenants_bucket(settings.prefix))
         entry = TenantEntry(tenant=record.tenant, status=record.status, prefix=record.prefix)
         await kv.put(record.account, msgspec.json.encode(entry))
     finally:

@@ -26,8 +26,9 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 
+from agentledger.buckets import open_kv
 from agentledger.errors import AgentLedgerError
 
 REQUEST_INFO = "Nats-Request-Info"
@@ -113,10 +114,7 @@ class TenantRegistry:
 
     async def start(self) -> None:
         """Load the registry and keep following it; returns once loaded."""
-        try:
-            self._kv = await self._js.key_value(self._bucket)
-        except BucketNotFoundError:
-            self._kv = await self._js.create_key_value(bucket=self._bucket, history=1)
+        self._kv = await open_kv(self._js, self._bucket)
         self._watcher = await self._kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._follow(loaded), name="tenant-registry")
