@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # Reinstall only when the package metadata changes.
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench lint down clean
+.PHONY: setup run test bench chaos lint down clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,9 @@ test: setup
 
 bench: setup
 	$(BIN)/agentledger bench
+
+chaos: setup
+	$(BIN)/agentledger chaos --profile full
 
 lint: setup
 	$(BIN)/ruff check src contracts services tests

@@ -1,4 +1,4 @@
-"""Request and reply messages of the NATS endpoints (append, working memory)."""
+"""Request and reply messages of the NATS endpoints (append, working memory, leases)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Raw, Struct
 
-from agentledger.contracts.events import Token
+from agentledger.contracts.events import Hash, Token
 
 # Longest lease a grant or renewal gives: a dead executor's task is free again within this.
 MAX_LEASE_TTL_S = 600.0
@@ -56,27 +56,93 @@ class AppendReply(Struct, frozen=True, omit_defaults=True):
     error: ErrorBody | None = None
 
 
+Seq = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+# Most rejections one page of ``wm.get`` returns.
+MAX_REJECTIONS_PAGE = 1000
+
+
+class RejectionsQuery(Struct, forbid_unknown_fields=True, frozen=True):
+    """One page of a task's full rejection trace: the rows after ``after_seq``, oldest first.
+
+    The state lists only the newest rejections (and counts the others); every
+    one is kept in the projection and read here, ``limit`` at a time. Pass the
+    reply's ``next_after_seq`` as ``after_seq`` for the next page.
+    """
+
+    after_seq: Seq = 0
+    limit: Annotated[int, Meta(ge=1, le=MAX_REJECTIONS_PAGE)] = 100
+
+
 class TaskRef(Struct, forbid_unknown_fields=True, frozen=True):
     """Names one task: the request of the working-memory endpoint.
 
     ``min_seq`` asks to read your own writes: the reply waits (at most
     ``wait_ms``) until the projection has folded the ledger up to that sequence,
     e.g. the ``seq`` an append returned; still behind then is ``unavailable``.
+
+    A view too large for one reply comes in chunks: the first reply carries
+    chunk 0 and the view's ``digest``; ask for chunk ``i`` with ``chunk: i`` and
+    that ``digest`` (and the same ``reveal_personal``). ``rejections`` asks for a
+    page of the rejection trace instead of the view.
     """
 
     tenant: Token
     task_id: Token
     reveal_personal: bool = False
-    min_seq: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    min_seq: Seq | None = None
     wait_ms: Annotated[int, Meta(ge=0, le=30_000)] = 5_000
+    chunk: Annotated[int, Meta(ge=1, le=2**31)] | None = None
+    digest: Hash | None = None
+    rejections: RejectionsQuery | None = None
+
+
+class ViewChunk(Struct, frozen=True):
+    """One piece of a Working Memory view that does not fit in one reply.
+
+    The view is its JSON text (UTF-8, ``size`` bytes, blake3 ``digest``) cut into
+    ``count`` pieces; ``data`` is piece ``index`` (base64 in JSON). Concatenate
+    pieces 0 .. count-1, check size and digest, then parse the JSON.
+    """
+
+    index: int
+    count: int
+    size: int
+    digest: str
+    data: bytes
+
+
+class RejectionItem(Struct, frozen=True):
+    """One row of a task's rejection trace (the reducer's, or the projector's own codes)."""
+
+    seq: int
+    event_id: str
+    kind: str
+    code: str
+    reason: str
+
+
+class RejectionsPage(Struct, frozen=True):
+    """Rejections after the query's ``after_seq``, oldest first; ``next_after_seq`` is null
+    on the last page."""
+
+    items: list[RejectionItem]
+    next_after_seq: int | None = None
 
 
 class WorkingMemoryReply(Struct, frozen=True, omit_defaults=True):
-    """A task's Working Memory as projected up to ``seq`` (its ledger watermark)."""
+    """A task's Working Memory as projected up to ``seq`` (its ledger watermark).
+
+    Exactly one of ``state`` (the whole view), ``chunk`` (a piece of a view too
+    large for one reply) and ``rejections`` (a page of the trace) is set on
+    success. For a page, ``seq`` is the projection's watermark: every rejection
+    up to it is in the trace.
+    """
 
     ok: bool
     seq: int = 0
     state: Any = None
+    chunk: ViewChunk | None = None
+    rejections: RejectionsPage | None = None
     error: ErrorBody | None = None
 
 

@@ -117,6 +117,11 @@ class ResumeReply(Struct, frozen=True):
     ``lease_granted`` event included (use it as ``expected_last_seq``);
     ``replayed_events`` counts the ledger messages folded after the checkpoint's
     cursor. ``lease`` carries the secret: keep it for renewals and appends.
+
+    ``state_omitted`` is true when the view did not fit in one reply (over
+    ``AGENTLEDGER_MAX_REPLY_BYTES`` or the server's max_payload): ``state`` is
+    then null and everything else is there; read the state with ``wm.get`` and
+    ``min_seq`` = ``watermark`` (the Python client does that for you).
     """
 
     ok: bool
@@ -132,4 +137,5 @@ class ResumeReply(Struct, frozen=True):
     checkpoint_seq: int | None = None
     replayed_events: int = 0
     watermark: int = 0
+    state_omitted: bool = False
     error: ErrorBody | None = None

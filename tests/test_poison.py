@@ -20,14 +20,15 @@ import asyncpg
 import msgspec
 import nats.js.errors
 import pytest
+from structlog.testing import capture_logs
 
 from agentledger import auth
 from agentledger.config import Settings
-from agentledger.contracts.codec import MAX_DEPTH, check_depth, nesting_path
+from agentledger.contracts.codec import MAX_DEPTH, check_depth, encode, nesting_path
 from agentledger.contracts.resume import ResumeReply
 from agentledger.core.state import decode_state
-from agentledger.errors import ContractError
-from agentledger.ledger import MSG_ID, ledger_subject, msg_id
+from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, msg_id
 from agentledger.services.checkpointer.service import resume_subject
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.puller import ConsumerLostError, Puller
@@ -180,6 +181,44 @@ async def test_a_batch_failed_by_one_message_is_split_and_the_rest_commits(
 
 # ---- 3. a deleted consumer is recreated --------------------------------------------------
 
+async def publish_raw_subject(ledger: Ledger, subject: bytes, body: bytes) -> None:
+    """A PUB whose subject bytes are not UTF-8: nats-py cannot send one, so write the protocol."""
+    transport = ledger.nc._transport
+    assert transport is not None
+    transport.write(b"PUB " + subject + b" " + str(len(body)).encode() + b"\r\n" + body + b"\r\n")
+    await ledger.nc.flush()
+
+
+async def test_a_subject_that_is_not_utf8_is_a_rejection_not_a_dead_reader(
+        settings: Settings, ledger: Ledger) -> None:
+    """Protects liveness: a ledger message whose subject is invalid UTF-8 (the server stores it)
+    used to end nats-py's read loop, leaving the projector connected, silent and never restarted,
+    and made `replay --verify` hang. Now it is one `malformed_subject` rejection, the events after
+    it are projected, the projector's reader is still alive, and rebuild and verify agree."""
+    await ledger.publish_all(task_script("t1"))
+    p = Projector(settings)
+    await p.start()
+    try:
+        await caught_up(settings, ledger)
+        subject = f"{settings.prefix}.ledger.{TENANT}.".encode() + b"t\xff\xfe"
+        await publish_raw_subject(ledger, subject, json.dumps(event("variable_set", "bad", {})).encode())
+        bad_seq = await ledger.last_seq()
+        await ledger.publish(event("variable_set", "after", {"name": "after", "value": 7}))
+        await caught_up(settings, ledger)
+        assert p.alive()
+    finally:
+        await p.stop()
+    rows = {r[2]: r for r in await rejections(settings)}
+    assert rows[bad_seq][5] == "malformed_subject"
+    assert rows[bad_seq][0] == TENANT and "\udcff" not in rows[bad_seq][1]
+    state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
+    assert state.variables["after"].value == 7
+    report = await replay.rebuild(settings, "utf8_check")
+    assert report.rejections == len(rows)
+    verified = await replay.verify(settings, wait_s=30)
+    assert verified.ok, verified.summary()
+
+
 async def test_deleted_consumer_is_recreated_from_the_watermark(settings: Settings,
                                                                ledger: Ledger) -> None:
     """Protects progress: deleting the projector's durable consumer while events are appended makes
@@ -219,6 +258,48 @@ async def test_deleted_consumer_is_recreated_from_the_watermark(settings: Settin
     state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
     assert {f"n{i}" for i in range(60)} <= set(state.variables)
     assert state.variables["late"].value == 1
+
+
+async def test_a_deleted_stream_is_recreated_after_its_last_sequence(settings: Settings) -> None:
+    """Protects progress after an operator deletes the ledger stream: the writer notices on the
+    next append, recreates the stream numbering after the last sequence it acked, and the projector
+    carries on from its watermark (earlier state kept, later events projected, nothing skipped).
+    A stream recreated from sequence 1 instead is refused: the projector projects nothing (it would
+    skip events) and says why, while Working Memory stays readable."""
+    stack = await Stack(settings).start(checkpointer=False)
+    op = await auth.connect(settings, auth.OPERATOR_ROLE)
+    writer = await auth.connect(settings, auth.WRITER)
+    try:
+        before = await stack.append([created("t1"), event("variable_set", "v0", {"name": "a", "value": 1})])
+        await op.jetstream().delete_stream(settings.stream)
+
+        async def appended() -> int:
+            try:
+                return (await stack.c.append(event("variable_set", "v1", {"name": "b", "value": 2}))).seq
+            except AgentLedgerError as exc:
+                assert exc.code == "unavailable" and exc.retryable
+                raise AssertionError(exc.message) from exc
+        seq = await assert_eventually(appended, timeout=20)
+        assert seq == before + 1
+        state = (await stack.c.working_memory(TENANT, "t1", min_seq=seq)).state
+        assert state is not None and {"a", "b"} <= set(state["variables"])
+
+        # Deleted again and recreated from 1 behind the writer's back: refused, loudly.
+        with capture_logs() as logs:
+            await op.jetstream().delete_stream(settings.stream)
+            await ensure_stream(settings, op)
+            await writer.jetstream().publish(ledger_subject(settings.prefix, TENANT, "t1"), encode(
+                event("variable_set", "v2", {"name": "c", "value": 3})))
+            await assert_eventually(lambda: any(
+                e["event"] == "projector.waiting_for_servers" and "agentledger replay" in e["reason"]
+                for e in logs), timeout=20)
+        state = (await stack.c.working_memory(TENANT, "t1")).state
+        assert state is not None and "c" not in state["variables"]
+        assert {"a", "b"} <= set(state["variables"])
+    finally:
+        await writer.close()
+        await op.close()
+        await stack.stop()
 
 
 async def test_puller_reports_a_missing_consumer_instead_of_spinning(settings: Settings,

@@ -17,7 +17,7 @@ GOAL_TEXT = "Fix the flaky retry test"
 CRITERIA = ["50 green runs"]
 GOAL = {"text": GOAL_TEXT, "acceptance_criteria": CRITERIA, "goal_hash": goal_hash(GOAL_TEXT, CRITERIA)}
 # Fields a rejected event may change: the refusal itself and the bookkeeping of what was consumed.
-BOOKKEEPING = ("rejections", "applied", "watermark")
+BOOKKEEPING = ("rejections", "older_rejections", "applied", "watermark")
 
 
 def make(kind: str, event_id: str, **payload: Any) -> ev.EventBase:

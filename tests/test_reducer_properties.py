@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from agentledger.contracts import events as ev
 from agentledger.core.dag import next_ready
 from agentledger.core.reducer import Trace, apply, fold, reduce
-from agentledger.core.state import WorkingMemory, new_state, state_hash, view
+from agentledger.core.state import RECENT_REJECTIONS, WorkingMemory, new_state, state_hash, view
 from agentledger.core.validate import goal_hash
 
 TENANT, TASK = "acme-eng", "task-prop"
@@ -265,7 +265,7 @@ def test_stepwise_reduce_equals_fold_and_does_not_mutate(stream: list[tuple[ev.E
 
 def _without_bookkeeping(state: WorkingMemory) -> dict[str, Any]:
     data = msgspec.to_builtins(state)
-    for key in ("rejections", "applied", "watermark"):
+    for key in ("rejections", "older_rejections", "applied", "watermark"):
         del data[key]
     return data
 
@@ -282,7 +282,9 @@ def test_no_regression(stream: list[tuple[ev.EventBase, int]]) -> None:
         assert state.watermark >= before.watermark
         if trace.outcome != "applied":
             assert _without_bookkeeping(state) == _without_bookkeeping(before)
-            assert len(state.rejections) == len(before.rejections) + (trace.outcome == "rejected")
+            assert (state.older_rejections + len(state.rejections)
+                    == before.older_rejections + len(before.rejections) + (trace.outcome == "rejected"))
+            assert len(state.rejections) <= RECENT_REJECTIONS
             continue
         p = e.payload  # type: ignore[attr-defined]
         if isinstance(p, STEP_PAYLOADS) and p.step_id in before.step_states:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -178,9 +179,13 @@ async def test_supervisor_restarts_a_killed_service_and_stops_all_on_sigterm(
     assert read_runtime(runtime).services == {}
 
 
-# Says it is ready the way a real service does (the file the supervisor names), then waits.
-READY_SLEEPER = [sys.executable, "-c", "import os, pathlib, time; "
-                 "pathlib.Path(os.environ['AGENTLEDGER_READY_FILE']).touch(); time.sleep(600)"]
+# Says it is ready the way a real service does (the file the supervisor names), then keeps
+# refreshing it as its heartbeat, as lifecycle.serve does.
+READY_SLEEPER = [sys.executable, "-c", "import os, pathlib, time\n"
+                 "while True:\n pathlib.Path(os.environ['AGENTLEDGER_READY_FILE']).touch(); time.sleep(0.3)"]
+# Gets ready, then falls silent while its pid lives on: a frozen or wedged service.
+SILENT_AFTER_READY = [sys.executable, "-c", "import os, pathlib, time; "
+                      "pathlib.Path(os.environ['AGENTLEDGER_READY_FILE']).touch(); time.sleep(600)"]
 
 
 @pytest.mark.asyncio
@@ -210,6 +215,27 @@ async def test_a_restart_that_became_ready_resets_the_backoff(
              if '"service_exited"' in line]
     assert [e["attempt"] for e in exits if e["child"] == "ready"] == [1] * 5
     assert [e["attempt"] for e in exits if e["child"] == "stuck"] == [1, 2, 3]
+
+
+@pytest.mark.asyncio
+async def test_a_service_that_stops_its_heartbeat_is_killed_and_restarted(
+        tmp_path: Path, start_supervisor: StartSupervisor) -> None:
+    """Protects liveness: a process that stays alive as a pid but no longer refreshes its heartbeat
+    (frozen by SIGSTOP, wedged on an await) is killed and restarted by the supervisor, which says
+    why (`service_unresponsive`); one that keeps its heartbeat is left alone."""
+    runtime = tmp_path / "runtime.json"
+    start_supervisor([("silent", SILENT_AFTER_READY), ("beating", READY_SLEEPER)],
+                     "--liveness-timeout", "1.5")
+    first = await assert_eventually(lambda: _live_services(runtime, {"silent", "beating"}), timeout=30)
+    assert first is not None
+    again = await assert_eventually(
+        lambda: (s := _live_services(runtime, {"silent", "beating"})) and s["silent"] != first["silent"]
+        and s, timeout=30)
+    assert again and again["beating"] == first["beating"]
+    lines = [json.loads(line) for line in (tmp_path / "supervisor.log").read_text().splitlines()
+             if '"service_unresponsive"' in line]
+    assert lines and {e["child"] for e in lines} == {"silent"}
+    assert lines[0]["pid"] == first["silent"] and lines[0]["silent_s"] >= 1.5
 
 
 @pytest.mark.asyncio
@@ -321,6 +347,49 @@ def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
 
         asyncio.run(reachable())
     finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
+
+
+def test_the_supervisor_replaces_frozen_servers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_root: Path) -> None:
+    """Protects self-healing from a hung server: nats-server and PostgreSQL frozen by SIGSTOP
+    still accept TCP connections but never answer; the supervisor notices that they do not greet,
+    kills them (`server_unresponsive`) and restarts them on the same addresses."""
+    monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER)])
+    monkeypatch.setattr(commands, "SUPERVISOR_OPTIONS", ["--server-liveness-timeout", "3"])
+    settings = Settings(data_dir=tmp_path, prefix="frozentest", server_root=server_root)
+    try:
+        info = commands.up(settings)
+        assert info.nats_pid is not None and info.postgres_pid is not None
+        os.kill(info.nats_pid, signal.SIGSTOP)
+        os.kill(info.postgres_pid, signal.SIGSTOP)
+        deadline = datetime.now(UTC).timestamp() + 90
+        while True:
+            now = read_runtime(settings.runtime_file)
+            if (now.nats_pid not in (None, info.nats_pid) and now.postgres_pid not in (None, info.postgres_pid)
+                    and pid_alive(now.nats_pid) and pid_alive(now.postgres_pid)):
+                break
+            assert datetime.now(UTC).timestamp() < deadline, "the frozen servers were not replaced"
+            subprocess.run(["sleep", "0.2"], check=True)
+        assert not pid_alive(info.nats_pid) and not pid_alive(info.postgres_pid)
+        assert (now.nats_url, now.database_url) == (info.nats_url, info.database_url)
+        lines = (tmp_path / "logs" / "supervisor.log").read_text()
+        assert '"server_unresponsive"' in lines
+        connected = resolve_urls(settings)
+
+        async def reachable() -> None:
+            nc = await auth.connect(connected, auth.OPERATOR_ROLE)
+            await nc.close()
+            conn = await asyncpg.connect(connected.database_url)
+            assert await conn.fetchval("SELECT 1") == 1
+            await conn.close()
+
+        asyncio.run(reachable())
+    finally:
+        for pid in (info.nats_pid, info.postgres_pid):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(pid, signal.SIGCONT)
         if settings.runtime_file.exists():
             commands.down(settings)
 

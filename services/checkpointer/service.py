@@ -56,6 +56,7 @@ from agentledger.core.state import WorkingMemory, decode_state
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ledger_subject
+from agentledger.natsclient import reader_alive
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
@@ -165,6 +166,11 @@ class Checkpointer:
         if self._failed is None:
             self._failed = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._failed)
+
+    def alive(self) -> bool:
+        """A live NATS read loop (notifications and requests arrive) and every worker running."""
+        return (self._nc is not None and reader_alive(self._nc)
+                and all(not task.done() for task in self._workers))
 
     async def stop(self) -> None:
         """Stop listening, finish in-flight requests and saves, close; idempotent."""
@@ -417,7 +423,23 @@ class Checkpointer:
                          reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
         except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
             reply = ResumeReply(ok=False, error=_error_body(exc))
-        await _respond(req, encode(reply))
+        await _respond(req, self._fitting(reply))
+
+    def _fitting(self, reply: ResumeReply) -> bytes:
+        """The encoded reply, without its state when it would not fit in one NATS message.
+
+        The resume already happened (the lease is granted): a reply that cannot be sent
+        would leave the executor without its secret. The state can always be read
+        afterwards through ``wm.get``, which sends any size in chunks.
+        """
+        data: bytes = encode(reply)
+        budget = self.settings.max_reply_bytes
+        if self._nc is not None and self._nc.max_payload:
+            budget = min(budget, self._nc.max_payload)
+        if reply.state is not None and len(data) > budget:
+            log.info("checkpointer.resume_state_omitted", state_bytes=len(data), budget=budget)
+            data = encode(msgspec.structs.replace(reply, state=None, state_omitted=True))
+        return data
 
     # ---- NATS callbacks -----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +107,14 @@ class GroupCommitter:
     """Queue of units plus a flusher that commits them in atomic batches."""
 
     def __init__(self, nc: Client, stream: str, *, max_batch: int = 1000,
-                 max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0) -> None:
+                 max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0,
+                 on_no_stream: Callable[[int], Awaitable[bool]] | None = None) -> None:
         self._nc = nc
         self._stream = stream
+        # Called with the highest sequence acked so far when no stream answers a publish;
+        # True when it found the stream deleted and recreated it after that sequence.
+        self._on_no_stream = on_no_stream
+        self.high_seq = 0
         self._max_batch = max_batch
         self._timeout = timeout
         self._pipeline_below = pipeline_below
@@ -258,13 +263,20 @@ class GroupCommitter:
         """A publish that waits for JetStream's ack; raise on an error ack or no ack."""
         try:
             reply = await self._nc.request(subject, body, timeout=self._timeout, headers=headers)
-        except (NatsTimeout, NoRespondersError) as exc:
+        except NoRespondersError as exc:
+            # Nothing stores this subject: the stream is gone (or JetStream is not up yet).
+            if self._on_no_stream is not None and await self._on_no_stream(self.high_seq):
+                raise UnavailableError("the ledger stream was missing and has been recreated; "
+                                       "retry") from exc
+            raise UnavailableError("the ledger is not available") from exc
+        except NatsTimeout as exc:
             # Outcome unknown; retrying the same ids is safe (dedupe + probe).
             raise UnavailableError("the ledger did not acknowledge in time") from exc
         ack: dict[str, Any] = json.loads(reply.data)
         if "error" in ack:
             err = ack["error"]
             raise _BatchFailed(int(err.get("err_code", 0)), str(err.get("description", "")))
+        self.high_seq = max(self.high_seq, int(ack.get("seq", 0)))
         return ack
 
     async def _explain(self, unit: Unit, exc: _BatchFailed) -> list[AppendResult] | AgentLedgerError:

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import nats
+import nats.js.errors
 import structlog
 from nats.micro import add_service
 from nats.micro.request import Request
@@ -36,6 +37,7 @@ from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
+from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, load_kek, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
@@ -75,6 +77,7 @@ class LedgerWriter:
         self._leases: LeaseTable | None = None
         self._tenants: TenantRegistry | None = None
         self._stopped = False
+        self._stream_lock = asyncio.Lock()
 
     async def start(self) -> None:
         s = self.settings
@@ -83,14 +86,18 @@ class LedgerWriter:
         self._tenants = TenantRegistry(self._nc, s.prefix)
         await self._tenants.start()
         self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path),
-                                max_bytes=s.max_keys_bytes)
+                                max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes)
         self._artifacts = await artifacts.open(self._nc, s)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
-                                         max_inflight=s.max_inflight_batches)
+                                         max_inflight=s.max_inflight_batches,
+                                         on_no_stream=self._stream_missing)
+        self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
         self._flusher = asyncio.create_task(self._committer.run())
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
         self._leases = LeaseTable(self._nc, s.leases_bucket,
-                                  LedgerGrants(self._nc, s, self._committer))
+                                  LedgerGrants(self._nc, s, self._committer),
+                                  max_per_tenant=s.max_leases_per_tenant,
+                                  max_bytes=s.max_leases_bytes)
         await self._leases.start()
         self._service = await add_service(
             self._nc, name=SERVICE_NAME, version="0.1.0",
@@ -107,6 +114,36 @@ class LedgerWriter:
     async def wait_failed(self) -> None:
         assert self._flusher is not None
         await self._flusher
+
+    async def _stream_missing(self, high_seq: int) -> bool:
+        """Recreate a deleted ledger stream after ``high_seq``; whether it was missing.
+
+        The writer owns the stream. Numbering continues after the last sequence it saw
+        acked, so the projector's watermark and every fencing token stay below what
+        comes next and the projector carries on by itself. What the deleted stream held
+        is gone from the ledger (the projection keeps its rows); a writer restarted
+        since does not know where numbering stood, and the projector then refuses to
+        skip ahead and says so (see docs/operations.md).
+        """
+        assert self._nc is not None
+        async with self._stream_lock:
+            js = self._nc.jetstream()
+            try:
+                await js.stream_info(self.settings.stream)
+                return False
+            except nats.js.errors.NotFoundError:
+                pass
+            except Exception:  # noqa: BLE001 - JetStream itself is away: an ordinary outage
+                return False
+            log.error("writer.ledger_stream_missing", stream=self.settings.stream,
+                      recreated_from_seq=high_seq + 1)
+            await ensure_stream(self.settings, self._nc, first_seq=high_seq + 1)
+            return True
+
+    def alive(self) -> bool:
+        """Connected or reconnecting with a live read loop, and the group committer running."""
+        return (self._nc is not None and reader_alive(self._nc)
+                and self._flusher is not None and not self._flusher.done())
 
     async def stop(self) -> None:
         if self._stopped:

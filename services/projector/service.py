@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -46,21 +49,32 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from agentledger import auth, db
+from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
-from agentledger.contracts.api import ErrorBody, EventRejected, TaskChanged, TaskRef, WorkingMemoryReply
+from agentledger.contracts.api import (
+    ErrorBody,
+    EventRejected,
+    RejectionItem,
+    RejectionsPage,
+    TaskChanged,
+    TaskRef,
+    ViewChunk,
+    WorkingMemoryReply,
+)
 from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
-from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
+from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, load_kek, reveal
+from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
     fold_message,
     rebuild_with,
     rejection_row,
-    stream_last_seq,
     stream_seq,
     subject_tokens,
 )
@@ -87,6 +101,17 @@ CACHE_MAX = 50_000
 # How often a read waiting for its own write re-reads the watermark (a commit wakes it sooner).
 READ_POLL_S = 0.05
 MAX_FAILURES = 30
+# The loop turns at least once per fetch timeout; not turning for this long means it is stuck
+# (an await that never returns, e.g. on a PostgreSQL that stopped answering): not alive.
+LOOP_STALL_S = 30.0
+# While PostgreSQL or NATS is away the loop retries this often, without counting failures.
+OUTAGE_RETRY_S = 0.5
+# Errors that mean a server is away, not that a batch is bad: waited out, never fatal.
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError, asyncpg.AdminShutdownError, asyncpg.TooManyConnectionsError,
+    nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+    nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
 
 
 class ProjectionChangedError(Exception):
@@ -95,6 +120,11 @@ class ProjectionChangedError(Exception):
 
 class OutOfOrderError(Exception):
     """The consumer delivered past a message that was never applied."""
+
+
+class LedgerUnusableError(Exception):
+    """The ledger stream is missing, or numbers below the watermark (it was deleted and
+    recreated without continuing its sequence): projecting now would skip or misfile events."""
 
 
 # Errors a message's content can cause while its batch is written (a value PostgreSQL
@@ -133,6 +163,35 @@ def get_subject(prefix: str) -> str:
     return f"{prefix}.wm.get"
 
 
+# How long a rendered view stays cached for its chunks (a reader fetches them in well under this).
+VIEW_TTL_S = 60.0
+# Bytes a reply needs besides the view itself (ok, seq, the chunk's index, count, size and
+# digest): a view is sent whole only when it fits with this to spare.
+REPLY_ENVELOPE = 1024
+
+
+@dataclass(frozen=True)
+class _View:
+    """A rendered view's JSON as it is cut into chunks, and the ledger seq it reflects."""
+
+    seq: int
+    data: bytes
+    digest: str
+
+    def chunk_size(self, budget: int) -> int:
+        """Bytes of view per chunk: base64 turns 3 bytes into 4 within ``budget``."""
+        return max(1, (budget - REPLY_ENVELOPE) * 3 // 4)
+
+    def chunk(self, index: int, budget: int) -> ViewChunk:
+        size = self.chunk_size(budget)
+        count = max(1, -(-len(self.data) // size))
+        if index >= count:
+            raise ContractError(f"the view has {count} chunks (0 to {count - 1})",
+                                code="invalid_value", path="$.chunk")
+        return ViewChunk(index=index, count=count, size=len(self.data), digest=self.digest,
+                         data=self.data[index * size:(index + 1) * size])
+
+
 class Projector:
     """Folds the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
 
@@ -153,7 +212,10 @@ class Projector:
         self._leader = False
         # True while a batch or an initialization is in flight (stop lets it finish).
         self._busy = False
-        self._cache: dict[tuple[str, str], WorkingMemory] = {}
+        self._cache = StateCache()
+        # Rendered views too large for one reply, while their chunks are fetched.
+        self._views: ByteLRU[tuple[str, str, bool, str], _View] = ByteLRU(
+            settings.view_cache_bytes, ttl_s=VIEW_TTL_S)
         self._keys: Keyring | None = None
         self._tenants: TenantRegistry | None = None
         # Rejections committed but not yet announced; a wake-up for readers waiting on a seq.
@@ -161,6 +223,9 @@ class Projector:
         self._progress = asyncio.Event()
         # Watermark this process committed last (None: not initialized).
         self._committed: int | None = None
+        # When the projection loop last turned (liveness; see ``alive``).
+        self._turned = 0.0
+        self._outage: str | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -182,8 +247,8 @@ class Projector:
         self._tenants = TenantRegistry(self._nc, s.prefix)
         await self._tenants.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
-        await self._ensure_stream()
         await db.migrate(s.database_url)
+        await self._ensure_stream()
         self._service = await micro.add_service(
             self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
             description="Working Memory projections of the agentledger ledger")
@@ -198,12 +263,14 @@ class Projector:
         self._task = asyncio.create_task(self._run(), name="projector-run")
 
     async def _ensure_stream(self) -> None:
-        """Create the ledger stream if it is missing; never change the writer's configuration."""
-        assert self._nc is not None
+        """Create the ledger stream if it is missing (numbering after the watermark, so a
+        projection that outlived its stream carries on); never change the writer's configuration."""
+        assert self._nc is not None and self._pool is not None
         try:
             await self._nc.jetstream().stream_info(self.settings.stream)
         except nats.js.errors.NotFoundError:
-            await ensure_stream(self.settings, self._nc)
+            wm = await self.store.watermark(self._pool) or 0
+            await ensure_stream(self.settings, self._nc, first_seq=wm + 1)
 
     async def stop(self) -> None:
         """Stop fetching, let the in-flight batch commit or roll back, drain; idempotent."""
@@ -250,6 +317,16 @@ class Projector:
             self._failed = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._failed)
 
+    def alive(self) -> bool:
+        """Whether the projector can make progress: its NATS read loop runs and its loop turns.
+
+        A standby turns too (it retries the leadership lock every second).
+        """
+        if self._nc is None or not reader_alive(self._nc):
+            return False
+        return self._task is not None and not self._task.done() and (
+            time.monotonic() - self._turned < LOOP_STALL_S)
+
     @property
     def watermark(self) -> int | None:
         """The watermark this process committed last."""
@@ -268,16 +345,31 @@ class Projector:
             wm = await self.store.watermark(conn)
             if wm is None:
                 raise ProjectionMissingError("projector_watermark row is missing after migrate")
-            last = await stream_last_seq(self._nc, s)
+            try:
+                info = await self._nc.jetstream().stream_info(s.stream)
+            except nats.js.errors.NotFoundError as exc:
+                raise LedgerUnusableError(f"the ledger stream {s.stream} does not exist; the "
+                                          "ledger-writer recreates it") from exc
+            last = int(info.state.last_seq) if info.state.messages else 0
+            # An empty stream recreated to continue numbering has assigned up to first_seq - 1.
+            numbered = max(int(info.state.last_seq), int(info.state.first_seq) - 1)
+            if wm > numbered:
+                raise LedgerUnusableError(
+                    f"the ledger stream numbers up to {numbered} but the projection is at {wm}: it "
+                    "was deleted and recreated from the start; projecting would skip events. "
+                    "Rebuild the projection from what the ledger holds now (`agentledger replay`)")
             if wm == 0 and last > 0:
                 log.info("projector.rebuilding", reason="empty projection", last_seq=last)
-                report, _, _ = await rebuild_with(self._nc, conn, s, LIVE_SCHEMA)
+                report, _, _ = await rebuild_with(self._nc, conn, s, LIVE_SCHEMA,
+                                                  progress=self._rebuild_progress)
                 wm = report.last_seq
-            elif wm > last:
-                log.warning("projector.ahead_of_stream", watermark=wm, last_seq=last)
         await self._bind_consumer(wm)
         self._committed = wm
         log.info("projector.initialized", watermark=wm)
+
+    def _rebuild_progress(self, done: int, total: int) -> None:
+        """A rebuild is the loop at work: keep liveness fresh while it folds the stream."""
+        self._turned = time.monotonic()
 
     async def _bind_consumer(self, wm: int) -> None:
         """Make the durable consumer deliver from ``wm + 1`` and attach a fresh ``Puller``."""
@@ -327,23 +419,17 @@ class Projector:
         failures = 0
         try:
             while not self._stopping:
+                self._turned = time.monotonic()
                 try:
-                    if not self._leader:
-                        await self._become_leader()
-                        continue
-                    if self._committed is None or self._sub is None:
-                        await self._guarded(self._initialize())
-                    assert self._sub is not None
-                    try:
-                        msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
-                    except TimeoutError:
-                        await self._idle_check()
+                    if await self._step():
                         failures = 0
-                        continue
-                    await self._guarded(self._process(msgs))
-                    failures = 0
+                        self._servers_back()
                 except asyncio.CancelledError:
                     raise
+                except (*OUTAGE_ERRORS, LedgerUnusableError) as exc:
+                    if self._stopping:
+                        break
+                    await self._wait_out(exc)
                 except (ProjectionMissingError, ProjectionChangedError) as exc:
                     # Someone dropped or rebuilt the projection: start over from PostgreSQL.
                     log.info("projector.projection_reset", reason=str(exc))
@@ -367,6 +453,46 @@ class Projector:
             if self._failed is not None and not self._failed.done():
                 self._failed.set_exception(exc)
             raise
+
+    async def _step(self) -> bool:
+        """One turn of the loop: lead, initialize, fetch and apply one batch (or check when idle).
+
+        True when the turn reached the servers and found them well.
+        """
+        if not self._leader:
+            await self._become_leader()
+            return False
+        if self._committed is None or self._sub is None:
+            await self._guarded(self._initialize())
+        assert self._sub is not None
+        try:
+            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
+        except TimeoutError:
+            await self._idle_check()
+            return True
+        await self._guarded(self._process(msgs))
+        return True
+
+    async def _wait_out(self, exc: BaseException) -> None:
+        """A server is away, or the ledger unusable: wait without counting failures (restarting
+        the process would not fix it sooner), then start over from PostgreSQL.
+
+        Reads keep answering from the rows meanwhile. One log line per change of reason,
+        not one per retry; an unusable ledger is an error an operator must see.
+        """
+        unusable = isinstance(exc, LedgerUnusableError)
+        reason = f"{type(exc).__name__}: {_safe(exc)}"
+        if reason != self._outage:
+            log.log(logging.ERROR if unusable else logging.WARNING,
+                    "projector.waiting_for_servers", reason=reason, watermark=self._committed)
+            self._outage = reason
+        await self._reset()
+        await asyncio.sleep(OUTAGE_RETRY_S * (4 if unusable else 1))
+
+    def _servers_back(self) -> None:
+        if self._outage is not None:
+            log.info("projector.servers_back", watermark=self._committed)
+            self._outage = None
 
     async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
         """Run work that ``stop`` lets finish rather than cancel."""
@@ -520,10 +646,8 @@ class Projector:
         except Exception:  # noqa: BLE001 - notifications are best effort; the rows are the record
             log.warning("projector.notify_failed")
         self._progress.set()
-        cache = self._cache
-        if len(cache) > CACHE_MAX:
-            for key in list(cache)[: len(cache) - CACHE_MAX // 2]:
-                del cache[key]
+        self._cache.note(rows)
+        self._cache.trim(CACHE_MAX, self.settings.projector_cache_bytes)
 
     async def _check_contiguous(self, wm: int, seqs: list[int]) -> None:
         """Raise ``OutOfOrderError`` if a stored message between ``wm`` and the batch was not delivered."""
@@ -560,7 +684,11 @@ class Projector:
         await req.respond(encode(reply))
 
     async def working_memory(self, data: bytes, caller: Caller = OPERATOR) -> WorkingMemoryReply:
-        """Answer one ``wm.get`` request body for ``caller``: a tenant reads only its own tasks."""
+        """Answer one ``wm.get`` request body for ``caller``: a tenant reads only its own tasks.
+
+        A whole view comes back as its encoded JSON (``state`` is a ``msgspec.Raw``), so
+        it is encoded once, measured against the reply budget and sent as it is.
+        """
         try:
             ref = decode_task_ref(data)
             caller.require_tenant(ref.tenant, "$.tenant")
@@ -570,11 +698,20 @@ class Projector:
             return _error(exc.code, exc.message, exc.path, exc.retryable)
 
     async def _read(self, ref: TaskRef) -> WorkingMemoryReply:
+        """The view whole when it fits in one reply, else one chunk of it; or a rejections page."""
         assert self._pool is not None
+        _check_read_request(ref)
         try:
             if ref.min_seq is not None and not await self._reached(ref.min_seq, ref.wait_ms):
                 raise UnavailableError(f"the projection has not reached seq {ref.min_seq} within "
                                        f"{ref.wait_ms} ms; retry", path="$.min_seq")
+            if ref.rejections is not None:
+                return await self._rejections_page(ref)
+            key = (ref.tenant, ref.task_id, ref.reveal_personal, ref.digest or "")
+            cached = self._views.get(key) if ref.chunk is not None else None
+            if cached is not None:
+                return WorkingMemoryReply(ok=True, seq=cached.seq,
+                                          chunk=cached.chunk(ref.chunk or 0, self._reply_budget()))
             row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, TimeoutError) as exc:
@@ -589,8 +726,47 @@ class Projector:
         sealed = any(t.sealed for t in state.transcript) or any(
             v.sealed for v in state.variables.values())
         keyring = self._keyring() if ref.reveal_personal and sealed else None
-        rendered = await render_view(state, keyring)
-        return WorkingMemoryReply(ok=True, seq=row["seq"], state=rendered)
+        data = _view_encoder.encode(await render_view(state, keyring))
+        budget = self._reply_budget()
+        if ref.chunk is None and len(data) + REPLY_ENVELOPE <= budget:
+            return WorkingMemoryReply(ok=True, seq=row["seq"], state=msgspec.Raw(data))
+        rendered = _View(seq=row["seq"], data=data, digest=blake3.blake3(data).hexdigest())
+        if ref.chunk is not None and rendered.digest != ref.digest:
+            raise AgentLedgerError("the Working Memory changed since its first chunk was read; "
+                                   "read it again from the start (without chunk and digest)",
+                                   code="state_changed", path="$.digest", retryable=True)
+        self._views.put((ref.tenant, ref.task_id, ref.reveal_personal, rendered.digest), rendered,
+                        len(data))
+        return WorkingMemoryReply(ok=True, seq=rendered.seq,
+                                  chunk=rendered.chunk(ref.chunk or 0, budget))
+
+    def _reply_budget(self) -> int:
+        """Largest reply to send: the configured budget, capped by the server's max_payload."""
+        budget = self.settings.max_reply_bytes
+        if self._nc is not None and self._nc.max_payload:
+            budget = min(budget, self._nc.max_payload)
+        return max(budget, 2 * REPLY_ENVELOPE)
+
+    async def _rejections_page(self, ref: TaskRef) -> WorkingMemoryReply:
+        """Rows of the task's rejection trace after ``after_seq``, as many as fit in one reply."""
+        assert self._pool is not None and ref.rejections is not None
+        query = ref.rejections
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
+                                                                   readonly=True):
+            wm = await self.store.watermark(conn) or 0
+            rows = await self.store.rejections_after(conn, ref.tenant, ref.task_id,
+                                                     query.after_seq, query.limit + 1)
+        room = self._reply_budget() - REPLY_ENVELOPE
+        items: list[RejectionItem] = []
+        for r in rows[:query.limit]:
+            item = RejectionItem(seq=r[0], event_id=r[1], kind=r[2], code=r[3], reason=r[4])
+            room -= len(_view_encoder.encode(item)) + 1
+            if room < 0 and items:
+                break
+            items.append(item)
+        more = len(items) < len(rows)
+        return WorkingMemoryReply(ok=True, seq=wm, rejections=RejectionsPage(
+            items=items, next_after_seq=items[-1].seq if more and items else None))
 
     async def _reached(self, seq: int, wait_ms: int) -> bool:
         """Whether the committed watermark reaches ``seq`` within ``wait_ms`` (read-your-writes).
@@ -628,7 +804,8 @@ class Projector:
         if self._keys is None:
             assert self._nc is not None
             self._keys = Keyring(self._nc, self.settings.keys_bucket,
-                                 load_kek(self.settings.kek_path, create=False))
+                                 load_kek(self.settings.kek_path, create=False),
+                                 cache_bytes=self.settings.key_cache_bytes)
         return self._keys
 
     # ---- NATS callbacks ------------------------------------------------------------------------
@@ -639,6 +816,22 @@ class Projector:
     async def _nats_closed(self) -> None:
         if not self._stopping and self._failed is not None and not self._failed.done():
             self._failed.set_exception(ConnectionError("the NATS connection closed"))
+
+
+_view_encoder = msgspec.json.Encoder()
+
+
+def _check_read_request(ref: TaskRef) -> None:
+    """Fields of a wm.get request that only make sense together (the decoder checks each alone)."""
+    if ref.chunk is not None and ref.digest is None:
+        raise ContractError("a chunk request needs the digest the first chunk's reply carried",
+                            code="missing_field", path="$.digest")
+    if ref.digest is not None and ref.chunk is None:
+        raise ContractError("digest goes with chunk: the first chunk is read without either",
+                            code="invalid_value", path="$.digest")
+    if ref.rejections is not None and ref.chunk is not None:
+        raise ContractError("ask for a rejections page or a chunk of the view, not both",
+                            code="invalid_value", path="$.rejections")
 
 
 def _error(code: str, message: str, path: str | None = None, retryable: bool = False) -> WorkingMemoryReply:

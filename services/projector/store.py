@@ -39,6 +39,8 @@ _REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, co
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
            " $5::text[], $6::text[], $7::text[]) ON CONFLICT DO NOTHING")
 _GET_TASK = "SELECT seq, state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2"
+_REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
+                     " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
 _TRUNCATE = "TRUNCATE {s}.task_state, {s}.rejections"
 
@@ -64,6 +66,7 @@ class Store:
         self._upsert = _qualify(_UPSERT, s)
         self._reject = _qualify(_REJECT, s)
         self._get_task = _qualify(_GET_TASK, s)
+        self._rejections_after = _qualify(_REJECTIONS_AFTER, s)
         self._hashes = _qualify(_HASHES, s)
         self._truncate = _qualify(_TRUNCATE, s)
 
@@ -114,6 +117,14 @@ class Store:
                        task_id: str) -> asyncpg.Record | None:
         """(seq, state) of one task, or None."""
         return await conn.fetchrow(self._get_task, tenant, task_id)
+
+    async def rejections_after(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                               task_id: str, after_seq: int, limit: int) -> list[asyncpg.Record]:
+        """(seq, event_id, kind, code, reason) of the task's rejections after ``after_seq``, in
+        ledger order, at most ``limit`` (the primary key makes it one index range scan)."""
+        rows: list[asyncpg.Record] = await conn.fetch(self._rejections_after, tenant, task_id,
+                                                      after_seq, limit)
+        return rows
 
     async def task_hashes(self, conn: asyncpg.Connection) -> dict[tuple[str, str], tuple[int, str]]:
         """(tenant, task_id) -> (seq, state_hash) of every task row."""

@@ -54,6 +54,7 @@ from agentledger.buckets import open_kv
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import ACTIVE, REVOKED, TenantEntry, tenants_bucket
+from agentledger.natsclient import open_connection
 from agentledger.private_files import write_private
 
 # Service roles, each a user of the services' account with its own credentials.
@@ -346,6 +347,8 @@ class AuthStore:
 
 # --- connections ----------------------------------------------------------------------------
 
+RECONNECT_WAIT_S = 0.25
+
 def auth_store(settings: Settings) -> AuthStore:
     return AuthStore(settings.auth_root)
 
@@ -374,6 +377,9 @@ async def connect(settings: Settings, role: str, **options: Any) -> Client:
         options.setdefault("user_credentials", str(creds))
         options.setdefault("inbox_prefix", inbox_prefix(creds_user(creds)))
     options.setdefault("name", f"agentledger-{role}")
+    # nats-py waits 2 s between attempts on one server by default; an embedded server is back
+    # within about a second of a crash, and every service should be too.
+    options.setdefault("reconnect_time_wait", RECONNECT_WAIT_S)
     errors: list[str] = []
     refused = asyncio.Event()
     given = options.get("error_cb")
@@ -388,7 +394,7 @@ async def connect(settings: Settings, role: str, **options: Any) -> Client:
 
     options["error_cb"] = on_error
     who = creds if settings.nats_creds is not None else role
-    connecting = asyncio.ensure_future(nats.connect(settings.nats_url, **options))
+    connecting = asyncio.ensure_future(open_connection(settings.nats_url, **options))
     waiting = asyncio.ensure_future(refused.wait())
     await asyncio.wait([connecting, waiting], return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
@@ -418,7 +424,7 @@ async def _push(settings: Settings, jwt: str) -> None:
     """Hand an account JWT to the servers over the system account."""
     options: dict[str, Any] = {}
     _tls(settings, options)
-    nc = await nats.connect(settings.nats_url, user_credentials=str(auth_store(settings).creds(SYS_ROLE)),
+    nc = await open_connection(settings.nats_url, user_credentials=str(auth_store(settings).creds(SYS_ROLE)),
                             name="agentledger-admin", allow_reconnect=False, connect_timeout=5, **options)
     try:
         reply = await nc.request("$SYS.REQ.CLAIMS.UPDATE", jwt.encode(), timeout=5)

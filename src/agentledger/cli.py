@@ -14,6 +14,7 @@ import msgspec
 
 from agentledger import auth, logs
 from agentledger.bench import run_all
+from agentledger.chaos import run as chaos_run
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
 from agentledger.demo import render, render_resume, run_demo
@@ -95,17 +96,29 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_task_show(args: argparse.Namespace) -> int:
+    """A task's Working Memory (any size: the client puts chunks together), or with
+    ``--rejections`` its whole rejection trace, read page by page (one JSON object a line)."""
 
     async def run() -> Any:
         async with await connect(_connected(args)) as client:
+            if args.rejections:
+                async for item in client.all_rejections(args.tenant, args.task_id):
+                    print(msgspec.json.encode(item).decode())
+                return None
             return await client.working_memory(args.tenant, args.task_id,
                                                reveal_personal=args.reveal_personal)
 
     wm = asyncio.run(run())
+    if wm is None:
+        return 0
     if args.json:
         print(msgspec.json.encode(wm).decode())
     else:
         print(render(wm))
+        older = wm.state.get("rejections_total", 0) - len(wm.state["rejections"])
+        if older > 0:
+            print(f"    ... and {older} older (agentledger task show {args.tenant} {args.task_id} "
+                  "--rejections)")
     return 0
 
 
@@ -290,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task_id")
     p.add_argument("--json", action="store_true")
     p.add_argument("--reveal-personal", action="store_true")
+    p.add_argument("--rejections", action="store_true",
+                   help="print every rejection of the task (JSON lines), not only the newest")
     p.set_defaults(fn=cmd_task_show)
     p = sub.add_parser("replay", help="rebuild the projection from the ledger")
     p.add_argument("--verify", action="store_true",
@@ -322,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("uri")
     p.set_defaults(fn=cmd_artifact)
     _add_identity_commands(sub)
+    p = sub.add_parser("chaos", help="seeded fault injection against a private stack: report + timeline")
+    chaos_run.add_arguments(p)
+    p.set_defaults(fn=chaos_run.command)
     p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
     p.add_argument("--only", action="append", default=None,
                    help="run only this benchmark (append, latency, rebuild, reducer)")

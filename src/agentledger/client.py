@@ -12,10 +12,12 @@ second copy or a false conflict.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any
 
+import blake3
 import msgspec
 import nats
 import nats.errors
@@ -27,11 +29,15 @@ from nats.errors import TimeoutError as NatsTimeout
 from agentledger import artifacts, auth
 from agentledger.config import Settings
 from agentledger.contracts.api import (
+    MAX_REJECTIONS_PAGE,
     AppendReply,
     AppendResult,
     ErrorBody,
     LeaseBody,
     LeaseReply,
+    RejectionItem,
+    RejectionsPage,
+    ViewChunk,
     WorkingMemoryReply,
 )
 from agentledger.contracts.artifacts import (
@@ -68,7 +74,12 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
     "unavailable": UnavailableError,
     "not_found": NotFoundError,
     "artifact_missing": NotFoundError,
+    "state_changed": AgentLedgerError,
 }
+# Reads of a chunked Working Memory view: how often to start over when the task changes
+# meanwhile, and how many chunk requests to keep in flight.
+VIEW_ATTEMPTS = 5
+CHUNKS_IN_FLIGHT = 4
 # Every way a request can fail because the bus or the service is away: a typed, retryable
 # `unavailable` for the caller, never a raw nats-py exception.
 _UNAVAILABLE = (NatsTimeout, NoRespondersError, nats.errors.ConnectionClosedError,
@@ -156,15 +167,33 @@ class Client:
 
     async def working_memory(self, tenant: str, task_id: str, *, reveal_personal: bool = False,
                              min_seq: int | None = None, wait_ms: int = 5_000) -> WorkingMemoryReply:
-        """The task's Working Memory and the ledger sequence it reflects.
+        """The task's Working Memory and the ledger sequence it reflects, whatever its size.
 
         ``min_seq`` reads your own writes: pass the ``seq`` an append returned and
         the reply waits (up to ``wait_ms``) until the projection has folded it.
+        A view too large for one reply arrives in chunks: they are fetched (a few
+        at a time), checked against the view's size and blake3 and put together
+        here; should the task change meanwhile, the read starts over.
         """
-        req: dict[str, Any] = {"tenant": tenant, "task_id": task_id,
-                               "reveal_personal": reveal_personal}
-        if min_seq is not None:
-            req |= {"min_seq": min_seq, "wait_ms": wait_ms}
+        base: dict[str, Any] = {"tenant": tenant, "task_id": task_id,
+                                "reveal_personal": reveal_personal}
+        first = await self._wm_get(base if min_seq is None
+                                   else base | {"min_seq": min_seq, "wait_ms": wait_ms})
+        for attempt in range(VIEW_ATTEMPTS):
+            if first.chunk is None:
+                return first
+            try:
+                data = await self._view_chunks(base, first.chunk)
+            except AgentLedgerError as exc:
+                if exc.code != "state_changed" or attempt == VIEW_ATTEMPTS - 1:
+                    raise
+                first = await self._wm_get(base)  # the projection moved on: from the start
+                continue
+            return WorkingMemoryReply(ok=True, seq=first.seq, state=msgspec.json.decode(data))
+        raise AgentLedgerError(f"the task changed during each of {VIEW_ATTEMPTS} reads of its "
+                               "Working Memory; retry", code="state_changed", retryable=True)
+
+    async def _wm_get(self, req: dict[str, Any]) -> WorkingMemoryReply:
         try:
             msg = await self.nc.request(f"{self.settings.prefix}.wm.get", _encoder.encode(req),
                                         timeout=self.timeout)
@@ -174,6 +203,46 @@ class Client:
         if reply.error is not None:
             raise_error(reply.error)
         return reply
+
+    async def _view_chunks(self, base: dict[str, Any], first: ViewChunk) -> bytes:
+        """Fetch chunks 1 .. count-1 of the view ``first`` belongs to; the whole view, verified."""
+        parts: list[bytes] = [first.data] + [b""] * (first.count - 1)
+        gate = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def fetch(index: int) -> None:
+            async with gate:
+                reply = await self._wm_get(base | {"chunk": index, "digest": first.digest})
+            got = reply.chunk
+            if got is None or (got.index, got.count, got.digest) != (index, first.count, first.digest):
+                raise AgentLedgerError(f"the projector answered chunk {index} of {first.digest} "
+                                       "with something else", code="internal")
+            parts[index] = got.data
+
+        await asyncio.gather(*(fetch(i) for i in range(1, first.count)))
+        data = b"".join(parts)
+        if len(data) != first.size or blake3.blake3(data).hexdigest() != first.digest:
+            raise AgentLedgerError(f"the chunks of view {first.digest} add up to {len(data)} bytes "
+                                   "that do not hash to it", code="view_hash_mismatch")
+        return data
+
+    async def rejections(self, tenant: str, task_id: str, *, after_seq: int = 0,
+                         limit: int = 100) -> RejectionsPage:
+        """One page of the task's full rejection trace: rejections after ``after_seq``, oldest
+        first. The state lists only the newest; pass ``next_after_seq`` on for the next page."""
+        reply = await self._wm_get({"tenant": tenant, "task_id": task_id,
+                                    "rejections": {"after_seq": after_seq, "limit": limit}})
+        assert reply.rejections is not None
+        return reply.rejections
+
+    async def all_rejections(self, tenant: str, task_id: str, *,
+                             page_size: int = MAX_REJECTIONS_PAGE) -> AsyncIterator[RejectionItem]:
+        """Every rejection of the task, oldest first, read page by page."""
+        after: int | None = 0
+        while after is not None:
+            page = await self.rejections(tenant, task_id, after_seq=after, limit=page_size)
+            for item in page.items:
+                yield item
+            after = page.next_after_seq
 
     async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
         try:
@@ -233,6 +302,10 @@ class Client:
         reply = _resume_reply.decode(await self._request("resume", body, "checkpointer"))
         if reply.error is not None:
             raise_error(reply.error)
+        if reply.state_omitted:
+            # Too large for the resume reply: the projection has it (at the watermark or later).
+            wm = await self.working_memory(tenant, task_id, min_seq=reply.watermark)
+            reply = msgspec.structs.replace(reply, state=wm.state)
         return reply
 
     async def _artifact_request(self, action: str, payload: bytes,

@@ -36,6 +36,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_keys_bytes: int = 1 << 30
     # Largest artifact object store, in bytes; at the limit a put is refused (`artifact_store_full`).
     max_artifact_store_bytes: int = 16 << 30
+    # Largest reply of a read endpoint (wm.get, resume), in bytes; the server's max_payload caps
+    # it. A Working Memory view above it is sent in chunks; a resume reply leaves its state out.
+    max_reply_bytes: int = 1 << 20
+    # Projector: rendered views kept while their chunks are fetched (60 s each), in bytes.
+    view_cache_bytes: int = 64 << 20
+    # Projector: task states kept in memory between batches, in bytes of their encoding.
+    projector_cache_bytes: int = 256 << 20
+    # Writer and readers: unwrapped data-subject keys kept in memory, in bytes.
+    key_cache_bytes: int = 16 << 20
+    # Leases one tenant may hold at once (live ones); a grant beyond it is `too_many_leases`.
+    max_leases_per_tenant: int = 10_000
+    # Largest lease bucket, in bytes (set when it is created; an entry is ~250 bytes).
+    max_leases_bytes: int = 64 << 20
     # Replicas of the ledger stream (1 on the embedded single server).
     stream_replicas: int = 1
     # JetStream dedupe window for event ids, in seconds.
@@ -100,7 +113,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
 _INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
-        "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes"}
+        "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
+        "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
+        "max_leases_per_tenant", "max_leases_bytes"}
 _FLOAT = {"dedupe_window_s"}
 
 

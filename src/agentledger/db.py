@@ -27,6 +27,9 @@ import asyncpg
 WATERMARK_NAME = "projector"
 # Arbitrary constant: the advisory lock taken while migrating.
 _MIGRATE_LOCK = 0x61676C6D  # "aglm"
+# A server that accepts TCP but never answers (stopped, overloaded) fails a connect in this
+# long, not in asyncpg's default minute: callers retry, and liveness checks see them turn.
+CONNECT_TIMEOUT_S = 5.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # (version, DDL). Append only: a deployed migration never changes.
@@ -78,12 +81,13 @@ def check_schema(schema: str) -> str:
 
 async def connect(dsn: str) -> asyncpg.Connection:
     """One connection to the projection database."""
-    return await asyncpg.connect(dsn)
+    return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT_S)
 
 
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
     """A connection pool to the projection database."""
-    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+    pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
+                                     timeout=CONNECT_TIMEOUT_S)
     assert pool is not None
     return pool
 

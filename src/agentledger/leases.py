@@ -18,7 +18,10 @@ The lease table (a JetStream KV bucket) keeps the live state a grant started:
 holder, token, secret hash and expiry, which renewals move. Entries carry a
 per-key TTL (the lease's remaining time plus ``linger_s``), so an expired or
 released lease disappears from the bucket by itself, and the server's removal
-marker tells every writer's mirror. An entry the writer did not write itself
+marker tells every writer's mirror. The table is bounded twice more: a tenant
+holds at most ``max_per_tenant`` live leases (a further grant is
+``too_many_leases``), and the bucket has a byte limit (``lease_table_full``).
+An entry the writer did not write itself
 (learnt from the watch, e.g. after a restart) is checked once against the
 ledger before it is trusted: the ``lease_granted`` event at its token must name
 the same task, holder and secret hash. A forged or damaged entry is ignored.
@@ -65,9 +68,14 @@ GUARDED_KINDS = frozenset(EVENT_TYPES) - WRITER_ONLY_KINDS
 LINGER_S = 60.0
 # TTL of the removal marker the server leaves when an entry's TTL ends.
 MARKER_TTL_S = 60.0
+# Live leases one tenant may hold at once (AGENTLEDGER_MAX_LEASES_PER_TENANT): a tenant's
+# leases are bounded by this, not only by their TTLs, so it cannot fill the table.
+MAX_LEASES_PER_TENANT = 10_000
 # Clock skew tolerated when checking that an entry's expiry is one a grant could give.
 _SKEW_S = 5.0
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+# "maximum bytes exceeded": the bucket is at its size limit and refuses new entries.
+_STORE_LIMIT = 10077
 
 
 class Lease(msgspec.Struct, frozen=True):
@@ -131,7 +139,8 @@ class LeaseTable:
 
     def __init__(self, nc: Client, bucket: str, ledger: GrantLedger, *,
                  clock: Callable[[], float] = time.time, linger_s: float | None = None,
-                 marker_ttl_s: float | None = None) -> None:
+                 marker_ttl_s: float | None = None,
+                 max_per_tenant: int = MAX_LEASES_PER_TENANT, max_bytes: int = 0) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
         self._stream = f"KV_{bucket}"
@@ -142,6 +151,10 @@ class LeaseTable:
         self._kv: Any = None
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._mirror: dict[str, _Entry] = {}
+        # Keys of the mirror by tenant, so a grant counts only its tenant's leases.
+        self._by_tenant: dict[str, set[str]] = {}
+        self._max_per_tenant = max_per_tenant
+        self._max_bytes = max_bytes
         self._watcher: Any = None
         self._watch_task: asyncio.Task[None] | None = None
 
@@ -172,7 +185,8 @@ class LeaseTable:
                 self._kv = await self._js.key_value(self._bucket)
             except BucketNotFoundError:
                 self._kv = await self._js.create_key_value(
-                    bucket=self._bucket, history=1, limit_marker_ttl=self._marker_ttl_s)
+                    bucket=self._bucket, history=1, limit_marker_ttl=self._marker_ttl_s,
+                    max_bytes=self._max_bytes or -1)
             info = await self._js.stream_info(self._stream)
             if not info.config.allow_msg_ttl or not info.config.subject_delete_marker_ttl:
                 # A bucket from before per-key TTLs: turn them (and removal markers) on.
@@ -200,23 +214,51 @@ class LeaseTable:
         if lease is None:
             # Removed (TTL marker, delete, purge): forget it. The marker's revision is
             # learnt again by ``_refresh`` if a later write needs it.
-            self._mirror.pop(key, None)
+            self._forget(key)
             return
-        self._mirror[key] = _Entry(lease, revision, verified)
+        self._keep(key, _Entry(lease, revision, verified))
+
+    def _keep(self, key: str, entry: _Entry) -> None:
+        self._mirror[key] = entry
+        self._by_tenant.setdefault(key.partition(".")[0], set()).add(key)
+
+    def _forget(self, key: str) -> None:
+        if self._mirror.pop(key, None) is None:
+            return
+        tenant = key.partition(".")[0]
+        keys = self._by_tenant.get(tenant)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_tenant[tenant]
+
+    def _require_room(self, tenant: str, key: str) -> None:
+        """Refuse a grant that would give ``tenant`` more live leases than it may hold."""
+        now = self._clock()
+        live = 0
+        for other in self._by_tenant.get(tenant, ()):
+            entry = self._mirror.get(other)
+            if other != key and entry is not None and entry.lease is not None \
+                    and entry.lease.live(now):
+                live += 1
+        if live >= self._max_per_tenant:
+            raise LeaseError(f"tenant {tenant!r} holds {live} live leases, the most it may hold; "
+                             "release some or let them lapse", code="too_many_leases",
+                             path="$.task_id")
 
     async def _refresh(self, key: str) -> None:
         """Read the key's latest message from the bucket's stream (after a stale revision)."""
         try:
             msg = await self._js.get_msg(self._stream, subject=f"$KV.{self._bucket}.{key}")
         except nats.js.errors.NotFoundError:
-            self._mirror.pop(key, None)
+            self._forget(key)
             return
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the lease bucket did not answer") from exc
         headers = msg.headers or {}
         removed = headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
         lease = None if removed else _decode(msg.data)
-        self._mirror[key] = _Entry(lease, int(msg.seq or 0), None)
+        self._keep(key, _Entry(lease, int(msg.seq or 0), None))
 
     async def _write(self, key: str, lease: Lease, revision: int) -> None:
         """Compare-and-swap ``lease`` over ``revision``; the entry expires ``linger_s`` after it."""
@@ -230,6 +272,10 @@ class LeaseTable:
         except nats.js.errors.APIError as exc:
             if exc.err_code in _WRONG_LAST_SEQUENCE:
                 raise _StaleRevision from exc
+            if exc.err_code == _STORE_LIMIT:
+                raise LeaseError("the lease table is at its size limit (AGENTLEDGER_MAX_LEASES_BYTES);"
+                                 " leases free their space as they lapse", code="lease_table_full",
+                                 retryable=True, path="$.task_id") from exc
             raise
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the lease bucket did not answer") from exc
@@ -296,6 +342,7 @@ class LeaseTable:
         async with self.locked(tenant, task_id):
             lease, revision = await self.current(tenant, task_id)
             self._require_free(lease, holder)
+            self._require_room(tenant, key)
             last = await self._ledger.task_last_seq(tenant, task_id)
             if last == 0:
                 raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}; "

@@ -43,9 +43,10 @@ def msg_id(tenant: str, task_id: str, event_id: str) -> str:
 
 def subject_key(prefix: str, subject: str) -> tuple[str, str] | None:
     """``<prefix>.ledger.<tenant>.<task>`` -> (tenant, task); None for any other shape
-    (a token too many or too few, an empty token)."""
+    (a token too many or too few, an empty token, anything not ASCII: ids never are, and a
+    subject that was not UTF-8 arrives with surrogate escapes)."""
     head = f"{prefix}.ledger."
-    if not subject.startswith(head):
+    if not subject.startswith(head) or not subject.isascii():
         return None
     parts = subject[len(head):].split(".")
     if len(parts) != 2 or not parts[0] or not parts[1]:
@@ -77,8 +78,14 @@ def stream_config(settings: Settings) -> StreamConfig:
     )
 
 
-async def ensure_stream(settings: Settings, nc: Client | None = None) -> None:
-    """Create the ledger stream, or bring an existing one to this configuration."""
+async def ensure_stream(settings: Settings, nc: Client | None = None, *,
+                        first_seq: int | None = None) -> None:
+    """Create the ledger stream, or bring an existing one to this configuration.
+
+    ``first_seq``: where a stream created now starts numbering. A ledger recreated
+    after it was deleted continues after the last sequence anyone saw, so that no
+    watermark or fencing token ever meets a sequence a second time.
+    """
     own = nc is None
     conn = nc or await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
@@ -87,6 +94,8 @@ async def ensure_stream(settings: Settings, nc: Client | None = None) -> None:
         try:
             info = await js.stream_info(settings.stream)
         except nats.js.errors.NotFoundError:
+            if first_seq is not None and first_seq > 1:
+                config.first_seq = first_seq
             await js.add_stream(config)
             return
         if list(info.config.subjects or []) != list(config.subjects or []):

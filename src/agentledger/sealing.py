@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
+from agentledger.bounded import ByteLRU
 from agentledger.buckets import open_kv
 from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
@@ -58,16 +59,35 @@ def load_kek(path: Path, *, create: bool = True) -> bytes:
     return key
 
 
-class Keyring:
-    """Per-subject data keys in a KV bucket; one in-process cache per service."""
+# Default budget of a keyring's in-process cache of unwrapped keys (AGENTLEDGER_KEY_CACHE_BYTES).
+KEY_CACHE_BYTES = 16 << 20
+# What one cached key costs besides its subject and key id: the AES-GCM context, the tuple and
+# the dict slot (measured with tracemalloc at about 450 bytes for a 16-character subject).
+KEY_ENTRY_OVERHEAD = 512
 
-    def __init__(self, nc: Client, bucket: str, kek: bytes, *, max_bytes: int = 0) -> None:
+
+class Keyring:
+    """Per-subject data keys in a KV bucket; one in-process cache per service.
+
+    The cache is bounded by bytes (``cache_bytes``), least recently used first
+    out: the writer sees a new data subject with every new person, so a cache
+    that was never pruned grew with every subject ever sealed. An evicted key is
+    read back from the bucket (and unwrapped) when it is needed again.
+    """
+
+    def __init__(self, nc: Client, bucket: str, kek: bytes, *, max_bytes: int = 0,
+                 cache_bytes: int = KEY_CACHE_BYTES) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
         self._max_bytes = max_bytes
         self._kek = AESGCM(kek)
-        self._cache: dict[str, tuple[str, AESGCM]] = {}
+        self._cache: ByteLRU[str, tuple[str, AESGCM]] = ByteLRU(cache_bytes)
         self._kv: Any = None
+
+    @property
+    def cache(self) -> ByteLRU[str, tuple[str, AESGCM]]:
+        """The unwrapped keys held in memory (for operators' figures and tests)."""
+        return self._cache
 
     async def _store(self) -> Any:
         if self._kv is None:
@@ -81,8 +101,9 @@ class Keyring:
 
     async def key_for(self, subject: str, *, create: bool) -> tuple[str, AESGCM]:
         """The subject's data key; created (race-safely, by CAS) when ``create``."""
-        if subject in self._cache:
-            return self._cache[subject]
+        cached = self._cache.get(subject)
+        if cached is not None:
+            return cached
         kv = await self._store()
         try:
             entry = await kv.get(subject)
@@ -93,7 +114,7 @@ class Keyring:
             if not create:
                 raise KeyDestroyedError(f"no key for data subject {subject!r}") from None
             found = await self._create(kv, subject)
-        self._cache[subject] = found
+        self._cache.put(subject, found, len(subject) + len(found[0]) + KEY_ENTRY_OVERHEAD)
         return found
 
     async def _create(self, kv: Any, subject: str) -> tuple[str, AESGCM]:

@@ -3,8 +3,9 @@
 Deterministic and free of I/O, clocks and randomness: the same events in the
 same order give the same state, byte for byte. An event that would make an
 illegal transition leaves the state unchanged except for a ``Rejection`` entry,
-so a refusal is visible and explainable rather than silently dropped. A
-duplicate event id is a no-op.
+so a refusal is visible and explainable rather than silently dropped (the state
+keeps the newest ``RECENT_REJECTIONS`` and counts the older ones; the projection's
+``rejections`` table keeps them all). A duplicate event id is a no-op.
 
 ``reduce`` copies its input and is what callers and tests use; ``apply`` mutates
 a state the caller owns, which lets the projector and replay fold long streams
@@ -21,6 +22,7 @@ from msgspec import Struct
 from agentledger.contracts import events as ev
 from agentledger.core.dag import validate_plan
 from agentledger.core.state import (
+    RECENT_REJECTIONS,
     LeaseState,
     Question,
     Rejection,
@@ -80,7 +82,7 @@ def apply(state: WorkingMemory, event: ev.EventBase, seq: int) -> Trace:
         _check_task_status(state, kind)
         _HANDLERS[kind](state, ev.payload_of(event), seq)
     except _Reject as r:
-        state.rejections.append(Rejection(seq, event.event_id, kind, r.code, r.reason))
+        _record_rejection(state, Rejection(seq, event.event_id, kind, r.code, r.reason))
         trace = Trace(seq, event.event_id, kind, "rejected", r.code, r.reason)
     else:
         trace = Trace(seq, event.event_id, kind, "applied")
@@ -88,6 +90,16 @@ def apply(state: WorkingMemory, event: ev.EventBase, seq: int) -> Trace:
     state.applied[event.event_id] = seq
     state.watermark = max(state.watermark, seq)
     return trace
+
+
+def _record_rejection(state: WorkingMemory, rejection: Rejection) -> None:
+    """Keep the newest ``RECENT_REJECTIONS`` in the state and count the rest (bounded state)."""
+    kept = state.rejections
+    kept.append(rejection)
+    if len(kept) > RECENT_REJECTIONS:
+        dropped = len(kept) - RECENT_REJECTIONS
+        del kept[:dropped]
+        state.older_rejections += dropped
 
 
 def _check_task_status(state: WorkingMemory, kind: str) -> None:

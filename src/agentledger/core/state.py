@@ -20,6 +20,11 @@ from agentledger.contracts.events import ArtifactRef, Goal, Sealed, StepDef
 from agentledger.core.dag import next_ready
 
 STATE_VERSION = 1
+# Rejections kept in the state, newest last. Older ones are only counted
+# (``older_rejections``); every one stays in the projection's ``rejections`` table,
+# which ``wm.get`` pages through. Without the bound, 10,000 refused events made a
+# 1.5 MB state that every read and every checkpoint carried.
+RECENT_REJECTIONS = 20
 
 
 class StepState(Struct):
@@ -121,7 +126,11 @@ class WorkingMemory(Struct):
     questions: dict[str, Question] = {}
     side_effects: dict[str, SideEffect] = {}
     transcript: list[Turn] = []
+    # The most recent ``RECENT_REJECTIONS`` rejections, oldest first.
     rejections: list[Rejection] = []
+    # Rejections that happened before those in ``rejections`` (counted, no longer listed). A
+    # state from before the bound decodes with 0 and its full list, so the total stays exact.
+    older_rejections: int = 0
     # Event id -> ledger sequence of every applied event: duplicates are no-ops.
     applied: dict[str, int] = {}
     watermark: int = 0
@@ -193,6 +202,7 @@ def view(state: WorkingMemory) -> dict[str, Any]:
         "side_effects": msgspec.to_builtins(state.side_effects),
         "transcript": msgspec.to_builtins(state.transcript),
         "rejections": msgspec.to_builtins(state.rejections),
+        "rejections_total": state.older_rejections + len(state.rejections),
         "lease": msgspec.to_builtins(state.lease) if state.lease else None,
         "watermark": state.watermark,
         "events_applied": len(state.applied),

@@ -54,6 +54,8 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("projector", [sys.executable, "-m", "agentledger.services.projector"]),
     ("checkpointer", [sys.executable, "-m", "agentledger.services.checkpointer"]),
 ]
+# Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
+SUPERVISOR_OPTIONS: list[str] = []
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"
 WRITER_LOG = "ledger-writer"
@@ -181,7 +183,7 @@ def _start_supervisor(settings: Settings, nats_pid: int | None, postgres_pid: in
     foreground it logs to the terminal and this process forwards the stop.
     """
     argv = [sys.executable, "-m", SUPERVISOR_MODULE, "--data-dir", str(settings.data_dir),
-            "--services", json.dumps(SERVICES)]
+            "--services", json.dumps(SERVICES), *SUPERVISOR_OPTIONS]
     if nats_pid is not None:
         argv += ["--nats-pid", str(nats_pid)]
     if postgres_pid is not None:

@@ -15,15 +15,19 @@ variables and are passed on to every service.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import msgspec
 import structlog
@@ -46,6 +50,13 @@ STABLE_AFTER_S = 60.0
 STOP_TIMEOUT_S = 10.0
 # Wait between attempts to restart an embedded server that does not come back.
 SERVER_RETRY_S = 2.0
+# An embedded server that accepts connections but has not answered one for this long (frozen by
+# SIGSTOP, hung) is SIGKILLed, then restarted like a dead one; probed every SERVER_PROBE_S.
+SERVER_LIVENESS_TIMEOUT_S = 20.0
+SERVER_PROBE_S = 2.0
+# A ready service refreshes its ready file every second (lifecycle.HEARTBEAT_S) while it can
+# make progress; silent for this long (frozen, SIGSTOPped, wedged) it is killed and restarted.
+LIVENESS_TIMEOUT_S = 10.0
 
 ServiceSpec = tuple[str, Sequence[str]]
 
@@ -67,16 +78,24 @@ class Supervisor:
     def __init__(self, services: Sequence[ServiceSpec], *, env: Mapping[str, str],
                  log_dir: Path, runtime_file: Path, info: RuntimeInfo,
                  stop_timeout: float = STOP_TIMEOUT_S,
-                 servers: Mapping[str, Callable[[], int | None]] | None = None) -> None:
+                 servers: Mapping[str, Callable[[], int | None]] | None = None,
+                 liveness_timeout: float = LIVENESS_TIMEOUT_S,
+                 server_liveness_timeout: float = SERVER_LIVENESS_TIMEOUT_S) -> None:
         self._children = [_Child(name, list(argv)) for name, argv in services]
         self._env = dict(env)
         self._log_dir = log_dir
         self._runtime_file = runtime_file
         self._info = info
         self._stop_timeout = stop_timeout
+        self._liveness_timeout = liveness_timeout
+        self._server_liveness_timeout = server_liveness_timeout
         # Embedded servers to keep alive: name ("nats", "postgres") -> restart, returning the pid.
         self._servers = dict(servers or {})
         self._server_restart_at: dict[str, float] = {}
+        self._prober = ServerProber({
+            name: addr for name, addr in (("nats", _address(info.nats_url)),
+                                          ("postgres", _address(info.database_url)))
+            if name in self._servers and addr is not None})
         # Set by the signal handler, which only records it: logging from a
         # handler could re-enter a write already in progress on stderr.
         self._stop_signal: int | None = None
@@ -86,11 +105,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._prober.start()
         try:
             for child in self._children:
                 self._spawn(child)
             self._publish()
             while self._stop_signal is None:
+                self._check_frozen()
                 if self._check() | self._check_servers():
                     self._publish()
                 time.sleep(POLL_S)
@@ -122,6 +143,13 @@ class Supervisor:
         log.info("service_started", child=child.name, pid=child.proc.pid,
                  attempt=child.failures)
 
+    def _silent_s(self, child: _Child) -> float:
+        """Seconds since the service last refreshed its heartbeat (its ready file)."""
+        try:
+            return time.time() - self._ready_file(child).stat().st_mtime
+        except FileNotFoundError:
+            return float("inf")
+
     def _schedule_restart(self, child: _Child) -> float:
         if time.monotonic() - child.started >= STABLE_AFTER_S:
             child.failures = 0
@@ -141,6 +169,11 @@ class Supervisor:
                         # Restarted and serving again: the next crash starts the backoff afresh.
                         child.ready, child.failures = True, 0
                         log.info("service_ready", child=child.name, pid=child.proc.pid)
+                    elif child.ready and (silent := self._silent_s(child)) > self._liveness_timeout:
+                        # Alive as a pid, dead as a service: the next poll sees the exit and restarts it.
+                        log.error("service_unresponsive", child=child.name, pid=child.proc.pid,
+                                  silent_s=round(silent, 1))
+                        child.proc.kill()
                     continue
                 delay = self._schedule_restart(child)
                 log.warning("service_exited", child=child.name, pid=child.proc.pid,
@@ -152,6 +185,18 @@ class Supervisor:
                 self._spawn(child)
                 changed = True
         return changed
+
+    def _check_frozen(self) -> None:
+        """SIGKILL an embedded server the prober has not heard from for too long (then it is dead)."""
+        now = time.monotonic()
+        for name in self._servers:
+            pid = self._info.nats_pid if name == "nats" else self._info.postgres_pid
+            silent = now - self._prober.last_answer(name, now)
+            if pid is not None and pid_alive(pid) and silent > self._server_liveness_timeout:
+                log.error("server_unresponsive", server=name, pid=pid, silent_s=round(silent, 1))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                self._prober.forget(name)
 
     def _check_servers(self) -> bool:
         """Restart an embedded server that died, on its own port and data; whether a pid changed.
@@ -175,6 +220,7 @@ class Supervisor:
                 self._server_restart_at[name] = now + SERVER_RETRY_S
                 continue
             log.info("server_restarted", server=name, pid=new_pid)
+            self._prober.forget(name)
             field = "nats_pid" if name == "nats" else "postgres_pid"
             self._info = msgspec.structs.replace(self._info, **{field: new_pid})
             changed = True
@@ -205,6 +251,69 @@ class Supervisor:
         self._publish()
 
 
+class ServerProber:
+    """Asks each embedded server for its greeting every few seconds, on a thread of its own.
+
+    A stopped or hung process still accepts TCP connections (the kernel completes
+    the handshake), so a connect proves nothing: NATS must send its ``INFO`` line,
+    PostgreSQL must answer an SSL request with one byte. The thread keeps the
+    supervisor's own loop from blocking on a frozen server.
+    """
+
+    def __init__(self, servers: Mapping[str, tuple[str, int]]) -> None:
+        self._servers = dict(servers)
+        self._answered: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self._servers:
+            threading.Thread(target=self._loop, name="server-prober", daemon=True).start()
+
+    def last_answer(self, name: str, now: float) -> float:
+        """When ``name`` last answered (``now`` if it was never probed or was just restarted)."""
+        with self._lock:
+            return self._answered.setdefault(name, now)
+
+    def forget(self, name: str) -> None:
+        """Start the clock afresh (a server that was just killed or restarted)."""
+        with self._lock:
+            self._answered.pop(name, None)
+
+    def _loop(self) -> None:
+        while True:
+            for name, (host, port) in self._servers.items():
+                if _greets(name, host, port):
+                    with self._lock:
+                        self._answered[name] = time.monotonic()
+            time.sleep(SERVER_PROBE_S)
+
+
+def _greets(name: str, host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether the server on ``host:port`` speaks first (NATS) or answers (PostgreSQL) in time."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            if name == "postgres":
+                sock.sendall(_PG_SSL_REQUEST)
+                return sock.recv(1) in (b"N", b"S")
+            return sock.recv(4) == b"INFO"
+    except OSError:
+        return False
+
+
+# PostgreSQL's SSLRequest: length 8, code 80877103; the server answers one byte, 'S' or 'N'.
+_PG_SSL_REQUEST = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
+
+
+def _address(url: str | None) -> tuple[str, int] | None:
+    """Host and port of a ``nats://`` or ``postgresql://`` URL (the first server of a list)."""
+    if not url:
+        return None
+    parts = urlsplit(url.split(",")[0])
+    if parts.hostname is None or parts.port is None:
+        return None
+    return parts.hostname, parts.port
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m agentledger.runtime.supervisor",
                                      description="Run agentledger services, one process each.")
@@ -215,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--postgres-pid", type=int, help="pid of the embedded PostgreSQL, if any")
     parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S,
                         help="seconds a service gets to exit after SIGTERM before SIGKILL")
+    parser.add_argument("--liveness-timeout", type=float, default=LIVENESS_TIMEOUT_S,
+                        help="seconds a ready service may go without a heartbeat before it is killed")
+    parser.add_argument("--server-liveness-timeout", type=float, default=SERVER_LIVENESS_TIMEOUT_S,
+                        help="seconds an embedded server may go without answering before it is killed")
     args = parser.parse_args(argv)
 
     settings = from_env(data_dir=args.data_dir.absolute())
@@ -233,7 +346,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                        started_at=datetime.now(UTC))
     Supervisor(services, env={**os.environ, **settings_env(settings)},
                log_dir=settings.data_dir / "logs", runtime_file=settings.runtime_file,
-               info=info, stop_timeout=args.stop_timeout, servers=servers).run()
+               info=info, stop_timeout=args.stop_timeout, servers=servers,
+               liveness_timeout=args.liveness_timeout,
+               server_liveness_timeout=args.server_liveness_timeout).run()
 
 
 if __name__ == "__main__":

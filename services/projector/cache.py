@@ -1,0 +1,76 @@
+"""The projector's in-memory task states, bounded by count and by bytes.
+
+A plain dict to the projection loop (``cache[key]``, ``key in cache``, ``pop``,
+``clear``, insertion order = least recently changed first) that also knows each
+state's size: the length of the encoding last written for it, which the loop
+has in hand after every commit (``note``). ``trim`` then evicts the oldest
+states while either bound is exceeded, down to half of it, so the cost of
+trimming is paid once per many batches. A counted bound alone let 50,000 states
+of 10 MB each be held; an evicted state is simply read back from PostgreSQL by
+the next batch that touches its task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agentledger.core.state import WorkingMemory
+
+Key = tuple[str, str]
+
+
+class StateCache(dict[Key, WorkingMemory]):
+    """Task states by (tenant, task); see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sizes: dict[Key, int] = {}
+        self._bytes = 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the known encoded sizes of the states held (a state loaded but not yet
+        rewritten counts 0 until its next write)."""
+        return self._bytes
+
+    def _forget(self, key: Key) -> None:
+        self._bytes -= self._sizes.pop(key, 0)
+
+    def __delitem__(self, key: Key) -> None:
+        super().__delitem__(key)
+        self._forget(key)
+
+    def pop(self, key: Key, *default: Any) -> Any:
+        self._forget(key)
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self._sizes.clear()
+        self._bytes = 0
+
+    def note(self, rows: Iterable[tuple[str, str, int, bytes, str]]) -> None:
+        """Record the size of each state just written (``TaskRow``: tenant, task, seq, data, hash)."""
+        for tenant, task_id, _, data, _ in rows:
+            key = (tenant, task_id)
+            if key in self:
+                self._bytes += len(data) - self._sizes.get(key, 0)
+                self._sizes[key] = len(data)
+
+    def trim(self, max_count: int, max_bytes: int) -> None:
+        """Evict the least recently changed states once over a bound, down to half of it."""
+        if len(self) <= max_count and self._bytes <= max_bytes:
+            return
+        count, total = len(self), self._bytes
+        count_goal = max_count // 2 if count > max_count else max_count
+        bytes_goal = max_bytes // 2 if total > max_bytes else max_bytes
+        evict = []
+        for key in self:  # oldest first
+            if count <= count_goal and total <= bytes_goal:
+                break
+            evict.append(key)
+            count -= 1
+            total -= self._sizes.get(key, 0)
+        for key in evict:
+            del self[key]
