@@ -82,8 +82,12 @@ class TaskRef(Struct, forbid_unknown_fields=True, frozen=True):
 
     A view too large for one reply comes in chunks: the first reply carries
     chunk 0 and the view's ``digest``; ask for chunk ``i`` with ``chunk: i`` and
-    that ``digest`` (and the same ``reveal_personal``). ``rejections`` asks for a
-    page of the rejection trace instead of the view.
+    that ``digest`` (and the same ``reveal_personal`` and ``transcript_tail``).
+    ``rejections`` asks for a page of the rejection trace instead of the view.
+
+    ``transcript_tail`` asks for the newest turns only (0: none), for a reader
+    that does not need a long conversation; without it the view holds every turn.
+    ``turns_total`` in the view says how many there are.
     """
 
     tenant: Token
@@ -94,6 +98,7 @@ class TaskRef(Struct, forbid_unknown_fields=True, frozen=True):
     chunk: Annotated[int, Meta(ge=1, le=2**31)] | None = None
     digest: Hash | None = None
     rejections: RejectionsQuery | None = None
+    transcript_tail: Annotated[int, Meta(ge=0, le=2**31)] | None = None
 
 
 class ViewChunk(Struct, frozen=True):
@@ -146,13 +151,32 @@ class WorkingMemoryReply(Struct, frozen=True, omit_defaults=True):
     error: ErrorBody | None = None
 
 
-class TaskChanged(Struct, frozen=True):
-    """Published on ``<prefix>.wm.changed.<tenant>.<task>`` after a projection commit."""
+class TaskProgress(Struct, frozen=True):
+    """How far a task has come at a ``TaskChanged``'s ``seq``: enough to tell whether a
+    checkpoint is due without reading the task's state.
+
+    ``events``: events of the task applied so far; ``status``: the task's status;
+    ``terminal_seq``: the highest ledger sequence at which one of the task's current
+    steps reached the terminal status it still has (0: none has).
+    """
+
+    events: int
+    status: str
+    terminal_seq: int
+
+
+class TaskChanged(Struct, frozen=True, omit_defaults=True):
+    """Published on ``<prefix>.wm.changed.<tenant>.<task>`` after a projection commit.
+
+    ``progress`` describes the state at ``seq``; absent when the projector could not
+    vouch for it (then read the state to know).
+    """
 
     tenant: str
     task_id: str
     seq: int
     state_hash: str
+    progress: TaskProgress | None = None
 
 
 class EventRejected(Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from agentledger.config import Settings, from_env
 from agentledger.contracts import events as ev
 from agentledger.contracts.api import WorkingMemoryReply
 from agentledger.core.reducer import apply
-from agentledger.core.state import RECENT_REJECTIONS, encode_state, new_state
+from agentledger.core.state import RECENT_REJECTIONS, Changes, encode_state, new_state
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError
 from agentledger.sealing import KEY_ENTRY_OVERHEAD
@@ -56,14 +56,15 @@ def test_the_state_keeps_a_count_and_the_newest_rejections() -> None:
     the newest RECENT_REJECTIONS and a count, and still says exactly how many there were."""
     state = new_state(TENANT, "t1")
     apply(state, _make("task_created", "c1", goal={"text": "g", "acceptance_criteria": [],
-                                                   "goal_hash": goal_hash("g", [])}), 1)
+                                                   "goal_hash": goal_hash("g", [])}), 1, Changes())
     for i in range(10_000):
-        apply(state, _make("step_started", f"bad-{i:05d}", plan_version=1, step_id="S9"), i + 2)
+        apply(state, _make("step_started", f"bad-{i:05d}", plan_version=1, step_id="S9"), i + 2,
+              Changes())
     assert len(state.rejections) == RECENT_REJECTIONS
     assert state.older_rejections + len(state.rejections) == 10_000
     assert [r.seq for r in state.rejections] == list(range(10_001 - RECENT_REJECTIONS + 1, 10_002))
-    # What is left grows with the applied event ids (needed for dedupe), not with the trace.
-    assert len(encode_state(state)) < 200_000
+    # What is left grows neither with the trace nor with the events (their ids are not kept).
+    assert len(encode_state(state)) < 10_000
 
 
 async def test_the_full_rejection_trace_pages_in_ledger_order(settings: Settings) -> None:

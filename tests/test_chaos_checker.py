@@ -23,7 +23,7 @@ from agentledger.chaos.checker import (
     pointer_problems,
 )
 from agentledger.chaos.faults import TARGETS, Injected, schedule
-from agentledger.chaos.history import Attempt, Grant
+from agentledger.chaos.history import Attempt, Grant, differing_keys
 from agentledger.chaos.probes import Sample, recovery
 from agentledger.chaos.profile import FULL, SHORT
 from agentledger.chaos.sink import IdempotentSink, SinkEntry, SinkUnknownError
@@ -141,7 +141,7 @@ def test_checkpoints_equal_to_the_fold_pass_and_others_are_caught() -> None:
     assert len(check.mismatches) == 4
     text = "\n".join(check.mismatches)
     assert "checkpoint 1 " not in text
-    assert re.search(r"checkpoint 2 .*differs from the ledger's fold in title", text)
+    assert re.search(r"checkpoint 2 .*differs from the checkpoint of the ledger's fold in state.title", text)
     assert re.search(r"checkpoint 3 .*body cursor 2", text)
     assert re.search(r"checkpoint 4 .*not the task's", text)
     assert re.search(r"checkpoint 5 .*cursor 99 is no message", text)
@@ -246,3 +246,10 @@ def test_the_timeline_has_one_band_per_fault() -> None:
     assert svg.count('fill-opacity="0.35"') == 3
     for f in faults:
         assert f">{f.index} {f.label}</text>" in svg
+
+
+def test_a_resume_answer_differing_from_working_memory_names_the_keys() -> None:
+    answer = {"status": "open", "next_ready": ["S2"], "watermark": 9}
+    assert differing_keys(answer, dict(answer)) == []
+    assert differing_keys(answer, answer | {"next_ready": ["S1"], "lease": {"holder": "x"}}) == [
+        "lease", "next_ready"]

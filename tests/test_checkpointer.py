@@ -22,7 +22,7 @@ from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.reducer import apply
-from agentledger.core.state import WorkingMemory, new_state
+from agentledger.core.state import Changes, WorkingMemory, new_state
 from agentledger.errors import ContractError, NotFoundError
 from agentledger.services.checkpointer.service import save_subject
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
@@ -48,7 +48,7 @@ def fold(events: list[dict[str, Any]], state: WorkingMemory | None = None,
          first_seq: int = 1) -> WorkingMemory:
     state = state or new_state(TENANT, events[0]["task_id"])
     for i, e in enumerate(events):
-        apply(state, decode_event(encode(e)), first_seq + i)
+        apply(state, decode_event(encode(e)), first_seq + i, Changes())
     return state
 
 
@@ -59,50 +59,50 @@ def test_policy_counts_events_of_the_task_since_the_last_checkpoint() -> None:
     a task without a checkpoint counts from zero."""
     history = [created("t"), *[variable("t", "x", i) for i in range(98)]]
     state = fold(history)  # 99 events
-    assert policy.due(state, None, every_n=100) is None
+    assert policy.due_for_state(state, None, every_n=100) is None
     fold([variable("t", "x", 99)], state, first_seq=100)  # 100 events
-    assert policy.due(state, None, every_n=100) == "every_n_events"
+    assert policy.due_for_state(state, None, every_n=100) == "every_n_events"
     last = policy.of_state(state)
     assert (last.seq, last.events, last.task_status) == (100, 100, "open")
-    assert policy.due(state, last, every_n=100) is None
+    assert policy.due_for_state(state, last, every_n=100) is None
     fold([variable("t", "x", i) for i in range(99)], state, first_seq=101)
-    assert policy.due(state, last, every_n=100) is None
+    assert policy.due_for_state(state, last, every_n=100) is None
     fold([variable("t", "x", 1000)], state, first_seq=200)
-    assert policy.due(state, last, every_n=100) == "every_n_events"
+    assert policy.due_for_state(state, last, every_n=100) == "every_n_events"
 
 
 def test_policy_saves_when_a_step_ends_or_the_task_ends() -> None:
     """A step reaching succeeded / failed / cancelled after the last checkpoint makes one due, as
     does the task ending; a step starting does not, and an old terminal step does not count twice."""
     state = fold([created("t"), plan("t", chain(3)), started("t", "S1")])
-    assert policy.due(state, None) is None
+    assert policy.due_for_state(state, None) is None
     fold([succeeded("t", "S1")], state, first_seq=4)
-    assert policy.due(state, None) == "step_terminal"
+    assert policy.due_for_state(state, None) == "step_terminal"
     last = policy.of_state(state)
     fold([started("t", "S2")], state, first_seq=5)
-    assert policy.due(state, last) is None
+    assert policy.due_for_state(state, last) is None
     fold([event("step_failed", {"plan_version": 1, "step_id": "S2", "error_code": "boom"}, "t")],
          state, first_seq=6)
-    assert policy.due(state, last) == "step_terminal"
+    assert policy.due_for_state(state, last) == "step_terminal"
     last = policy.of_state(state)
     fold([event("step_cancelled", {"plan_version": 1, "step_id": "S3"}, "t")], state, first_seq=7)
-    assert policy.due(state, last) == "step_terminal"
+    assert policy.due_for_state(state, last) == "step_terminal"
     last = policy.of_state(state)
     fold([event("task_cancelled", {"reason": "stop"}, "t")], state, first_seq=8)
-    assert policy.due(state, last) == "task_ended"
+    assert policy.due_for_state(state, last) == "task_ended"
     last = policy.of_state(state)
     assert last.task_status == "cancelled"
     # A turn after the end changes the state but is neither a step end nor a new task end.
     fold([event("turn_appended", {"role": "user", "ordinal": 1, "content": "hi"}, "t")], state,
          first_seq=9)
-    assert policy.due(state, last) is None
+    assert policy.due_for_state(state, last) is None
 
 
 def test_policy_never_saves_a_state_that_is_not_past_the_last_checkpoint() -> None:
     """Nothing is due for a state at or behind the last checkpoint's sequence (a late notification)."""
     state = fold([created("t"), plan("t", chain(1)), started("t", "S1"), succeeded("t", "S1")])
     last = policy.LastCheckpoint(seq=state.watermark, events=0, task_status="new")
-    assert policy.due(state, last, every_n=1) is None
+    assert policy.due_for_state(state, last, every_n=1) is None
 
 
 # ---- store -----------------------------------------------------------------------------------

@@ -103,9 +103,9 @@ async def test_a_grant_is_a_ledger_event_without_its_secret(client: Client,
     assert body["payload"]["secret_hash"] == secret_hash("acme", "t1", "exec-a", got["secret"])
     assert isinstance(decode_event(json.dumps(body)), LeaseGrantedEvent)
     state, _ = fold(new_state("acme", "t1"), [(decode_event(json.dumps(m)), s) for s, m in messages])
-    assert view(state)["lease"] == {"holder": "exec-a", "token": got["token"],
-                                    "expires_at": got["expires_at"]}
-    assert got["secret"] not in json.dumps(view(state))
+    assert view(state, [])["lease"] == {"holder": "exec-a", "token": got["token"],
+                                        "expires_at": got["expires_at"]}
+    assert got["secret"] not in json.dumps(view(state, []))
 
 
 async def test_lease_on_a_task_that_does_not_exist_is_refused(client: Client,

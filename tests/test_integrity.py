@@ -23,7 +23,6 @@ from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts.codec import encode
-from agentledger.core.state import decode_state
 from agentledger.errors import AgentLedgerError, EventIdConflictError
 from agentledger.ledger import DIGEST, MSG_ID, ledger_subject, msg_id, subject_key
 from agentledger.services.ledger_writer.service import LedgerWriter
@@ -34,6 +33,7 @@ from test_projector import (
     Ledger,
     caught_up,
     event,
+    projected_state,
     task_rows,
     task_script,
 )
@@ -189,7 +189,7 @@ async def test_projector_files_an_event_only_where_subject_and_body_agree(
                         (TENANT, "t2", other, "evil3", "subject_mismatch")]
         tasks = await task_rows(settings)
         assert set(tasks) == {(TENANT, "t1")}
-        state = decode_state(tasks[(TENANT, "t1")]["state"])
+        state = await projected_state(settings, "t1")
         assert state.variables["note"].value == "hello"
         assert state.variables["after"].value is True
 
@@ -206,9 +206,8 @@ async def test_resume_replay_ignores_a_body_of_another_task(settings: Settings,
                                                             ledger: Ledger) -> None:
     """The fold the projector shares with resume refuses, on a task's own subject, a body that
     names another task: it changes nothing and is reported, not applied."""
-    states: dict[tuple[str, str], Any] = {}
-    rejections: list[Any] = []
+    fold = replay.Fold()
     body = msgspec.json.encode(event("variable_set", "e1", {"name": "n", "value": 1}, task="t2"))
-    assert not replay.fold_message(states, (TENANT, "t1"), body, 7, None, rejections=rejections)
-    assert states == {}
-    assert [r[5] for r in rejections] == ["subject_mismatch"]
+    assert not replay.fold_message(fold, (TENANT, "t1"), body, 7, None)
+    assert fold.states == {} and fold.applied == {}
+    assert [r[5] for r in fold.rejections] == ["subject_mismatch"]

@@ -36,7 +36,16 @@ from agentledger.services.projector.rebuild import MAX_REASON_CHARS, MAX_TOKEN_C
 from agentledger.services.projector.service import DURABLE, Projector
 from ckpt_support import Stack, created
 from helpers import assert_eventually
-from test_projector import TENANT, Ledger, caught_up, event, task_rows, task_script, wm_get
+from test_projector import (
+    TENANT,
+    Ledger,
+    caught_up,
+    event,
+    projected_state,
+    task_rows,
+    task_script,
+    wm_get,
+)
 
 
 async def raw(ledger: Ledger, body: bytes, event_id: str, task: str = "t1") -> int:
@@ -127,7 +136,7 @@ async def test_hostile_messages_are_recorded_and_the_projection_moves_on(
     assert by_seq[bad["too_deep"]][6].endswith("at $.payload.value" + "[0]" * (MAX_DEPTH - 2))
     assert by_seq[bad["invalid_json"]][5] == "undecodable"
     assert by_seq[bad["not_object"]][5] == "undecodable"
-    state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
+    state = await projected_state(settings, "t1")
     assert state.variables["after"].value is True
 
     # The same messages mean the same in a rebuild and in replay --verify.
@@ -173,7 +182,7 @@ async def test_a_batch_failed_by_one_message_is_split_and_the_rest_commits(
         await p.stop()
     rows = await task_rows(settings)
     assert set(rows) == {(TENANT, "t0"), (TENANT, "t1"), (TENANT, "t2")}
-    assert len(decode_state(rows[(TENANT, "t2")]["state"]).applied) == len(task_script("t2"))
+    assert decode_state(rows[(TENANT, "t2")]["state"]).events_applied == len(task_script("t2"))
     poison = [r for r in await rejections(settings) if r[2] == poison_seq]
     assert [(r[1], r[3], r[5]) for r in poison] == [("poison", "c1", "projection_error")]
     assert attempts < 20  # bisected, not retried
@@ -211,7 +220,7 @@ async def test_a_subject_that_is_not_utf8_is_a_rejection_not_a_dead_reader(
     rows = {r[2]: r for r in await rejections(settings)}
     assert rows[bad_seq][5] == "malformed_subject"
     assert rows[bad_seq][0] == TENANT and "\udcff" not in rows[bad_seq][1]
-    state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
+    state = await projected_state(settings, "t1")
     assert state.variables["after"].value == 7
     report = await replay.rebuild(settings, "utf8_check")
     assert report.rejections == len(rows)
@@ -255,7 +264,7 @@ async def test_deleted_consumer_is_recreated_from_the_watermark(settings: Settin
     finally:
         await op.close()
         await p.stop()
-    state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
+    state = await projected_state(settings, "t1")
     assert {f"n{i}" for i in range(60)} <= set(state.variables)
     assert state.variables["late"].value == 1
 

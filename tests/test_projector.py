@@ -19,16 +19,18 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
-from agentledger.core.state import decode_state, view
+from agentledger.core.state import WorkingMemory, decode_state, view
 from agentledger.core.validate import goal_hash
 from agentledger.errors import NotFoundError, UnavailableError
 from agentledger.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
+from agentledger.services.projector.store import Store
 from helpers import assert_eventually
 from raw_ledger import Ledger
 
 TENANT = "acme"
+PROJECTION_TABLES = ("task_state", "task_variables", "task_turns", "applied_events", "rejections")
 
 
 # ---- helpers shared with test_replay ---------------------------------------------
@@ -76,6 +78,17 @@ async def task_rows(settings: Settings) -> dict[tuple[str, str], asyncpg.Record]
     return {(r["tenant"], r["task_id"]): r for r in rows}
 
 
+async def projected_state(settings: Settings, task: str, tenant: str = TENANT) -> WorkingMemory:
+    """A task's state as the projection holds it: its core row with its variable rows."""
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        loaded = await Store().load_state(conn, tenant, task)
+    finally:
+        await conn.close()
+    assert loaded is not None, f"no row of {tenant}/{task}"
+    return loaded.state
+
+
 async def caught_up(settings: Settings, ledger: Ledger, wait_s: float = 30.0) -> int:
     """Wait until the projection's watermark reaches the stream's last sequence."""
     last = await ledger.last_seq()
@@ -119,7 +132,7 @@ async def test_events_become_working_memory_rows_and_notifications(
 
     row = (await task_rows(settings))[(TENANT, "t1")]
     assert row["seq"] == last
-    v = view(decode_state(row["state"]))
+    v = view(await projected_state(settings, "t1"), [])
     assert v["status"] == "open"
     assert v["done"] == ["A"]
     assert v["next_ready"] == ["B"]
@@ -222,7 +235,7 @@ async def test_redelivery_after_crash_between_commit_and_ack_applies_nothing_twi
         assert after[key]["updated_at"] == row["updated_at"], f"{key} was rewritten"
     assert set(after) == {*before, (TENANT, "t4")}
     state = decode_state(after[(TENANT, "t1")]["state"])
-    assert len(state.applied) == len(task_script("t1"))
+    assert state.events_applied == len(task_script("t1"))
     assert [c.task_id for c in changes] == ["t4"]
 
 
@@ -238,8 +251,7 @@ async def test_consumer_ahead_of_the_projection_is_moved_back(
         old_wm = await caught_up(settings, ledger)
         conn = await asyncpg.connect(settings.database_url)
         try:
-            snapshot = await conn.fetch("SELECT tenant, task_id, seq, state, state_hash FROM task_state")
-            old_rejections = await conn.fetch("SELECT * FROM rejections")
+            snapshot = {table: await conn.fetch(f"SELECT * FROM {table}") for table in PROJECTION_TABLES}
         finally:
             await conn.close()
         await ledger.publish_all(task_script("t2"))
@@ -253,10 +265,9 @@ async def test_consumer_ahead_of_the_projection_is_moved_back(
     conn = await asyncpg.connect(settings.database_url)
     try:
         async with conn.transaction():
-            await conn.execute("TRUNCATE task_state, rejections")
-            await conn.copy_records_to_table("task_state", records=[tuple(r) for r in snapshot],
-                                             columns=["tenant", "task_id", "seq", "state", "state_hash"])
-            await conn.copy_records_to_table("rejections", records=[tuple(r) for r in old_rejections])
+            await conn.execute(f"TRUNCATE {', '.join(PROJECTION_TABLES)}")
+            for table, rows in snapshot.items():
+                await conn.copy_records_to_table(table, records=[tuple(r) for r in rows])
             await conn.execute("UPDATE projector_watermark SET seq = $1", old_wm)
     finally:
         await conn.close()
@@ -271,7 +282,7 @@ async def test_consumer_ahead_of_the_projection_is_moved_back(
     rows = await task_rows(settings)
     assert set(rows) == {(TENANT, "t1"), (TENANT, "t2")}
     assert decode_state(rows[(TENANT, "t2")]["state"]).status == "open"
-    assert len(decode_state(rows[(TENANT, "t2")]["state"]).applied) == len(task_script("t2"))
+    assert decode_state(rows[(TENANT, "t2")]["state"]).events_applied == len(task_script("t2"))
 
 
 async def test_undecodable_message_is_recorded_and_does_not_wedge(
@@ -289,7 +300,7 @@ async def test_undecodable_message_is_recorded_and_does_not_wedge(
     finally:
         await conn.close()
     assert [tuple(r) for r in rows] == [(TENANT, "t1", bad_seq, "bad1", "undecodable")]
-    state = decode_state((await task_rows(settings))[(TENANT, "t1")]["state"])
+    state = await projected_state(settings, "t1")
     assert state.variables["after"].value is True
 
 
@@ -352,7 +363,7 @@ async def test_failed_transactions_are_retried_from_the_watermark(
     await caught_up(settings, ledger)
     rows = await task_rows(settings)
     assert set(rows) == {(TENANT, "t1"), (TENANT, "t2")}
-    assert len(decode_state(rows[(TENANT, "t2")]["state"]).applied) == len(task_script("t2"))
+    assert decode_state(rows[(TENANT, "t2")]["state"]).events_applied == len(task_script("t2"))
     assert not projector._failed.done()
 
 

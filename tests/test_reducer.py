@@ -9,7 +9,7 @@ import pytest
 
 from agentledger.contracts import events as ev
 from agentledger.core.reducer import Trace, fold, reduce
-from agentledger.core.state import WorkingMemory, new_state, state_hash, view
+from agentledger.core.state import Changes, WorkingMemory, new_state, state_hash, view
 from agentledger.core.validate import goal_hash
 
 TENANT, TASK = "acme-eng", "task-1"
@@ -17,7 +17,7 @@ GOAL_TEXT = "Fix the flaky retry test"
 CRITERIA = ["50 green runs"]
 GOAL = {"text": GOAL_TEXT, "acceptance_criteria": CRITERIA, "goal_hash": goal_hash(GOAL_TEXT, CRITERIA)}
 # Fields a rejected event may change: the refusal itself and the bookkeeping of what was consumed.
-BOOKKEEPING = ("rejections", "older_rejections", "applied", "watermark")
+BOOKKEEPING = ("rejections", "older_rejections", "events_applied", "watermark")
 
 
 def make(kind: str, event_id: str, **payload: Any) -> ev.EventBase:
@@ -44,12 +44,18 @@ class Run:
         self.state = new_state(TENANT, TASK)
         self.seq = 0
         self.events: list[tuple[ev.EventBase, int]] = []
+        # The ids consumed so far (the projection's index) and the rows written (the transcript).
+        self.applied: dict[str, int] = {}
+        self.changes = Changes()
+
+    def view(self) -> dict[str, Any]:
+        return view(self.state, self.changes.turns)
 
     def event(self, kind: str, event_id: str | None = None, **payload: Any) -> Trace:
         self.seq += 1
         event = make(kind, event_id or f"e{self.seq}", **payload)
         self.events.append((event, self.seq))
-        self.state, trace = reduce(self.state, event, self.seq)
+        self.state, trace = reduce(self.state, event, self.seq, self.applied, self.changes)
         return trace
 
     def ok(self, kind: str, event_id: str | None = None, **payload: Any) -> None:
@@ -66,7 +72,8 @@ class Run:
         assert after.rejections[:-1] == before.rejections
         last = after.rejections[-1]
         assert (last.seq, last.event_id, last.kind, last.code) == (self.seq, trace.event_id, kind, code)
-        assert after.applied == {**before.applied, trace.event_id: self.seq}
+        assert self.applied[trace.event_id] == self.seq
+        assert after.events_applied == before.events_applied + 1
         assert after.watermark == self.seq
         return trace
 
@@ -109,7 +116,7 @@ def test_task_created_opens_the_task() -> None:
     assert (r.state.status, r.state.title) == ("open", "flaky retry")
     assert r.state.budget_limits == {"llm_tokens": 500}
     assert r.state.goal is not None and r.state.goal.goal_hash == GOAL["goal_hash"]
-    assert view(r.state)["budget"] == {"llm_tokens": {"limit": 500, "used": 0, "reserved": 0, "left": 500}}
+    assert r.view()["budget"] == {"llm_tokens": {"limit": 500, "used": 0, "reserved": 0, "left": 500}}
 
 
 def test_plan_defines_pending_steps(run: Run) -> None:
@@ -117,20 +124,20 @@ def test_plan_defines_pending_steps(run: Run) -> None:
     assert run.state.plan_version == 1
     assert {s: (st.status, st.defined_in) for s, st in run.state.step_states.items()} == {
         "S1": ("pending", 1), "S2": ("pending", 1), "S3": ("pending", 1)}
-    assert view(run.state)["next_ready"] == ["S1"]
+    assert run.view()["next_ready"] == ["S1"]
 
 
 def test_start_and_succeed(run: Run) -> None:
     """A started step runs; its success records outputs as variables and its artifacts."""
     run.start("S1")
-    assert run.status("S1") == "running" and view(run.state)["running"] == ["S1"]
+    assert run.status("S1") == "running" and run.view()["running"] == ["S1"]
     art = {"uri": "s3://a/junit.xml", "blake3": "0" * 64, "schema": "junit", "producer": "S1"}
     run.succeed("S1", outputs=[{"name": "flake_rate", "value": 0.2}], artifacts=[art])
     assert run.status("S1") == "succeeded"
     var = run.state.variables["flake_rate"]
     assert (var.value, var.producer_step, var.seq) == (0.2, "S1", run.seq)
     assert list(run.state.artifacts) == ["s3://a/junit.xml"]
-    v = view(run.state)
+    v = run.view()
     assert (v["done"], v["next_ready"]) == (["S1"], ["S2"])
 
 
@@ -142,7 +149,7 @@ def test_fail_then_retry(run: Run) -> None:
     st = run.state.step_states["S1"]
     assert (st.status, st.error_code) == ("failed", "timeout")
     assert "s3://a/log" in run.state.artifacts
-    assert view(run.state)["failed"] == ["S1"] and view(run.state)["next_ready"] == []
+    assert run.view()["failed"] == ["S1"] and run.view()["next_ready"] == []
     run.start("S1", attempt=2)
     st = run.state.step_states["S1"]
     assert (st.status, st.attempt, st.error_code) == ("running", 2, None)
@@ -159,7 +166,7 @@ def test_cancel(run: Run, before: str) -> None:
         run.ok("step_failed", plan_version=1, step_id="S1", error_code="boom")
     run.ok("step_cancelled", plan_version=1, step_id="S1", reason="not needed")
     assert run.status("S1") == "cancelled"
-    v = view(run.state)
+    v = run.view()
     assert (v["cancelled"], v["next_ready"]) == (["S1"], [])
 
 
@@ -173,7 +180,7 @@ def test_side_effect_step_records_idempotency_key(run: Run) -> None:
 def test_budget_reserve_consume_release(run: Run) -> None:
     """Reserving holds budget, consuming moves it to used, releasing returns the rest."""
     def llm() -> dict[str, Any]:
-        return view(run.state)["budget"]["llm_tokens"]  # type: ignore[no-any-return]
+        return run.view()["budget"]["llm_tokens"]  # type: ignore[no-any-return]
 
     run.ok("budget_reserved", reservation_id="r1", resource="llm_tokens", amount=400)
     assert llm() == {"limit": 1000, "used": 0, "reserved": 400, "left": 600}
@@ -187,18 +194,18 @@ def test_unlimited_resource(run: Run) -> None:
     """A resource with no limit can be reserved freely; its left is None."""
     run.ok("budget_reserved", reservation_id="r1", resource="gpu_seconds", amount=10**9)
     run.ok("budget_consumed", reservation_id="r1", resource="gpu_seconds", amount=7)
-    assert view(run.state)["budget"]["gpu_seconds"] == {
+    assert run.view()["budget"]["gpu_seconds"] == {
         "limit": None, "used": 7, "reserved": 10**9 - 7, "left": None}
 
 
 def test_question_open_and_resolve(run: Run) -> None:
     """An open question is listed until it is resolved with an answer."""
     run.ok("question_opened", question_id="q1", text="keep env var?", blocking=True, step_id="S2")
-    assert view(run.state)["open_questions"] == {
+    assert run.view()["open_questions"] == {
         "q1": {"text": "keep env var?", "blocking": True, "step_id": "S2", "status": "open",
                "answer": None}}
     run.ok("question_resolved", question_id="q1", answer="yes")
-    assert view(run.state)["open_questions"] == {}
+    assert run.view()["open_questions"] == {}
     q = run.state.questions["q1"]
     assert (q.status, q.answer) == ("resolved", "yes")
 
@@ -218,8 +225,9 @@ def test_turns_append_in_order(run: Run) -> None:
     """Turns append with consecutive ordinals and record their ledger sequence."""
     run.ok("turn_appended", role="user", ordinal=1, content="hi")
     run.ok("turn_appended", role="assistant", ordinal=2, content="hello")
-    assert [(t.role, t.ordinal, t.content, t.seq) for t in run.state.transcript] == [
+    assert [(t.role, t.ordinal, t.content, t.seq) for t in run.changes.turns] == [
         ("user", 1, "hi", run.seq - 1), ("assistant", 2, "hello", run.seq)]
+    assert run.state.turns == 2 and run.view()["turns_total"] == 2
 
 
 def test_task_completed_after_all_steps_done(run: Run) -> None:
@@ -228,7 +236,7 @@ def test_task_completed_after_all_steps_done(run: Run) -> None:
     run.ok("step_cancelled", plan_version=1, step_id="S3")
     run.ok("task_completed", summary="done")
     assert run.state.status == "completed"
-    assert view(run.state)["next_ready"] == []
+    assert run.view()["next_ready"] == []
 
 
 @pytest.mark.parametrize(("kind", "payload", "status"), [
@@ -239,14 +247,14 @@ def test_task_failed_or_cancelled(run: Run, kind: str, payload: dict[str, Any], 
     """A task can fail or be cancelled with steps outstanding; next-ready is then empty."""
     run.ok(kind, **payload)
     assert run.state.status == status
-    assert view(run.state)["next_ready"] == []
+    assert run.view()["next_ready"] == []
 
 
 def test_turn_allowed_after_task_closed(run: Run) -> None:
     """The conversation may continue after the task closed."""
     run.ok("task_cancelled")
     run.ok("turn_appended", role="user", ordinal=1, content="why did you stop?")
-    assert len(run.state.transcript) == 1
+    assert len(run.changes.turns) == 1 and run.state.turns == 1
 
 
 def test_duplicate_event_id_is_a_noop(run: Run) -> None:
@@ -283,7 +291,7 @@ def test_replan_keeps_unchanged_steps_and_resets_changed(run: Run) -> None:
     assert (states["S1"].status, states["S1"].defined_in) == ("succeeded", 1)
     assert (states["S2"].status, states["S2"].defined_in, states["S2"].attempt) == ("pending", 2, 1)
     assert (states["S4"].status, states["S4"].defined_in) == ("pending", 2)
-    assert view(run.state)["next_ready"] == ["S2", "S4"]
+    assert run.view()["next_ready"] == ["S2", "S4"]
 
 
 def test_a_step_dropped_and_added_back_keeps_counting_attempts(run: Run) -> None:
@@ -308,8 +316,8 @@ def test_replan_resets_dependents_of_a_changed_step(run: Run) -> None:
     states = run.state.step_states
     assert [(sid, st.status, st.defined_in) for sid, st in states.items()] == [
         ("S1", "pending", 2), ("S2", "pending", 2), ("S3", "pending", 2)]
-    assert view(run.state)["done"] == []
-    assert view(run.state)["next_ready"] == ["S1"]
+    assert run.view()["done"] == []
+    assert run.view()["next_ready"] == ["S1"]
 
 
 def test_plan_with_unknown_dependency_is_rejected_not_fatal(run: Run) -> None:
@@ -331,7 +339,7 @@ def test_reduce_does_not_mutate_input(run: Run) -> None:
     """reduce returns a new state and leaves the one it was given untouched."""
     before = msgspec.json.encode(run.state)
     state = run.state
-    new, _ = reduce(state, make("step_started", "x1", plan_version=1, step_id="S1"), 99)
+    new, _ = reduce(state, make("step_started", "x1", plan_version=1, step_id="S1"), 99, dict(run.applied))
     assert msgspec.json.encode(state) == before
     assert new.step_states["S1"].status == "running" and state.step_states["S1"].status == "pending"
 
@@ -339,8 +347,9 @@ def test_reduce_does_not_mutate_input(run: Run) -> None:
 def test_fold_equals_stepwise_reduce(run: Run) -> None:
     """fold over the same events gives the state reduce built one step at a time."""
     run.start("S1"), run.succeed("S1")
-    folded, traces = fold(new_state(TENANT, TASK), run.events)
-    assert state_hash(folded) == state_hash(run.state)
+    changes = Changes()
+    folded, traces = fold(new_state(TENANT, TASK), run.events, changes=changes)
+    assert state_hash(folded, changes.turns) == state_hash(run.state, run.changes.turns)
     assert [t.outcome for t in traces] == ["applied"] * len(run.events)
 
 
@@ -497,7 +506,7 @@ def test_budget_exceeded(run: Run) -> None:
     run.rejected("budget_exceeded", "budget_reserved", reservation_id="r2", resource="llm_tokens",
                  amount=401)
     run.ok("budget_reserved", reservation_id="r3", resource="llm_tokens", amount=400)
-    assert view(run.state)["budget"]["llm_tokens"]["left"] == 0
+    assert run.view()["budget"]["llm_tokens"]["left"] == 0
 
 
 @pytest.mark.parametrize("op", ["budget_consumed", "budget_released"])
@@ -595,7 +604,7 @@ def test_seed_scenario() -> None:
     late = r.rejected("stale_plan_version", "step_succeeded", plan_version=1, step_id="S7")
     assert "replanned in v2" in (late.reason or "")
 
-    v = view(r.state)
+    v = r.view()
     assert v["plan"]["version"] == 2
     assert v["done"] == ["S1", "S2", "S3", "S4", "S5"]
     assert v["running"] == []
@@ -629,16 +638,17 @@ def test_lease_grant_is_recorded_with_its_sequence_as_token(run: Run) -> None:
     a grant (bookkeeping, not a state change of the task)."""
     digest = "ab" * 32
     run.ok("lease_granted", holder="exec-1", expires_at=1749722580.0, secret_hash=digest)
-    assert view(run.state)["lease"] == {"holder": "exec-1", "token": run.seq,
+    assert run.view()["lease"] == {"holder": "exec-1", "token": run.seq,
                                         "expires_at": 1749722580.0}
-    assert digest not in msgspec.json.encode(view(run.state)).decode()
+    assert digest not in msgspec.json.encode(run.view()).decode()
     run.ok("task_cancelled", reason="stop")
     run.ok("lease_granted", holder="exec-2", expires_at=1749722680.0, secret_hash=digest)
-    assert view(run.state)["lease"]["holder"] == "exec-2"
+    assert run.view()["lease"]["holder"] == "exec-2"
 
 
 def test_lease_grant_before_the_task_exists_is_rejected() -> None:
     """A grant on a subject whose task was never created is a rejection like any other event."""
     state, trace = reduce(new_state(TENANT, TASK),
-                          make("lease_granted", "g1", holder="x", expires_at=1.0, secret_hash="ab" * 32), 1)
+                          make("lease_granted", "g1", holder="x", expires_at=1.0, secret_hash="ab" * 32), 1,
+                          {})
     assert (trace.outcome, trace.code, state.lease) == ("rejected", "task_not_created", None)

@@ -4,7 +4,14 @@ The strategy writes plausible streams of one task: mostly legal moves (it peeks
 at a scratch fold to start ready steps, finish running ones, use open
 reservations) mixed with stale plans, wrong versions and attempts, over-budget
 reservations, unknown ids, events after the task closed, and re-deliveries of
-earlier events.
+earlier events (the same event id again, as a retry after JetStream's dedupe
+window would store it).
+
+The state does not carry the ids it consumed: ``Task`` below holds them next to
+the state, as the projection's index does, and the transcript the fold appends.
+The live projector's shell is modelled too (batches, an index, rows written only
+where the reducer reported a change, states evicted and read back from rows), so
+a rule that live and replay would apply differently shows up as a difference.
 """
 
 from __future__ import annotations
@@ -19,8 +26,20 @@ from hypothesis import strategies as st
 
 from agentledger.contracts import events as ev
 from agentledger.core.dag import next_ready
-from agentledger.core.reducer import Trace, apply, fold, reduce
-from agentledger.core.state import RECENT_REJECTIONS, WorkingMemory, new_state, state_hash, view
+from agentledger.core.reducer import Trace, apply, consume, duplicate, fold, reduce
+from agentledger.core.state import (
+    RECENT_REJECTIONS,
+    Changes,
+    WorkingMemory,
+    decode_state,
+    decode_variable,
+    encode_core,
+    encode_turn,
+    encode_variable,
+    new_state,
+    state_hash,
+    view,
+)
 from agentledger.core.validate import goal_hash
 
 TENANT, TASK = "acme-eng", "task-prop"
@@ -43,6 +62,27 @@ PROPS = settings(max_examples=80, deadline=None,
 MOVES = (["start"] * 6 + ["succeed"] * 5 + ["fail"] * 2 + ["cancel"] + ["plan"] * 2
          + ["reserve"] * 3 + ["consume"] * 3 + ["release"] * 2 + ["question_open", "question_resolve"]
          + ["turn"] * 2 + ["variable", "artifact", "duplicate", "duplicate", "close"])
+
+
+class Task:
+    """One task as a projection holds it: the state, the ids it consumed, the turns appended."""
+
+    def __init__(self) -> None:
+        self.state = new_state(TENANT, TASK)
+        self.applied: dict[str, int] = {}
+        self.changes = Changes()
+
+    def consume(self, e: ev.EventBase, seq: int) -> Trace:
+        return consume(self.state, e, seq, self.applied, self.changes)
+
+    def hash(self) -> str:
+        return state_hash(self.state, self.changes.turns)
+
+
+def folded(stream: list[tuple[ev.EventBase, int]]) -> tuple[Task, list[Trace]]:
+    task = Task()
+    traces = [task.consume(e, seq) for e, seq in stream]
+    return task, traces
 
 
 def event(kind: str, event_id: str, payload: Any) -> ev.EventBase:
@@ -142,7 +182,7 @@ def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: 
         return event("question_resolved", eid, ev.QuestionResolved(
             question_id=draw(st.sampled_from(QUESTIONS)), answer="main"))
     if move == "turn":
-        expected = len(state.transcript) + 1
+        expected = state.turns + 1
         ordinal = draw(st.sampled_from([expected] * 5 + [expected + 1, max(expected - 1, 1)]))
         role = draw(st.sampled_from(["user", "assistant", "tool"]))
         return event("turn_appended", eid, ev.TurnAppended(role=role, ordinal=ordinal, content=f"turn {n}"))
@@ -166,11 +206,11 @@ def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: 
 @st.composite
 def streams(draw: st.DrawFn, max_size: int = 45) -> list[tuple[ev.EventBase, int]]:
     """A plausible ``(event, seq)`` stream of one task, seqs 1..n."""
-    scratch = new_state(TENANT, TASK)
+    scratch = Task()
     events: list[ev.EventBase] = []
     for n in range(1, draw(st.integers(1, max_size)) + 1):
-        e = _move(draw, scratch, events, n)
-        apply(scratch, e, n)
+        e = _move(draw, scratch.state, events, n)
+        scratch.consume(e, n)
         events.append(e)
     return [(e, i) for i, e in enumerate(events, start=1)]
 
@@ -189,7 +229,7 @@ def outstanding(state: WorkingMemory) -> dict[str, int]:
 
 def check_invariants(state: WorkingMemory) -> None:
     """next-ready and budget invariants that must hold after every event."""
-    v = view(state)
+    v = view(state, [])
     status = {sid: x.status for sid, x in state.step_states.items()}
     assert [s.id for s in state.steps] == list(state.step_states)
     done = {sid for sid, s in status.items() if s == "succeeded"}
@@ -217,12 +257,12 @@ def check_invariants(state: WorkingMemory) -> None:
 @given(streams())
 def test_fold_is_deterministic(stream: list[tuple[ev.EventBase, int]]) -> None:
     """Folding the same stream twice gives byte-identical states, equal hashes and traces."""
-    a, ta = fold(new_state(TENANT, TASK), stream)
-    b, tb = fold(new_state(TENANT, TASK), stream)
-    assert encoded(a) == encoded(b)
-    assert state_hash(a) == state_hash(b)
+    a, ta = folded(stream)
+    b, tb = folded(stream)
+    assert encoded(a.state) == encoded(b.state)
+    assert a.hash() == b.hash()
     assert ta == tb
-    assert view(a) == view(b)
+    assert view(a.state, a.changes.turns) == view(b.state, b.changes.turns)
 
 
 @PROPS
@@ -234,11 +274,12 @@ def test_duplicate_is_idempotent(stream: list[tuple[ev.EventBase, int]], data: s
     j = data.draw(st.integers(i + 1, len(stream)), label="inserted at")
     seq = data.draw(st.integers(1, 10**6), label="redelivery seq")
     copy = (stream[i][0], seq)
-    base, base_traces = fold(new_state(TENANT, TASK), stream)
-    dup, dup_traces = fold(new_state(TENANT, TASK), [*stream[:j], copy, *stream[j:]])
-    assert dup.watermark == max(base.watermark, seq)
-    dup.watermark = base.watermark
-    assert encoded(dup) == encoded(base)
+    base, base_traces = folded(stream)
+    dup, dup_traces = folded([*stream[:j], copy, *stream[j:]])
+    assert dup.state.watermark == max(base.state.watermark, seq)
+    dup.state.watermark = base.state.watermark
+    assert encoded(dup.state) == encoded(base.state)
+    assert dup.changes.turns == base.changes.turns and dup.applied == base.applied
     extra = dup_traces.pop(j)
     assert dup_traces == base_traces
     assert (extra.outcome, extra.event_id, extra.seq) == ("duplicate", stream[i][0].event_id, seq)
@@ -249,23 +290,26 @@ def test_duplicate_is_idempotent(stream: list[tuple[ev.EventBase, int]], data: s
 def test_stepwise_reduce_equals_fold_and_does_not_mutate(stream: list[tuple[ev.EventBase, int]]) -> None:
     """reduce one event at a time equals fold, and never modifies the state it is given."""
     state = new_state(TENANT, TASK)
+    applied: dict[str, int] = {}
+    changes = Changes()
     traces: list[Trace] = []
     for e, seq in stream:
         before = encoded(state)
-        new, trace = reduce(state, e, seq)
+        new, trace = reduce(state, e, seq, applied, changes)
         assert encoded(state) == before, "reduce mutated its input"
         assert new is not state
         state = new
         traces.append(trace)
-    folded, fold_traces = fold(new_state(TENANT, TASK), stream)
-    assert encoded(state) == encoded(folded)
-    assert state_hash(state) == state_hash(folded)
+    fold_changes = Changes()
+    result, fold_traces = fold(new_state(TENANT, TASK), stream, changes=fold_changes)
+    assert encoded(state) == encoded(result)
+    assert state_hash(state, changes.turns) == state_hash(result, fold_changes.turns)
     assert traces == fold_traces
 
 
 def _without_bookkeeping(state: WorkingMemory) -> dict[str, Any]:
     data = msgspec.to_builtins(state)
-    for key in ("rejections", "older_rejections", "applied", "watermark"):
+    for key in ("rejections", "older_rejections", "events_applied", "watermark"):
         del data[key]
     return data
 
@@ -274,10 +318,12 @@ def _without_bookkeeping(state: WorkingMemory) -> dict[str, Any]:
 @given(streams())
 def test_no_regression(stream: list[tuple[ev.EventBase, int]]) -> None:
     """Plan version never decreases; stale step events never touch the step; refusals change nothing."""
-    state = new_state(TENANT, TASK)
+    task = Task()
+    state = task.state
     for e, seq in stream:
         before = msgspec.json.decode(encoded(state), type=WorkingMemory)
-        trace = apply(state, e, seq)
+        trace = task.consume(e, seq)
+        assert state.events_applied == before.events_applied + (trace.outcome != "duplicate")
         assert state.plan_version >= before.plan_version
         assert state.watermark >= before.watermark
         if trace.outcome != "applied":
@@ -300,17 +346,18 @@ def test_no_regression(stream: list[tuple[ev.EventBase, int]]) -> None:
 @given(streams())
 def test_stale_step_events_are_rejected(stream: list[tuple[ev.EventBase, int]]) -> None:
     """A step event for a plan older than the step's definition is refused stale_plan_version."""
-    state = new_state(TENANT, TASK)
+    task = Task()
+    state = task.state
     for e, seq in stream:
         p = e.payload  # type: ignore[attr-defined]
         if not isinstance(p, STEP_PAYLOADS):
-            apply(state, e, seq)
+            task.consume(e, seq)
             continue
         before = state.step_states.get(p.step_id)
-        stale = (state.status == "open" and e.event_id not in state.applied
+        stale = (state.status == "open" and e.event_id not in task.applied
                  and before is not None and p.plan_version < before.defined_in)
         before = msgspec.structs.replace(before) if before is not None else None
-        trace = apply(state, e, seq)
+        trace = task.consume(e, seq)
         if stale:
             assert (trace.outcome, trace.code) == ("rejected", "stale_plan_version")
             assert state.step_states[p.step_id] == before
@@ -320,11 +367,11 @@ def test_stale_step_events_are_rejected(stream: list[tuple[ev.EventBase, int]]) 
 @given(streams())
 def test_invariants_hold_after_every_event(stream: list[tuple[ev.EventBase, int]]) -> None:
     """next-ready matches the DAG and done set, and budget never over-commits, after each event."""
-    state = new_state(TENANT, TASK)
-    check_invariants(state)
+    task = Task()
+    check_invariants(task.state)
     for e, seq in stream:
-        apply(state, e, seq)
-        check_invariants(state)
+        task.consume(e, seq)
+        check_invariants(task.state)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -334,3 +381,59 @@ def test_watermark_is_highest_consumed_seq(stream: list[tuple[ev.EventBase, int]
     state, traces = fold(new_state(TENANT, TASK), stream)
     assert len(traces) == len(stream)
     assert state.watermark == max((t.seq for t in traces), default=0)
+
+
+class LiveShell:
+    """The projector's batch path over rows, without servers: the ``applied_events`` index, the
+    core row, one row per variable, one per turn; a batch writes the core and only the rows the
+    reducer reported, and its state is kept or evicted (read back from the rows next time)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.core: bytes | None = None
+        self.variables: dict[str, bytes] = {}
+        self.turns: dict[int, bytes] = {}
+        self.cached: WorkingMemory | None = None
+
+    def batch(self, items: list[tuple[ev.EventBase, int]], evict: bool) -> None:
+        first: dict[str, int] = {}
+        for e, seq in items:
+            first.setdefault(e.event_id, seq)
+        for event_id, seq in first.items():
+            first[event_id] = self.index.setdefault(event_id, seq)  # claimed, or consumed before
+        state = self.cached
+        if state is None:
+            state = decode_state(self.core) if self.core is not None else new_state(TENANT, TASK)
+            for name, data in self.variables.items():
+                state.variables[name] = decode_variable(data)
+        changes = Changes()
+        for e, seq in items:
+            if first[e.event_id] == seq:
+                apply(state, e, seq, changes)
+            else:
+                duplicate(state, e, seq, first[e.event_id])
+        self.core = encode_core(state)
+        self.variables.update({n: encode_variable(state.variables[n]) for n in changes.variables})
+        self.turns.update({t.ordinal: encode_turn(t) for t in changes.turns})
+        self.cached = None if evict else state
+
+
+@PROPS
+@given(streams(max_size=60), st.data())
+def test_live_batches_over_rows_equal_a_rebuild(stream: list[tuple[ev.EventBase, int]],
+                                                data: st.DataObject) -> None:
+    """Live == rebuild for any batching, any cache eviction and duplicates in the same batch or
+    in a later one (past the dedupe window): the same core row, variable rows, turn rows and
+    index as one fold of the whole stream."""
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(stream)), max_size=8), label="cuts")))
+    live = LiveShell()
+    start = 0
+    for end in [*cuts, len(stream)]:
+        if end > start:
+            live.batch(stream[start:end], evict=data.draw(st.booleans(), label="evict"))
+            start = end
+    rebuilt, _ = folded(stream)
+    assert live.core == encode_core(rebuilt.state)
+    assert live.variables == {n: encode_variable(v) for n, v in rebuilt.state.variables.items()}
+    assert live.turns == {t.ordinal: encode_turn(t) for t in rebuilt.changes.turns}
+    assert live.index == rebuilt.applied

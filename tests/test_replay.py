@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from agentledger.config import Settings
-from agentledger.core.state import decode_state, encode_state, state_hash
+from agentledger.core.state import core_hash, decode_state, encode_core
 from agentledger.errors import UnavailableError
 from agentledger.runtime.state import settings_env
 from agentledger.services.projector import rebuild as replay
@@ -47,8 +47,8 @@ async def publish_tasks(ledger: Ledger, tasks: int, prefix: str = "r") -> int:
 async def test_rebuild_into_a_scratch_schema_matches_the_live_projection(
         settings: Settings, ledger: Ledger, running: Projector) -> None:
     """Protects the fast path: rebuild folds the whole stream into a fresh schema with the same
-    rows (seq and state hash per task, rejection rows) as the incrementally built projection,
-    reports what it did, and reports progress up to the total."""
+    rows (seq and state hash per task, variable, turn, applied-event and rejection rows) as the
+    incrementally built projection, reports what it did, and reports progress up to the total."""
     last = await publish_tasks(ledger, 12)
     await caught_up(settings, ledger)
     seen: list[tuple[int, int]] = []
@@ -66,6 +66,11 @@ async def test_rebuild_into_a_scratch_schema_matches_the_live_projection(
         assert [tuple(x) for x in await conn.fetch(r.format("replay_test"))] == \
             [tuple(x) for x in await conn.fetch(r.format("public"))]
         assert await conn.fetchval("SELECT seq FROM replay_test.projector_watermark") == last
+        for table in ("task_variables", "task_turns", "applied_events"):
+            q2 = f"SELECT * FROM {{}}.{table} ORDER BY 1, 2, 3"
+            assert [tuple(x) for x in await conn.fetch(q2.format("replay_test"))] == \
+                [tuple(x) for x in await conn.fetch(q2.format("public"))], table
+        assert await conn.fetchval("SELECT count(*) FROM replay_test.applied_events") == last
     finally:
         await conn.close()
     assert scratch == live
@@ -76,8 +81,9 @@ async def test_rebuild_into_a_scratch_schema_matches_the_live_projection(
 
 async def test_verify_passes_then_names_a_corrupted_task(
         settings: Settings, ledger: Ledger, running: Projector) -> None:
-    """Protects the audit: verify is ok on a consistent projection, and after one live row is
-    corrupted it fails and names exactly that task; its scratch schema is dropped either way."""
+    """Protects the audit: verify is ok on a consistent projection, and after a live row of any
+    part is corrupted (the core row, a variable row, a turn row, the applied-event index) it fails
+    and names exactly that task and part; its scratch schema is dropped either way."""
     await publish_tasks(ledger, 8)
     await caught_up(settings, ledger)
     ok = await replay.verify(settings, wait_s=30)
@@ -89,15 +95,22 @@ async def test_verify_passes_then_names_a_corrupted_task(
         row = await conn.fetchrow("SELECT state FROM task_state WHERE tenant = $1 AND task_id = 'r3'",
                                   TENANT)
         state = decode_state(row["state"])
-        state.variables["note"].value = "tampered"
+        state.title = "tampered"
+        core = encode_core(state)
         await conn.execute("UPDATE task_state SET state = $1, state_hash = $2"
-                           " WHERE tenant = $3 AND task_id = 'r3'",
-                           encode_state(state), state_hash(state), TENANT)
+                           " WHERE tenant = $3 AND task_id = 'r3'", core, core_hash(core), TENANT)
+        await conn.execute("UPDATE task_variables SET value = convert_to(replace(convert_from("
+                           "value, 'UTF8'), '42', '43'), 'UTF8') WHERE task_id = 'r1' AND name = 'answer'")
+        await conn.execute("INSERT INTO task_turns VALUES ($1, 'r2', 1, 1, '{}')", TENANT)
+        await conn.execute("UPDATE applied_events SET seq = seq + 1000 WHERE task_id = 'r4'"
+                           " AND event_id = 'v1'")
         bad = await replay.verify(settings, wait_s=30)
         assert not bad.ok
-        assert [(d.tenant, d.task_id, d.problem) for d in bad.different] == [(TENANT, "r3", "different")]
+        assert [(d.task_id, d.problem, d.parts) for d in bad.different] == [
+            ("r1", "different", ["variables"]), ("r2", "different", ["transcript"]),
+            ("r3", "different", ["core"]), ("r4", "different", ["applied_events"])]
         assert not bad.missing and not bad.extra
-        assert "r3" in bad.summary()
+        assert "r3 in core" in bad.summary()
         # A row the ledger knows nothing about is reported as extra.
         await conn.execute("INSERT INTO task_state(tenant, task_id, seq, state, state_hash)"
                            " VALUES ($1, 'ghost', 1, $2, 'x')", TENANT, b"{}")
@@ -273,7 +286,7 @@ async def test_projector_survives_sigkill_mid_stream(
     assert report.tasks == 60
     assert report.events == len(events)
     rows = await task_rows(settings)
-    applied = sum(len(decode_state(r["state"]).applied) for r in rows.values())
+    applied = sum(decode_state(r["state"]).events_applied for r in rows.values())
     assert applied == len(events)
     assert len(projector_process.procs) == 3
     msgspec.json.encode(report)  # the report is serializable for the CLI

@@ -313,6 +313,15 @@ def test_up_starts_everything_and_down_stops_everything(
         commands.down(settings)
 
 
+async def _reachable(settings: Settings) -> None:
+    """Both servers answer on the addresses ``settings`` resolved from runtime.json."""
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    await nc.close()
+    conn = await asyncpg.connect(settings.database_url)
+    assert await conn.fetchval("SELECT 1") == 1
+    await conn.close()
+
+
 def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_root: Path) -> None:
     """Protects self-healing: SIGKILL of nats-server or PostgreSQL under a running stack is
@@ -336,16 +345,7 @@ def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
             assert datetime.now(UTC).timestamp() < deadline, "the servers did not come back"
             subprocess.run(["sleep", "0.1"], check=True)
         assert (after.nats_url, after.database_url) == (info.nats_url, info.database_url)
-        connected = resolve_urls(settings)
-
-        async def reachable() -> None:
-            nc = await auth.connect(connected, auth.OPERATOR_ROLE)
-            await nc.close()
-            conn = await asyncpg.connect(connected.database_url)
-            assert await conn.fetchval("SELECT 1") == 1
-            await conn.close()
-
-        asyncio.run(reachable())
+        asyncio.run(_reachable(resolve_urls(settings)))
     finally:
         if settings.runtime_file.exists():
             commands.down(settings)
@@ -376,16 +376,7 @@ def test_the_supervisor_replaces_frozen_servers(
         assert (now.nats_url, now.database_url) == (info.nats_url, info.database_url)
         lines = (tmp_path / "logs" / "supervisor.log").read_text()
         assert '"server_unresponsive"' in lines
-        connected = resolve_urls(settings)
-
-        async def reachable() -> None:
-            nc = await auth.connect(connected, auth.OPERATOR_ROLE)
-            await nc.close()
-            conn = await asyncpg.connect(connected.database_url)
-            assert await conn.fetchval("SELECT 1") == 1
-            await conn.close()
-
-        asyncio.run(reachable())
+        asyncio.run(_reachable(resolve_urls(settings)))
     finally:
         for pid in (info.nats_pid, info.postgres_pid):
             with contextlib.suppress(ProcessLookupError, TypeError):

@@ -19,8 +19,11 @@ reason naming it, and nothing is written (no pointer moves, no lease is taken):
    the ledger no longer holds that event).
 4. replay: this task's ledger messages after the cursor, up to the task's last
    message when the resume began (later appends are not waited for), with the
-   projector's own ``fold_message`` (hence the same reducer); next-ready is
-   recomputed by ``view``. A plan newer than the checkpoint's is fine and reported
+   projector's own ``fold_message`` (hence the same reducer and the same
+   idempotency rule: an event id the projection's ``applied_events`` index has
+   consumed at or before the cursor is a duplicate); next-ready is
+   recomputed by ``view``, the transcript is the projection's turns up to the
+   checkpoint plus the replayed ones. A plan newer than the checkpoint's is fine and reported
    (``plan_upgraded``, informational: next-ready comes from the replayed plan).
    Artifacts that entered after the checkpoint are verified too. A task with no
    events at all is ``task_not_found``; an ended task is ``task_closed``.
@@ -48,6 +51,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 import msgspec
 import nats.errors
 import nats.js.errors
@@ -67,11 +71,12 @@ from agentledger.contracts.resume import (
 )
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.reducer import TERMINAL_TASK
-from agentledger.core.state import WorkingMemory, new_state, view
+from agentledger.core.state import Turn, WorkingMemory, decode_turn, new_state, view
 from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
 from agentledger.ledger import ledger_subject
 from agentledger.services.checkpointer.store import CheckpointStore, Located
-from agentledger.services.projector.rebuild import Fold, fold_message, read_stream
+from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
+from agentledger.services.projector.store import Store as ProjectionStore
 
 # Messages fetched one by one with direct gets before switching to an ordered consumer.
 DIRECT_FIRST = 64
@@ -116,12 +121,12 @@ class Resumer:
         self.artifacts = artifacts
         self.clock = clock
         self._js = nc.jetstream()
+        self._projection = ProjectionStore(LIVE_SCHEMA)
 
     async def resume(self, req: ResumeRequest) -> ResumeReply:
         """Run the protocol of the module docstring for one request."""
         reasons: list[Reason] = []
         found: Located | None = None
-        replayed = 0
         try:
             subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
             # The task's ledger as of now: replay stops here even if the task keeps moving.
@@ -132,7 +137,6 @@ class Resumer:
                 reasons.append(Reason(code="no_checkpoint", severity="info",
                                       message="the task has no checkpoint; replaying it from the "
                                               "start of the ledger"))
-                state = new_state(req.tenant, req.task_id)
             else:
                 cp = self._compatible(req, found)
                 await self._integrity(req, cp, last)
@@ -140,9 +144,13 @@ class Resumer:
                 unverified = await self._same_goal(req, cp)
                 if unverified is not None:
                     reasons.append(unverified)
-                state = self._restore(found, cp)
             cursor = cp.ledger_cursor if cp is not None else 0
-            state, replayed = await self._replay(req, state, cursor + 1, last)
+            seeded: dict[str, int] = {}
+            fold = self._start(req, found, cp, seeded)
+            checkpoint_turns = fold.states[(req.tenant, req.task_id)].turns
+            fold = await self._replay_checked(req, found, cp, fold, seeded=seeded, start=cursor + 1,
+                                              upto=last)
+            state = fold.states[(req.tenant, req.task_id)]
             if state.status == "new":
                 raise _Rejected(_reject("task_not_found",
                                         f"the ledger has no task {req.task_id!r} of tenant {req.tenant!r}"))
@@ -165,8 +173,10 @@ class Resumer:
                                         detail={"executor": req.executor}))
             # The grant is a ledger event of this task (its sequence is the token): fold it,
             # and whatever was appended since the replay began, so the state includes it.
-            state, more = await self._replay(req, state, last + 1, lease.lease.token)
-            return self._finish(found, state, replayed + more, reasons, lease.lease)
+            fold = await self._replay_checked(req, found, cp, fold, seeded=seeded, start=last + 1,
+                                              upto=lease.lease.token)
+            transcript = await self._transcript(req, fold, checkpoint_turns)
+            return self._finish(found, fold, transcript, reasons, lease.lease)
         except _Rejected as rejected:
             reasons.append(rejected.reason)
             return ResumeReply(ok=True, status="rejected", reasons=reasons)
@@ -229,7 +239,7 @@ class Resumer:
     @staticmethod
     def _restore(found: Located, cp: cp_mod.Checkpoint) -> WorkingMemory:
         try:
-            return cp_mod.restore(cp)
+            return cp_mod.restore(cp, found.events)
         except msgspec.MsgspecError as exc:
             raise _Rejected(_reject("unknown_schema_version",
                                     f"the state inside checkpoint {found.id} does not decode: {exc}")) \
@@ -283,13 +293,51 @@ class Resumer:
 
     # ---- 4. replay ----------------------------------------------------------------------------
 
-    async def _replay(self, req: ResumeRequest, state: WorkingMemory, start: int,
-                      upto: int) -> tuple[WorkingMemory, int]:
-        """Fold this task's messages in [start, upto] into ``state``; (state, messages folded)."""
+    def _start(self, req: ResumeRequest, found: Located | None, cp: cp_mod.Checkpoint | None,
+               seeded: dict[str, int]) -> Fold:
+        """A fold of the task at the checkpoint (or empty), knowing ``seeded`` as consumed."""
+        key = (req.tenant, req.task_id)
+        fold = Fold()
+        applied, _ = fold.task(key)
+        applied.update(seeded)
+        fold.states[key] = (self._restore(found, cp) if found is not None and cp is not None
+                            else new_state(req.tenant, req.task_id))
+        return fold
+
+    async def _replay_checked(self, req: ResumeRequest, found: Located | None,
+                              cp: cp_mod.Checkpoint | None, fold: Fold, *, seeded: dict[str, int],
+                              start: int, upto: int) -> Fold:
+        """``_replay`` of [start, upto], then the idempotency rule for ids consumed before the
+        checkpoint: the live projection's index says which replayed ids it consumed at or
+        before the cursor. Almost never any (a retry after the dedupe window); then the tail
+        is folded again from the checkpoint with those ids known, so they are duplicates."""
+        applied, _ = fold.task((req.tenant, req.task_id))
+        known = len(applied)
+        await self._replay(req, fold, start, upto)
+        if cp is None:
+            return fold
+        replayed = list(applied)[known:]
+        try:
+            # A rebuild commits its index with its watermark: one at the cursor holds every id up to it.
+            covered = await self._projection.watermark(self.store.pool)
+            earlier = await self._projection.task_first_seqs(self.store.pool, req.tenant, req.task_id,
+                                                             replayed, cp.ledger_cursor)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise UnavailableError("the projection's event index is not available") from exc
+        if covered is None or covered < cp.ledger_cursor:
+            raise UnavailableError(f"the projection does not reach the checkpoint's cursor "
+                                   f"{cp.ledger_cursor} yet (it is being rebuilt); retry")
+        if not earlier:
+            return fold
+        seeded.update(earlier)
+        fold = self._start(req, found, cp, seeded)
+        await self._replay(req, fold, cp.ledger_cursor + 1, upto)
+        return fold
+
+    async def _replay(self, req: ResumeRequest, fold: Fold, start: int, upto: int) -> None:
+        """Fold this task's messages in [start, upto] into ``fold`` (``fold.events`` counts them)."""
         key = (req.tenant, req.task_id)
         subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
-        states = {key: state}
-        rejections: list[Any] = []
         count = 0
         seq = start
         while seq <= upto:
@@ -298,18 +346,33 @@ class Resumer:
                 break
             if count >= DIRECT_FIRST:
                 # A long tail: stream the rest with an ordered consumer from this message on.
-                fold = Fold()
-                fold.states[key] = states[key]
+                fold.events += count
                 try:
                     await read_stream(self.nc, self.settings, upto, fold=fold, subject=subject,
                                       start_seq=msg.seq)
                 except nats.js.errors.NotFoundError as exc:
                     raise UnavailableError("the ledger stream disappeared during replay") from exc
-                return fold.states[key], count + fold.events
-            fold_message(states, key, msg.data or b"", msg.seq, msg.headers, rejections=rejections)
+                return
+            fold_message(fold, key, msg.data or b"", msg.seq, msg.headers, subject=msg.subject)
             count += 1
             seq = msg.seq + 1  # the loop ends once ``upto`` (the task's last message) is folded
-        return states[key], count
+        fold.events += count
+
+    async def _transcript(self, req: ResumeRequest, fold: Fold, checkpoint_turns: int) -> list[Turn]:
+        """The task's turns: the projection's up to the checkpoint's last, then the replayed ones
+        (the checkpoint keeps only the count, see ``core.checkpoint``)."""
+        replayed: list[Turn] = fold.changes[(req.tenant, req.task_id)].turns
+        if not checkpoint_turns:
+            return replayed
+        try:
+            rows = await self._projection.turns_upto(self.store.pool, req.tenant, req.task_id,
+                                                     checkpoint_turns)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise UnavailableError("the projection's transcript is not available") from exc
+        if len(rows) != checkpoint_turns:
+            raise UnavailableError(f"the projection holds {len(rows)} of the {checkpoint_turns} turns "
+                                   "the checkpoint counts; it is being rebuilt, retry")
+        return [*map(decode_turn, rows), *replayed]
 
     async def _same_goal(self, req: ResumeRequest, cp: cp_mod.Checkpoint) -> Reason | None:
         """The checkpoint's goal hash must be the one the ledger's task_created pinned."""
@@ -343,8 +406,9 @@ class Resumer:
 
     # ---- 5. reconcile and 6. lease ----------------------------------------------------------------
 
-    def _finish(self, found: Located | None, state: WorkingMemory, replayed: int,
+    def _finish(self, found: Located | None, fold: Fold, transcript: list[Turn],
                 reasons: list[Reason], lease: LeaseBody) -> ResumeReply:
+        (state,) = fold.states.values()
         reconcile: list[ReconcileItem] = []
         interrupted: list[InterruptedStep] = []
         for step in state.steps:
@@ -363,14 +427,14 @@ class Resumer:
             else:
                 interrupted.append(InterruptedStep(step.id, st.attempt, st.idempotency_key,
                                                    receipt.outcome if receipt else None))
-        state_view = self._view(state, found)
+        state_view = view(state, transcript)
         status = "needs_reconcile" if reconcile else "resumable"
         dispatch = [] if reconcile else [*(s.step_id for s in interrupted), *state_view["next_ready"]]
         return ResumeReply(ok=True, status=status, reasons=reasons,
                            next_ready=state_view["next_ready"], dispatch=dispatch,
                            reconcile=reconcile, interrupted=interrupted, state=state_view,
                            lease=lease, checkpoint_id=found.id if found else None,
-                           checkpoint_seq=found.seq if found else None, replayed_events=replayed,
+                           checkpoint_seq=found.seq if found else None, replayed_events=fold.events,
                            watermark=state.watermark)
 
     async def _acquire(self, req: ResumeRequest) -> LeaseReply:
@@ -389,12 +453,6 @@ class Resumer:
         return reply
 
     # ---- helpers --------------------------------------------------------------------------
-
-    def _view(self, state: WorkingMemory, found: Located | None) -> dict[str, Any]:
-        v: dict[str, Any] = view(state)
-        # The checkpoint drops applied event ids; count them back from its row.
-        v["events_applied"] = (found.events if found else 0) + len(state.applied)
-        return v
 
     async def _last_seq(self) -> int:
         try:

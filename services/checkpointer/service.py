@@ -1,11 +1,15 @@
 """The checkpointer: saves verifiable checkpoints of Working Memory, serves resume.
 
 Automatic saves. It listens to the projector's ``<prefix>.wm.changed.>``
-notifications. A notification only marks its task dirty (notifications for one
-task coalesce); workers take dirty tasks, read the projector's ``task_state``
-row, ask ``core.checkpoint_policy.due`` whether a checkpoint is due against
-what they know of the task's last checkpoint (read back from PostgreSQL the
-first time a task is seen), and if so build and save one. A task is never
+notifications. Each carries the task's ``TaskProgress`` (events applied,
+status, the sequence of its latest terminal step), which is all
+``core.checkpoint_policy.due`` needs: a notification of a task whose last
+checkpoint is known and for which nothing is due ends right there, with no
+read (most notifications, as a checkpoint is due every 100 events). The others
+mark their task dirty (notifications for one task coalesce to the newest);
+workers take dirty tasks, learn the task's last checkpoint (read back from
+PostgreSQL the first time a task is seen), and only when a checkpoint is due
+read the projected state, check the policy on it and save it. A task is never
 evaluated by two workers at once. A missed notification only delays a
 checkpoint: resume replays the ledger after whatever checkpoint it finds.
 
@@ -52,7 +56,7 @@ from agentledger.contracts.resume import (
 )
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
-from agentledger.core.state import WorkingMemory, decode_state
+from agentledger.core.state import WorkingMemory
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ledger_subject
@@ -114,8 +118,8 @@ class Checkpointer:
         self._tenants: TenantRegistry | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
-        # Dirty tasks -> highest notified seq; a task is in at most one of dirty / busy.
-        self._dirty: OrderedDict[Key, int] = OrderedDict()
+        # Dirty tasks -> their newest notification; a task is in at most one of dirty / busy.
+        self._dirty: OrderedDict[Key, TaskChanged] = OrderedDict()
         self._busy: set[Key] = set()
         self._wake = asyncio.Event()
         self._locks: dict[Key, asyncio.Lock] = {}
@@ -207,10 +211,22 @@ class Checkpointer:
             log.warning("checkpointer.bad_notification", subject=msg.subject)
             return
         key = (changed.tenant, changed.task_id)
-        self._dirty[key] = max(changed.seq, self._dirty.get(key, 0))
+        pending = self._dirty.get(key)
+        if pending is not None and pending.seq >= changed.seq:
+            return  # late: a newer notification of the task is already waiting
+        known = self._last.get(key)
+        if known is not None and key not in self._busy and changed.progress is not None \
+                and policy.due(changed.seq, changed.progress, known, self.every_n) is None:
+            # Nothing is due. A waiting older notification of the task is superseded: a
+            # worker would read this state (or a newer one) for it anyway.
+            self._last.move_to_end(key)
+            self._dirty.pop(key, None)
+            self._mark_evaluated(key, changed.seq)
+            return
+        self._dirty[key] = changed
         self._wake.set()
 
-    def _next_dirty(self) -> tuple[Key, int] | None:
+    def _next_dirty(self) -> tuple[Key, TaskChanged] | None:
         for key in self._dirty:
             if key not in self._busy:
                 return key, self._dirty.pop(key)
@@ -224,10 +240,10 @@ class Checkpointer:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                key, notified = item
+                key, changed = item
                 self._busy.add(key)
                 try:
-                    await self._evaluate(key, notified)
+                    await self._evaluate(key, changed)
                 except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
                         AgentLedgerError) as exc:
                     # Not fatal: the next notification of the task tries again.
@@ -246,18 +262,27 @@ class Checkpointer:
                 self._failed.set_exception(exc)
             raise
 
-    async def _evaluate(self, key: Key, notified: int) -> None:
-        """Save a checkpoint of ``key`` if the policy says one is due."""
+    async def _evaluate(self, key: Key, changed: TaskChanged) -> None:
+        """Save a checkpoint of ``key`` if the policy says one is due.
+
+        The state is read only when the notification says a checkpoint is due (or
+        cannot say); the decision is then taken again on the state read, which may
+        be newer than the notification.
+        """
         async with self._lock(key):
             known = self._last.get(key)
-            if known is not None and notified <= known.seq:
-                self._mark_evaluated(key, notified)  # a late notification: nothing new
+            if known is not None and changed.seq <= known.seq:
+                self._mark_evaluated(key, changed.seq)  # a late notification: nothing new
+                return
+            last = await self._last_checkpoint(key)
+            if changed.progress is not None and policy.due(
+                    changed.seq, changed.progress, last, self.every_n) is None:
+                self._mark_evaluated(key, changed.seq)
                 return
             seq, state = await self._projected(key)
             if state is None:
                 return
-            last = await self._last_checkpoint(key)
-            reason = policy.due(state, last, self.every_n)
+            reason = policy.due_for_state(state, last, self.every_n)
             if reason is not None:
                 checkpoint_id = await self._save(state)
                 log.info("checkpointer.saved", tenant=key[0], task=key[1], seq=state.watermark,
@@ -324,10 +349,10 @@ class Checkpointer:
 
     async def _projected(self, key: Key) -> tuple[int, WorkingMemory | None]:
         assert self._pool is not None
-        row = await self.projection.get_task(self._pool, key[0], key[1])
-        if row is None:
+        loaded = await self.projection.load_state(self._pool, key[0], key[1])
+        if loaded is None:
             return 0, None
-        return int(row["seq"]), decode_state(row["state"])
+        return loaded.seq, loaded.state
 
     async def _last_checkpoint(self, key: Key) -> policy.LastCheckpoint | None:
         known = self._last.get(key)
@@ -337,7 +362,10 @@ class Checkpointer:
         assert self.store is not None
         found = await self.store.locate(*key)
         if found is None:
-            return None
+            # Remembered too: until its first checkpoint, a task's notifications are then
+            # decided without a read, like those of any task whose checkpoint is known.
+            self._remember(key, policy.NONE)
+            return policy.NONE
         try:
             cp = cp_mod.decode(found.body)
             status = cp_mod.restore(cp).status
@@ -358,7 +386,7 @@ class Checkpointer:
         """Build and store a checkpoint of ``state``; the caller holds the task's lock."""
         assert self.store is not None
         cp = cp_mod.build(state, now=time.time(), ttl_s=self.ttl_s)
-        checkpoint_id = await self.store.save(cp, events=len(state.applied))
+        checkpoint_id = await self.store.save(cp, events=state.events_applied)
         self._remember((state.tenant, state.task_id), policy.of_state(state))
         self.saves += 1
         return int(checkpoint_id)

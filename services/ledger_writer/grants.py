@@ -41,7 +41,10 @@ class LedgerGrants:
         return ledger_subject(self._settings.prefix, tenant, task_id)
 
     async def task_last_seq(self, tenant: str, task_id: str) -> int:
-        return await self._committer.last_seq(self._subject(tenant, task_id))
+        subject = self._subject(tenant, task_id)
+        # Appends accepted without the lease lock may still be on their way to the ledger.
+        await self._committer.settled(subject)
+        return await self._committer.last_seq(subject)
 
     async def record_grant(self, tenant: str, task_id: str, *, holder: str, expires_at: float,
                            secret_hash: str, expected_last_seq: int) -> int:

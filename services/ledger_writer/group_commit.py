@@ -13,6 +13,14 @@ offender gets its own answer and the others are stored, each exactly once:
 ids are deduplicated by the server, and an id the server already holds is found
 with a non-writing probe rather than by writing again.
 
+Order. Units of one subject (one task) are stored in the order they were
+submitted: publishes on one connection reach the stream in the order they are
+written, the flusher takes units in queue order, and a subject that is part
+of an unresolved atomic batch of several callers is not published again until
+that batch is settled (otherwise a split-and-retry could put the batch's units
+after later ones). Only a publish whose ack never came and that is retried
+(same ids, stored once) can land after a later unit of its task.
+
 A duplicate is only a duplicate if it says the same thing. Every message
 carries its event's digest (``Agentledger-Digest``); when the server reports an
 id as already stored, the stored message's digest is read back by sequence
@@ -123,14 +131,44 @@ class GroupCommitter:
         self._slots = asyncio.Semaphore(max_inflight)
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Units submitted and not yet settled, by subject (see ``settled``).
+        self._open: dict[str, set[Unit]] = {}
+        # Subjects of unresolved atomic batches of several units -> how many such batches.
+        self._held: dict[str, int] = {}
 
-    async def submit(self, unit: Unit) -> list[AppendResult]:
-        """Queue ``unit`` and wait until it is durably stored (or refused)."""
+    def submit_nowait(self, unit: Unit) -> asyncio.Future[list[AppendResult]]:
+        """Queue ``unit`` now (its place in its task's order is taken here); its future
+        resolves once it is durably stored, or raises why not."""
         if self._closed:
             raise UnavailableError("the writer is shutting down")
         self._queue.append(unit)
+        units = self._open.get(unit.subject)
+        if units is None:
+            units = self._open[unit.subject] = set()
+        units.add(unit)
+        unit.future.add_done_callback(lambda _: self._settle(unit))
         self._wakeup.set()
-        return await unit.future
+        return unit.future
+
+    async def submit(self, unit: Unit) -> list[AppendResult]:
+        """Queue ``unit`` and wait until it is durably stored (or refused)."""
+        return await self.submit_nowait(unit)
+
+    def _settle(self, unit: Unit) -> None:
+        units = self._open.get(unit.subject)
+        if units is not None:
+            units.discard(unit)
+            if not units:
+                del self._open[unit.subject]
+
+    async def settled(self, subject: str) -> None:
+        """Wait until every unit submitted for ``subject`` so far is stored or refused.
+
+        A lease grant reads the task's last sequence after this, so an append
+        accepted before the grant is never stored after it.
+        """
+        while units := self._open.get(subject):
+            await asyncio.wait([u.future for u in units])
 
     async def run(self) -> None:
         """Flusher loop: runs until cancelled; returns after ``close`` drains."""
@@ -143,6 +181,15 @@ class GroupCommitter:
                 continue
             await self._slots.acquire()
             batch = self._take()
+            if not batch:
+                # Everything queued waits for a batch in flight to settle (which wakes us).
+                self._slots.release()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            if len(batch) > 1 and not self._plain(batch):
+                for subject in {u.subject for u in batch}:
+                    self._held[subject] = self._held.get(subject, 0) + 1
             task = asyncio.create_task(self._commit_batch(batch))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
@@ -156,34 +203,44 @@ class GroupCommitter:
             await asyncio.sleep(0)
 
     def _take(self) -> list[Unit]:
-        """Greedily take queued units that may share one atomic batch.
+        """Greedily take queued units that may share one atomic batch, keeping each
+        subject's order.
 
         A unit carrying an expectation must be the first writer of its subject in
         the batch (the server checks expectations against the pre-batch state and
-        refuses one on a subject the batch already wrote); such a unit waits for
-        the next batch instead.
+        refuses one on a subject the batch already wrote); such a unit, and every
+        later one of its subject, waits for the next batch instead. So do the units
+        of a subject held by an unresolved atomic batch of several units.
         """
         batch: list[Unit] = []
         size = 0
         subjects: set[str] = set()
+        waiting: set[str] = set()
         deferred: list[Unit] = []
         while self._queue:
             unit = self._queue[0]
             if batch and size + len(unit) > self._max_batch:
                 break
             self._queue.popleft()
-            if unit.expected_last_seq is not None and unit.subject in subjects:
+            subject = unit.subject
+            if subject in waiting or subject in self._held or (
+                    unit.expected_last_seq is not None and subject in subjects):
+                waiting.add(subject)
                 deferred.append(unit)
                 continue
             batch.append(unit)
             size += len(unit)
-            subjects.add(unit.subject)
+            subjects.add(subject)
         self._queue.extendleft(reversed(deferred))
         return batch
 
+    def _plain(self, batch: list[Unit]) -> bool:
+        """Whether ``batch`` goes as independent plain publishes rather than one atomic batch."""
+        return len(batch) < self._pipeline_below and all(len(u) == 1 for u in batch)
+
     async def _commit_batch(self, batch: list[Unit]) -> None:
         try:
-            if len(batch) < self._pipeline_below and all(len(u) == 1 for u in batch):
+            if self._plain(batch):
                 # A few single events: plain publishes, pipelined, are cheaper than an
                 # atomic batch (which has a fixed commit cost) and fail independently.
                 await asyncio.gather(*(self._commit_alone(u) for u in batch))
@@ -204,6 +261,13 @@ class GroupCommitter:
                 if not unit.future.done():
                     unit.future.set_exception(exc)
         finally:
+            if len(batch) > 1 and not self._plain(batch):
+                for subject in {u.subject for u in batch}:
+                    if self._held[subject] == 1:
+                        del self._held[subject]
+                    else:
+                        self._held[subject] -= 1
+                self._wakeup.set()  # units of these subjects may go now
             self._slots.release()
 
     async def _commit_alone(self, unit: Unit, *, retries: int = 1) -> None:

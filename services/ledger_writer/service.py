@@ -4,15 +4,25 @@ Agents call the NATS micro endpoint ``<prefix>.writer.append`` with one event or
 an atomic batch of one task. The writer validates everything it can without
 task state (shape, tokens, sizes, plan DAG, goal hash), seals personal values,
 and answers only after JetStream has durably stored the events: ``{seq,
-duplicate}`` per event, or one typed error and nothing stored. The handler
-returns to the subscription at once and finishes in a task of its own, so
-concurrent appends can meet in the group committer.
+duplicate}`` per event, or one typed error and nothing stored.
+
+The common append (no expectation, no lease token, nothing to seal, no
+artifact to check, a task without a live lease) is handed to the group
+committer inside the handler, without an await, so its place in its task's
+order is its arrival; the reply is queued when the commit settles and the
+queued replies go out together. Any other append finishes in a task of its
+own, behind the earlier ones of its task that still wait to be handed over
+(its lane), so per-task order stays arrival order. It holds the task's lease
+lock from the lease check through the durable commit only when that matters:
+the task has, or may have, a live lease, or the append carries an
+expectation; a lease grant waits for the unlocked appends already accepted.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import nats
 import nats.js.errors
@@ -32,7 +42,7 @@ from agentledger.contracts.codec import (
     error_body,
 )
 from agentledger.contracts.events import EventBase, kind_of
-from agentledger.core.validate import check_batch
+from agentledger.core.validate import check_batch, has_personal_content
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
@@ -46,6 +56,8 @@ from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-ledger-writer"
+
+Key = tuple[str, str]
 
 
 def append_subject(prefix: str) -> str:
@@ -78,6 +90,13 @@ class LedgerWriter:
         self._tenants: TenantRegistry | None = None
         self._stopped = False
         self._stream_lock = asyncio.Lock()
+        # Per task, the newest append that finishes in a task and is not yet handed to the
+        # committer: later appends of the task wait for it (resolved once it is handed over).
+        self._lanes: dict[Key, asyncio.Future[None]] = {}
+        # Replies waiting to be sent, all at once, by ``_deliver``.
+        self._outbox: list[tuple[Request, bytes]] = []
+        self._outbox_ready = asyncio.Event()
+        self._deliverer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -93,6 +112,7 @@ class LedgerWriter:
                                          on_no_stream=self._stream_missing)
         self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
         self._flusher = asyncio.create_task(self._committer.run())
+        self._deliverer = asyncio.create_task(self._deliver())
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
         self._leases = LeaseTable(self._nc, s.leases_bucket,
                                   LedgerGrants(self._nc, s, self._committer),
@@ -141,9 +161,11 @@ class LedgerWriter:
             return True
 
     def alive(self) -> bool:
-        """Connected or reconnecting with a live read loop, and the group committer running."""
+        """Connected or reconnecting with a live read loop; the group committer and the
+        reply sender running."""
         return (self._nc is not None and reader_alive(self._nc)
-                and self._flusher is not None and not self._flusher.done())
+                and self._flusher is not None and not self._flusher.done()
+                and self._deliverer is not None and not self._deliverer.done())
 
     async def stop(self) -> None:
         if self._stopped:
@@ -155,6 +177,10 @@ class LedgerWriter:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._committer is not None:
             await self._committer.close()
+        await asyncio.sleep(0)  # the last commits' reply callbacks
+        await self._send_replies()
+        if self._deliverer is not None:
+            self._deliverer.cancel()
         if self._leases is not None:
             await self._leases.stop()
         if self._tenants is not None:
@@ -165,17 +191,82 @@ class LedgerWriter:
             await self._nc.drain()
 
     async def _on_request(self, req: Request) -> None:
-        assert self._tenants is not None
+        assert self._tenants is not None and self._committer is not None
         try:
             caller = await self._tenants.caller(req.headers)
-            unit = self._prepare(req.data, caller)
+            prepared = self._prepare(req.data, caller)
         except AgentLedgerError as exc:
             log.info("append.rejected", code=exc.code, path=exc.path)
             await req.respond(error_reply(exc))
             return
-        task = asyncio.create_task(self._finish(req, unit, caller))
+        events, expected, _ = prepared
+        first = events[0]
+        key = (first.tenant, first.task_id)
+        if key not in self._lanes and expected is None and self._as_is(events):
+            subject = ledger_subject(self.settings.prefix, first.tenant, first.task_id)
+            try:
+                future = self._committer.submit_nowait(make_unit(subject, events, events))
+            except AgentLedgerError as exc:
+                await req.respond(error_reply(exc))
+                return
+            future.add_done_callback(partial(self._answer, req, key))
+            return
+        # Taken now, so that later appends of the task queue behind this one.
+        previous = self._lanes.get(key)
+        handed = self._lanes[key] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._finish(req, prepared, caller, previous, handed))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    def _as_is(self, events: list[EventBase]) -> bool:
+        """Whether the events can be committed as they are, with no I/O and no lease lock:
+        nothing to seal, no artifact reference, no token, and a task without a live lease."""
+        assert self._leases is not None
+        first = events[0]
+        return (all(e.fencing_token is None and not has_personal_content(e) for e in events)
+                and not artifacts.artifact_refs(events)
+                and self._leases.unleased(first.tenant, first.task_id))
+
+    def _answer(self, req: Request, key: Key, future: asyncio.Future[list[AppendResult]]) -> None:
+        """Queue the reply to an append handed over in the handler, once its commit settled."""
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            self._reply(req, encode(AppendReply(ok=True, results=future.result())))
+        elif isinstance(exc, AgentLedgerError):
+            log.info("append.refused", tenant=key[0], task=key[1], code=exc.code, path=exc.path)
+            self._reply(req, error_reply(exc))
+        else:
+            log.error("append.failed", tenant=key[0], task=key[1], exc_info=exc)
+            self._reply(req, error_reply(AgentLedgerError("internal error", code="internal",
+                                                          retryable=True)))
+
+    def _reply(self, req: Request, data: bytes) -> None:
+        self._outbox.append((req, data))
+        self._outbox_ready.set()
+
+    async def _deliver(self) -> None:
+        """Send queued replies: those settled together go out in one socket write."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            await self._send_replies()
+
+    async def _send_replies(self) -> None:
+        out, self._outbox = self._outbox, []
+        for req, data in out:
+            try:
+                await req.respond(data)
+            except Exception:  # noqa: BLE001 - the caller went away; the others still get theirs
+                log.warning("append.reply_failed")
+
+    def _handed(self, key: Key, handed: asyncio.Future[None]) -> None:
+        """The append behind ``handed`` reached the committer (or failed before): free its lane."""
+        if not handed.done():
+            handed.set_result(None)
+        if self._lanes.get(key) is handed:
+            del self._lanes[key]
 
     def _prepare(self, data: bytes,
                  caller: Caller) -> tuple[list[EventBase], int | None, str | None]:
@@ -210,20 +301,28 @@ class LedgerWriter:
 
     async def _finish(self, req: Request,
                       prepared: tuple[list[EventBase], int | None, str | None],
-                      caller: Caller) -> None:
+                      caller: Caller, previous: asyncio.Future[None] | None,
+                      handed: asyncio.Future[None]) -> None:
         events, expected, lease_secret = prepared
         first = events[0]
+        key = (first.tenant, first.task_id)
         with structlog.contextvars.bound_contextvars(tenant=first.tenant, task=first.task_id,
                                                      trace_id=first.trace_id):
             try:
-                assert self._keyring is not None and self._artifacts is not None
-                # The artifact must be durable before the event that cites it is accepted.
-                await artifacts.check_refs(self._artifacts, events)
-                sealed = [await seal_event(e, self._keyring) for e in events]
-                # Digests of the events as sent: sealing draws a fresh nonce on every retry.
-                unit = make_unit(ledger_subject(self.settings.prefix, first.tenant, first.task_id),
-                                 events, sealed, expected)
-                results = await self._commit_fenced(events, unit, caller, lease_secret)
+                try:
+                    if previous is not None:
+                        await previous
+                    assert self._keyring is not None and self._artifacts is not None
+                    # The artifact must be durable before the event that cites it is accepted.
+                    await artifacts.check_refs(self._artifacts, events)
+                    sealed = [await seal_event(e, self._keyring) for e in events]
+                    # Digests of the events as sent: sealing draws a fresh nonce on every retry.
+                    unit = make_unit(ledger_subject(self.settings.prefix, first.tenant,
+                                                    first.task_id), events, sealed, expected)
+                    results = await self._commit_fenced(events, unit, caller, lease_secret,
+                                                        partial(self._handed, key, handed))
+                finally:
+                    self._handed(key, handed)
             except AgentLedgerError as exc:
                 log.info("append.refused", code=exc.code, path=exc.path)
                 await req.respond(error_reply(exc))
@@ -236,10 +335,21 @@ class LedgerWriter:
             await req.respond(encode(AppendReply(ok=True, results=results)))
 
     async def _commit_fenced(self, events: list[EventBase], unit: Unit, caller: Caller,
-                             lease_secret: str | None) -> list[AppendResult]:
-        """Commit ``unit``, holding the task's lease lock from the lease check to the ack."""
+                             lease_secret: str | None,
+                             handed: Callable[[], None]) -> list[AppendResult]:
+        """Commit ``unit``; call ``handed`` once it is queued in the committer.
+
+        Without an expectation or a token, on a task without a live lease, nothing
+        needs checking; otherwise the task's lease lock is held from the lease check
+        to the ack, so no lease change and no other append slips in between.
+        """
         assert self._leases is not None and self._committer is not None
         first = events[0]
+        if (unit.expected_last_seq is None and all(e.fencing_token is None for e in events)
+                and self._leases.unleased(first.tenant, first.task_id)):
+            future = self._committer.submit_nowait(unit)
+            handed()
+            return await future
         async with self._leases.locked(first.tenant, first.task_id):
             try:
                 await self._leases.check(first.tenant, first.task_id,
@@ -252,7 +362,9 @@ class LedgerWriter:
                 if stored is not None:
                     return stored
                 raise
-            return await self._committer.submit(unit)
+            future = self._committer.submit_nowait(unit)
+            handed()
+            return await future
 
     def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
         async def handle(req: Request) -> None:

@@ -2,8 +2,9 @@
 
 A plain dict to the projection loop (``cache[key]``, ``key in cache``, ``pop``,
 ``clear``, insertion order = least recently changed first) that also knows each
-state's size: the length of the encoding last written for it, which the loop
-has in hand after every commit (``note``). ``trim`` then evicts the oldest
+state's size: the bytes of its core row plus those of each of its variable rows,
+as read (``load``) or last written (``note``: a batch writes the core and only
+the variables it set, so the others keep their known size). ``trim`` then evicts the oldest
 states while either bound is exceeded, down to half of it, so the cost of
 trimming is paid once per many batches. A counted bound alone let 50,000 states
 of 10 MB each be held; an evicted state is simply read back from PostgreSQL by
@@ -12,10 +13,11 @@ the next batch that touches its task.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
 from agentledger.core.state import WorkingMemory
+from agentledger.services.projector.store import Loaded
 
 Key = tuple[str, str]
 
@@ -26,6 +28,7 @@ class StateCache(dict[Key, WorkingMemory]):
     def __init__(self) -> None:
         super().__init__()
         self._sizes: dict[Key, int] = {}
+        self._variable_sizes: dict[Key, dict[str, int]] = {}
         self._bytes = 0
 
     @property
@@ -36,6 +39,7 @@ class StateCache(dict[Key, WorkingMemory]):
 
     def _forget(self, key: Key) -> None:
         self._bytes -= self._sizes.pop(key, 0)
+        self._variable_sizes.pop(key, None)
 
     def __delitem__(self, key: Key) -> None:
         super().__delitem__(key)
@@ -48,15 +52,31 @@ class StateCache(dict[Key, WorkingMemory]):
     def clear(self) -> None:
         super().clear()
         self._sizes.clear()
+        self._variable_sizes.clear()
         self._bytes = 0
 
-    def note(self, rows: Iterable[tuple[str, str, int, bytes, str]]) -> None:
-        """Record the size of each state just written (``TaskRow``: tenant, task, seq, data, hash)."""
-        for tenant, task_id, _, data, _ in rows:
-            key = (tenant, task_id)
-            if key in self:
-                self._bytes += len(data) - self._sizes.get(key, 0)
-                self._sizes[key] = len(data)
+    def touch(self, key: Key) -> None:
+        """Move a held state to the young end (recently changed), keeping its known sizes."""
+        dict.__setitem__(self, key, dict.pop(self, key))
+
+    def load(self, loaded: Loaded) -> None:
+        """Hold a state read back from PostgreSQL, sized by the rows it was read from."""
+        self._forget(loaded.key)
+        self[loaded.key] = loaded.state
+        self._variable_sizes[loaded.key] = dict(loaded.variable_bytes)
+        self._sizes[loaded.key] = loaded.core_bytes + sum(loaded.variable_bytes.values())
+        self._bytes += self._sizes[loaded.key]
+
+    def note(self, key: Key, core_bytes: int, variable_bytes: Mapping[str, int]) -> None:
+        """Record the sizes of the rows just written for a held state: its core and the
+        variables written (the others are unchanged)."""
+        if key not in self:
+            return
+        sizes = self._variable_sizes.setdefault(key, {})
+        sizes.update(variable_bytes)
+        total = core_bytes + sum(sizes.values())
+        self._bytes += total - self._sizes.get(key, 0)
+        self._sizes[key] = total
 
     def trim(self, max_count: int, max_bytes: int) -> None:
         """Evict the least recently changed states once over a bound, down to half of it."""

@@ -3,15 +3,20 @@
 ``read_stream`` reads the stream with an ordered push consumer (ephemeral,
 flow-controlled, gap-checked by nats-py) and a callback that does the least
 Python work it can per message: split the reply subject for the stream
-sequence, decode the event with msgspec, ``apply`` it to the task's state in an
-in-memory dict. ``rebuild`` writes the result with COPY. ``verify`` rebuilds
-into a scratch schema and compares state hashes with the live projection.
+sequence, decode the event with msgspec, fold it into the task's state in an
+in-memory ``Fold``. ``rebuild`` writes the result with COPY: core rows,
+variable rows, turn rows, the applied-event index and the rejections.
+``verify`` rebuilds into a scratch schema and compares every part of every
+task with the live projection.
 
-``fold_message`` is the one place that turns a ledger message into a state
-change; the live projector calls it too, so live and replay cannot disagree on
-what a message means. It files an event only where its subject and its body
-agree on tenant and task: anything else is a recorded rejection, never a crash
-and never a change to some other task's state.
+``decode_message`` and ``fold_event`` are the one place that turns a ledger
+message into a state change; the live projector calls them too, so live and
+replay cannot disagree on what a message means. ``decode_message`` files an
+event only where its subject and its body agree on tenant and task: anything
+else is a recorded rejection, never a crash and never a change to some other
+task's state. Whether an event is a duplicate is decided by the caller with the
+one rule of ``core.reducer``: replay keeps the ids each task consumed in the
+fold (``fold_message``), the live projector asks its ``applied_events`` index.
 """
 
 from __future__ import annotations
@@ -19,11 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
 
 import asyncpg
-import blake3
 import msgspec
 import structlog
 from nats.aio.client import Client
@@ -33,11 +37,28 @@ from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
 from agentledger.contracts.events import AnyEvent, kind_of
-from agentledger.core.reducer import apply
-from agentledger.core.state import WorkingMemory, decode_state, encode_state, new_state
+from agentledger.core.reducer import apply, duplicate
+from agentledger.core.state import (
+    Changes,
+    WorkingMemory,
+    core_hash,
+    decode_state,
+    encode_core,
+    encode_state,
+    encode_turn,
+    encode_variable,
+    new_state,
+)
 from agentledger.errors import UnavailableError
 from agentledger.ledger import ledger_subject, ledger_wildcard, subject_key
-from agentledger.services.projector.store import RejectionRow, Store, TaskRow
+from agentledger.services.projector.store import (
+    AppliedRow,
+    RejectionRow,
+    Store,
+    TaskRow,
+    TurnRow,
+    VariableRow,
+)
 
 log = structlog.get_logger()
 
@@ -64,6 +85,8 @@ class TaskDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     tenant: str
     task_id: str
     problem: str  # missing | extra | different
+    # For ``different``: which parts differ (core, variables, transcript, applied_events).
+    parts: list[str] = []
     live_seq: int | None = None
     replay_seq: int | None = None
     live_hash: str | None = None
@@ -90,7 +113,8 @@ class VerifyReport(msgspec.Struct, frozen=True):
                 f" {self.seconds}s")
         lines = [head]
         for diff in (*self.missing, *self.extra, *self.different):
-            lines.append(f"  {diff.problem}: {diff.tenant}/{diff.task_id}"
+            parts = f" in {', '.join(diff.parts)}" if diff.parts else ""
+            lines.append(f"  {diff.problem}: {diff.tenant}/{diff.task_id}{parts}"
                          f" (live seq {diff.live_seq}, replay seq {diff.replay_seq})")
         return "\n".join(lines)
 
@@ -172,10 +196,10 @@ def _decode(key: Key, data: bytes, seq: int, headers: dict[str, str] | None,
     return None
 
 
-def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, data: bytes,
-                 seq: int, headers: dict[str, str] | None, *, rejections: list[RejectionRow],
-                 subject: str = "") -> bool:
-    """Apply one ledger message to ``states[key]``; True if the task's state was touched.
+def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None, *,
+                   rejections: list[RejectionRow], subject: str = "") -> AnyEvent | None:
+    """The event a ledger message carries for the task ``key``, or None after appending the
+    rejection row that explains why there is none.
 
     ``key`` is the (tenant, task) of the message's subject (``ledger.subject_key``),
     None when the subject is not ``<prefix>.ledger.<tenant>.<task>``: that is a
@@ -183,64 +207,134 @@ def fold_message(states: MutableMapping[Key, WorkingMemory], key: Key | None, da
     A body nested deeper than ``MAX_DEPTH`` is ``too_deep`` (checked before any
     decoder recurses into it); a body that does not decode is ``undecodable``; a
     body naming another tenant or task than its subject is ``subject_mismatch``.
-    None of these touch any state. An event the reducer refuses becomes a
-    rejection row (and a ``Rejection`` inside the state, as the reducer records
-    it). Should the reducer itself raise, the message becomes a
-    ``reducer_error`` row instead of stopping the projection (live and replay
-    record it alike). Every text column of a row is sanitised and bounded
-    (``rejection_row``), so any bytes on any ledger subject end as a row.
+    None of these touch any state, nor consume an event id. Every text column of
+    a row is sanitised and bounded (``rejection_row``), so any bytes on any ledger
+    subject end as a row.
     """
     if key is None:
         tenant, task = subject_tokens(subject)
         rejections.append(rejection_row((
             tenant, task, seq, event_id_of(headers), "", "malformed_subject",
             f"ledger subject {subject[:300]!r} is not <prefix>.ledger.<tenant>.<task>")))
-        return False
+        return None
     event = _decode(key, data, seq, headers, rejections)
     if event is None:
-        return False
+        return None
     if event.tenant != key[0] or event.task_id != key[1]:
         rejections.append(rejection_row((
             key[0], key[1], seq, event.event_id, kind_of(event), "subject_mismatch",
             f"the event names {event.tenant[:100]}/{event.task_id[:100]} but was stored on the "
             f"subject of {key[0]}/{key[1]}")))
-        return False
+        return None
+    return event
+
+
+def fold_event(states: MutableMapping[Key, WorkingMemory], key: Key, event: AnyEvent, seq: int, *,
+               first_seq: int | None, changes: Changes, rejections: list[RejectionRow]) -> None:
+    """Fold one decoded event into ``states[key]``: a duplicate of the event id consumed at
+    ``first_seq``, or (``first_seq`` None) the first occurrence, applied.
+
+    An event the reducer refuses becomes a rejection row (and a ``Rejection``
+    inside the state, as the reducer records it). Should the reducer itself
+    raise, the message becomes a ``reducer_error`` row instead of stopping the
+    projection (live and replay record it alike).
+    """
     state = states.get(key)
     if state is None:
         state = states[key] = new_state(key[0], key[1])
+    if first_seq is not None:
+        duplicate(state, event, seq, first_seq)
+        return
     try:
-        trace = apply(state, event, seq)
+        trace = apply(state, event, seq, changes)
     except Exception as exc:  # noqa: BLE001 - a reducer bug must not wedge the projection
         # Deterministic, so replay records the same; visible as a rejection row.
         log.error("projector.reducer_error", tenant=key[0], task=key[1], seq=seq,
                   error=type(exc).__name__)
         rejections.append(rejection_row((key[0], key[1], seq, getattr(event, "event_id", ""), "",
                                          "reducer_error", type(exc).__name__)))
-        return True
+        return
     if trace.outcome == "rejected":
         rejections.append(rejection_row((key[0], key[1], seq, trace.event_id, trace.kind,
                                          trace.code or "", trace.reason or "")))
-    return True
 
 
 class Fold:
-    """States of many tasks folded from the stream, with what a projection needs."""
+    """States of many tasks folded from the stream, with what a projection needs: the ids
+    each task consumed (its idempotency record), the turns appended and the rejections."""
 
     def __init__(self) -> None:
         self.states: dict[Key, WorkingMemory] = {}
         # Sequence of the last message folded into each task's state.
         self.seqs: dict[Key, int] = {}
+        # Event id -> seq of its first occurrence, per task.
+        self.applied: dict[Key, dict[str, int]] = {}
+        self.changes: dict[Key, Changes] = {}
         self.rejections: list[RejectionRow] = []
         self.events = 0
         self.last_seq = 0
+
+    def task(self, key: Key) -> tuple[dict[str, int], Changes]:
+        """The task's consumed ids and changes, created on first use."""
+        applied = self.applied.get(key)
+        if applied is None:
+            applied = self.applied[key] = {}
+            self.changes[key] = Changes()
+        return applied, self.changes[key]
+
+    def copy_task(self, other: Fold, key: Key) -> None:
+        """Continue ``other``'s fold of one task here (a copy: ``other`` stays as it is)."""
+        if key not in other.states:
+            return
+        self.states[key] = decode_state(encode_state(other.states[key]))
+        self.seqs[key] = other.seqs[key]
+        self.applied[key] = dict(other.applied[key])
+        changes = self.changes[key] = Changes()
+        changes.turns = list(other.changes[key].turns)
 
     def task_rows(self) -> list[TaskRow]:
         rows: list[TaskRow] = []
         seqs = self.seqs
         for key, state in self.states.items():
-            data = encode_state(state)
-            rows.append((key[0], key[1], seqs[key], data, blake3.blake3(data).hexdigest()))
+            data = encode_core(state)
+            rows.append((key[0], key[1], seqs[key], data, core_hash(data)))
         return rows
+
+    def variable_rows(self) -> Iterator[VariableRow]:
+        for key, state in self.states.items():
+            for name, variable in state.variables.items():
+                yield key[0], key[1], name, variable.seq, encode_variable(variable)
+
+    def turn_rows(self) -> Iterator[TurnRow]:
+        for key, changes in self.changes.items():
+            for turn in changes.turns:
+                yield key[0], key[1], turn.ordinal, turn.seq, encode_turn(turn)
+
+    def applied_rows(self) -> Iterator[AppliedRow]:
+        for key, applied in self.applied.items():
+            for event_id, seq in applied.items():
+                yield key[0], key[1], event_id, seq
+
+
+def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
+                 headers: dict[str, str] | None, *, subject: str = "") -> bool:
+    """Replay's fold of one ledger message into ``fold``; True if a task's state was touched.
+
+    Duplicates follow the reducer's rule over the ids the fold recorded: the
+    first occurrence of an event id in a task is consumed, later ones are no-ops
+    (the fold must therefore start at the task's first message, or carry the ids
+    consumed before, see ``Fold.copy_task``).
+    """
+    event = decode_message(key, data, seq, headers, rejections=fold.rejections, subject=subject)
+    if event is None or key is None:
+        return False
+    applied, changes = fold.task(key)
+    first = applied.get(event.event_id)
+    if first is None:
+        applied[event.event_id] = seq
+    fold_event(fold.states, key, event, seq, first_seq=first, changes=changes,
+               rejections=fold.rejections)
+    return True
 
 
 def stream_seq(msg: Any) -> int:
@@ -315,7 +409,7 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    states, seqs, rejections = fold.states, fold.seqs, fold.rejections
+    seqs = fold.seqs
     keys = SubjectKeys(settings.prefix)
     count = [0, 0]  # messages folded, last sequence folded
 
@@ -333,8 +427,7 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
                 done.set_result(None)
                 return
             key = keys[msg.subject]
-            if fold_message(states, key, msg.data, seq, msg.headers, rejections=rejections,
-                            subject=msg.subject) and key is not None:
+            if fold_message(fold, key, msg.data, seq, msg.headers, subject=msg.subject) and key:
                 seqs[key] = seq
             n = count[0] = count[0] + 1
             count[1] = seq
@@ -371,6 +464,9 @@ async def write_fold(conn: asyncpg.Connection, schema: str, fold: Fold,
         await store.lock_watermark(conn)
         await store.truncate(conn)
         await store.copy_tasks(conn, rows)
+        await store.copy_variables(conn, fold.variable_rows())
+        await store.copy_turns(conn, fold.turn_rows())
+        await store.copy_applied(conn, fold.applied_rows())
         await store.copy_rejections(conn, fold.rejections)
         await store.set_watermark(conn, fold.last_seq)
 
@@ -450,11 +546,14 @@ async def _wait_watermark(conn: asyncpg.Connection, target: int, wait_s: float) 
 
 async def verify(settings: Settings, progress: Progress | None = None,
                  wait_s: float = 60.0) -> VerifyReport:
-    """Rebuild into a scratch schema and compare every task's state hash with the live projection.
+    """Rebuild into a scratch schema and compare every part of every task with the live
+    projection: the core row (its seq and hash) and, row by row, the variables, the turns
+    and the applied-event index.
 
     Tasks that changed in the live projection after the replayed point are
-    folded further, each up to its live row's sequence, so the comparison is
-    exact while the projector keeps running.
+    folded further, each up to its live row's sequence, and rewritten in the
+    scratch schema. The live rows are read in one snapshot, so the comparison
+    is exact while the projector keeps running.
     """
     started = time.perf_counter()
     nc, conn = await _connect(settings)
@@ -462,33 +561,42 @@ async def verify(settings: Settings, progress: Progress | None = None,
         _, fold, rows = await rebuild_with(nc, conn, settings, VERIFY_SCHEMA, progress)
         last = fold.last_seq
         live_wm = await _wait_watermark(conn, last, wait_s)
-        live = await Store(LIVE_SCHEMA).task_hashes(conn)
+        live_store, scratch = Store(LIVE_SCHEMA), Store(VERIFY_SCHEMA)
         replay: dict[Key, tuple[int, str]] = {(r[0], r[1]): (r[2], r[4]) for r in rows}
-
-        # Tasks the projector advanced past the replayed point: fold them further.
         refolded = 0
-        for key, (live_seq, _) in live.items():
-            if live_seq <= last:
-                continue
-            refolded += 1
-            part = Fold()
-            if key in fold.states:
-                part.states[key] = decode_state(encode_state(fold.states[key]))
-                part.seqs[key] = fold.seqs[key]
-            await read_stream(nc, settings, live_seq, fold=part, start_seq=last + 1,
-                              subject=ledger_subject(settings.prefix, *key))
-            if key in part.states:
-                data = encode_state(part.states[key])
-                replay[key] = (part.seqs[key], blake3.blake3(data).hexdigest())
+        async with conn.transaction(isolation="repeatable_read"):
+            live = await live_store.task_hashes(conn)
+            # Tasks the projector advanced past the replayed point: fold them further.
+            for key, (live_seq, _) in live.items():
+                if live_seq <= last:
+                    continue
+                refolded += 1
+                part = Fold()
+                part.copy_task(fold, key)
+                await read_stream(nc, settings, live_seq, fold=part, start_seq=last + 1,
+                                  subject=ledger_subject(settings.prefix, *key))
+                if key in part.states:
+                    await scratch.delete_task(conn, key)
+                    task_rows = part.task_rows()
+                    await scratch.upsert_tasks(conn, task_rows)
+                    await scratch.write_parts(conn, list(part.variable_rows()), list(part.turn_rows()))
+                    await scratch.copy_applied(conn, part.applied_rows())
+                    replay[key] = (task_rows[0][2], task_rows[0][4])
+            parts = await live_store.part_differences(conn, scratch)
 
         missing, extra, different = [], [], []
         for key, (seq, digest) in replay.items():
             got = live.get(key)
             if got is None:
                 missing.append(TaskDiff(key[0], key[1], "missing", replay_seq=seq, replay_hash=digest))
-            elif got[1] != digest or got[0] != seq:
-                different.append(TaskDiff(key[0], key[1], "different", live_seq=got[0],
-                                          replay_seq=seq, live_hash=got[1], replay_hash=digest))
+                continue
+            differ = [name for name, keys in parts.items() if key in keys]
+            if got[1] != digest or got[0] != seq:
+                differ.insert(0, "core")
+            if differ:
+                different.append(TaskDiff(key[0], key[1], "different", parts=differ,
+                                          live_seq=got[0], replay_seq=seq, live_hash=got[1],
+                                          replay_hash=digest))
         for key, (seq, digest) in live.items():
             if key not in replay:
                 extra.append(TaskDiff(key[0], key[1], "extra", live_seq=seq, live_hash=digest))

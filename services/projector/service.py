@@ -12,9 +12,11 @@ batch that would jump over a message still in the stream is refused.
 
 Each fetched batch is applied in ONE transaction that row-locks the watermark,
 skips messages at or below it (a redelivery after a crash is a no-op), checks
-that nothing between the watermark and the batch is missing, applies the
-events to cached states, upserts the changed task rows, inserts rejection
-rows and advances the watermark. Only after the commit is the batch acked and
+that nothing between the watermark and the batch is missing, claims the
+batch's event ids in the ``applied_events`` index (a repeat is a duplicate),
+applies the events to cached states, writes each touched task's core row and
+only the variable and turn rows the reducer changed, inserts rejection rows
+and advances the watermark. Only after the commit is the batch acked and
 ``TaskChanged`` published. Any error drops the state cache and re-derives the
 consumer from the watermark, so nothing is skipped or applied twice.
 
@@ -32,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,13 +58,22 @@ from agentledger.contracts.api import (
     EventRejected,
     RejectionItem,
     RejectionsPage,
-    TaskChanged,
     TaskRef,
     ViewChunk,
     WorkingMemoryReply,
 )
 from agentledger.contracts.codec import decode_task_ref, encode
-from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
+from agentledger.contracts.events import AnyEvent
+from agentledger.core.checkpoint_policy import task_changed
+from agentledger.core.state import (
+    Changes,
+    core_hash,
+    core_view,
+    decode_state,
+    encode_core,
+    encode_turn,
+    encode_variable,
+)
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
@@ -72,17 +83,21 @@ from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
-    fold_message,
+    decode_message,
+    fold_event,
     rebuild_with,
     rejection_row,
     stream_seq,
     subject_tokens,
 )
 from agentledger.services.projector.store import (
+    Key,
     ProjectionMissingError,
     RejectionRow,
     Store,
     TaskRow,
+    TurnRow,
+    VariableRow,
 )
 
 log = structlog.get_logger()
@@ -137,17 +152,30 @@ POISON_ERRORS: tuple[type[BaseException], ...] = (
     RecursionError, msgspec.MsgspecError)
 
 
-async def render_view(state: WorkingMemory, keyring: Keyring | None) -> dict[str, Any]:
-    """The Working Memory view returned by ``wm.get``.
+# Present in a view's JSON exactly where a value or turn is sealed (a sealed field that is
+# null reads ``"sealed":null``; inside a JSON string the quotes would be escaped).
+_SEALED = b'"sealed":{'
 
-    Personal values stay sealed unless the caller asked to reveal them (``keyring``
-    given); rows in PostgreSQL always hold them sealed, so destroying a subject's
-    key reaches the projection without rewriting it.
+
+async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None) -> bytes:
+    """The Working Memory view returned by ``wm.get``, as JSON, from a task's rows
+    (``Store.get_task``).
+
+    Only the core row is decoded (the derived sets need it); the variables and
+    the turns are spliced in as the JSON their rows hold. Personal values stay
+    sealed unless the caller asked to reveal them (``keyring`` given, called only
+    when some are sealed): only then is the view decoded, opened and encoded again. Rows
+    in PostgreSQL always hold them sealed, so destroying a subject's key reaches
+    the projection without rewriting it.
     """
-    rendered: dict[str, Any] = view(state)
-    if keyring is not None:
-        await reveal(rendered, keyring)
-    return rendered
+    variables, transcript = row["variables"] or b"", row["transcript"] or b""
+    rendered = core_view(decode_state(row["state"]))
+    rendered["variables"] = msgspec.Raw(b"{" + variables + b"}")
+    rendered["transcript"] = msgspec.Raw(b"[" + transcript + b"]")
+    data = _view_encoder.encode(rendered)
+    if keyring is None or (_SEALED not in variables and _SEALED not in transcript):
+        return data
+    return _view_encoder.encode(await reveal(msgspec.json.decode(data), keyring()))
 
 
 def changed_subject(prefix: str, tenant: str, task_id: str) -> str:
@@ -594,37 +622,91 @@ class Projector:
 
     async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]],
                      rejections: list[RejectionRow]) -> list[TaskRow]:
-        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write it, in the caller's
-        transaction; the rejections it records are appended to ``rejections``."""
+        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write what it changed, in the
+        caller's transaction; the rejections it records are appended to ``rejections``.
+
+        Written: the core row of every task touched, and only the variable and turn
+        rows the reducer reported changed.
+        """
         await self._check_contiguous(wm, [seq for seq, _ in fresh])
         cache = self._cache
-        prefix = self.settings.prefix
-        keys = [subject_key(prefix, msg.subject) for _, msg in fresh]
-        missing = list({k for k in keys if k is not None and k not in cache})
-        for r in await self.store.load_states(conn, missing):
-            cache[(r[0], r[1])] = decode_state(r[3])
-        changed: dict[tuple[str, str], int] = {}
         bind = structlog.contextvars.bind_contextvars
+        changes: dict[Key, Changes] = {}
+        changed: dict[Key, int] = {}
         try:
-            for (seq, msg), key in zip(fresh, keys, strict=True):
-                bind(tenant=key[0] if key else "", task=key[1] if key else "", seq=seq)
+            events = self._decode(fresh, rejections)
+            first = await self._first_occurrences(conn, events)
+            missing = list({key for _, key, _ in events if key not in cache})
+            for loaded in await self.store.load_states(conn, missing):
+                cache.load(loaded)
+            for seq, key, event in events:
+                bind(tenant=key[0], task=key[1], seq=seq)
                 before = len(rejections)
-                if fold_message(cache, key, msg.data, seq, msg.headers, rejections=rejections,
-                                subject=msg.subject) and key is not None:
-                    changed[key] = seq
+                first_seq = first[(key[0], key[1], event.event_id)]
+                task_changes = changes.get(key)
+                if task_changes is None:
+                    task_changes = changes[key] = Changes()
+                fold_event(cache, key, event, seq, first_seq=None if first_seq == seq else first_seq,
+                           changes=task_changes, rejections=rejections)
+                changed[key] = seq
                 if len(rejections) > before:
                     log.info("projector.rejected", code=rejections[-1][5])
         finally:
             structlog.contextvars.unbind_contextvars("tenant", "task", "seq")
         rows: list[TaskRow] = []
+        variables: list[VariableRow] = []
+        turns: list[TurnRow] = []
         for key, seq in changed.items():
-            data = encode_state(cache[key])
-            rows.append((key[0], key[1], seq, data, blake3.blake3(data).hexdigest()))
-            cache[key] = cache.pop(key)  # recently changed tasks live at the young end
+            state = cache[key]
+            core = encode_core(state)
+            rows.append((key[0], key[1], seq, core, core_hash(core)))
+            written: dict[str, int] = {}
+            for name in changes[key].variables:
+                data = encode_variable(state.variables[name])
+                variables.append((key[0], key[1], name, state.variables[name].seq, data))
+                written[name] = len(data)
+            turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes[key].turns)
+            cache.touch(key)  # recently changed tasks live at the young end
+            cache.note(key, len(core), written)
         await self.store.upsert_tasks(conn, rows)
+        await self.store.write_parts(conn, variables, turns)
         await self.store.insert_rejections(conn, rejections)
         await self.store.set_watermark(conn, fresh[-1][0])
         return rows
+
+    def _decode(self, fresh: list[tuple[int, Any]],
+                rejections: list[RejectionRow]) -> list[tuple[int, Key, AnyEvent]]:
+        """The events of ``fresh`` filed under their tasks; the other messages become rows."""
+        events: list[tuple[int, Key, AnyEvent]] = []
+        prefix = self.settings.prefix
+        for seq, msg in fresh:
+            key = subject_key(prefix, msg.subject)
+            structlog.contextvars.bind_contextvars(tenant=key[0] if key else "",
+                                                   task=key[1] if key else "", seq=seq)
+            event = decode_message(key, msg.data, seq, msg.headers, rejections=rejections,
+                                   subject=msg.subject)
+            if event is not None and key is not None:
+                events.append((seq, key, event))
+            else:
+                log.info("projector.rejected", code=rejections[-1][5])
+        return events
+
+    async def _first_occurrences(self, conn: asyncpg.Connection, events: list[tuple[int, Key, AnyEvent]]
+                                 ) -> dict[tuple[str, str, str], int]:
+        """The seq of the first occurrence of each (tenant, task, event id) of the batch.
+
+        Idempotency past JetStream's dedupe window: the first occurrence of an id in
+        the batch claims it in the ``applied_events`` index; an id the index already
+        held keeps its recorded seq. An event whose seq is not its id's first is a
+        duplicate (the reducer's rule, which replay applies in memory).
+        """
+        first: dict[tuple[str, str, str], int] = {}
+        for seq, key, event in events:
+            first.setdefault((key[0], key[1], event.event_id), seq)
+        claimed = await self.store.claim_events(conn, [(*k, s) for k, s in first.items()])
+        if len(claimed) < len(first):  # rare: ids consumed by an earlier batch
+            first.update(await self.store.first_seqs(conn, [k for k in first if k not in claimed]))
+        return first
 
     async def _after_commit(self, last: Any, rows: list[TaskRow]) -> None:
         """Ack the batch (AckAll: its highest sequence), notify, trim the cache."""
@@ -637,7 +719,8 @@ class Projector:
         try:
             for tenant, task_id, seq, _, digest in rows:
                 await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),
-                                       encode(TaskChanged(tenant, task_id, seq, digest)))
+                                       encode(task_changed(tenant, task_id, seq, digest,
+                                                           self._cache.get((tenant, task_id)))))
             for r in rejected:
                 await self._nc.publish(rejected_subject(self.settings.prefix, r[0], r[1]),
                                        encode(EventRejected(tenant=r[0], task_id=r[1], seq=r[2],
@@ -646,7 +729,6 @@ class Projector:
         except Exception:  # noqa: BLE001 - notifications are best effort; the rows are the record
             log.warning("projector.notify_failed")
         self._progress.set()
-        self._cache.note(rows)
         self._cache.trim(CACHE_MAX, self.settings.projector_cache_bytes)
 
     async def _check_contiguous(self, wm: int, seqs: list[int]) -> None:
@@ -712,7 +794,7 @@ class Projector:
             if cached is not None:
                 return WorkingMemoryReply(ok=True, seq=cached.seq,
                                           chunk=cached.chunk(ref.chunk or 0, self._reply_budget()))
-            row = await self.store.get_task(self._pool, ref.tenant, ref.task_id)
+            row = await self.store.get_task(self._pool, ref.tenant, ref.task_id, ref.transcript_tail)
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, TimeoutError) as exc:
             log.warning("projector.read_failed", error=type(exc).__name__)
@@ -722,11 +804,7 @@ class Projector:
                 raise UnavailableError("the task is in the ledger but not projected yet; retry "
                                        "(or pass min_seq)", path="$.task_id")
             raise NotFoundError(f"no task {ref.task_id!r} for tenant {ref.tenant!r}", path="$.task_id")
-        state = decode_state(row["state"])
-        sealed = any(t.sealed for t in state.transcript) or any(
-            v.sealed for v in state.variables.values())
-        keyring = self._keyring() if ref.reveal_personal and sealed else None
-        data = _view_encoder.encode(await render_view(state, keyring))
+        data = await render_view(row, self._keyring if ref.reveal_personal else None)
         budget = self._reply_budget()
         if ref.chunk is None and len(data) + REPLY_ENVELOPE <= budget:
             return WorkingMemoryReply(ok=True, seq=row["seq"], state=msgspec.Raw(data))

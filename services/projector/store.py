@@ -3,24 +3,59 @@
 Statements take whole batches as arrays (``unnest``) or go through COPY, so a
 batch of hundreds of events costs a handful of round trips, not one per event.
 Every function takes the connection to use, so callers decide the transaction.
+
+A task is stored in parts (see ``core.state``): its core row in ``task_state``,
+its variables in ``task_variables``, its turns in ``task_turns``, and the ids
+of the events it consumed in ``applied_events``. A batch writes the core row of
+each task it touched and only the variable and turn rows it changed; a read
+assembles the view in one statement, with the variables and turns joined into
+JSON by PostgreSQL, so nothing is decoded that the reply does not need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any, NamedTuple
 
 import asyncpg
 
+from agentledger.core.state import WorkingMemory, decode_state, decode_variable
 from agentledger.db import WATERMARK_NAME, check_schema
 
-# (tenant, task_id, seq, state bytes, state_hash)
+Key = tuple[str, str]
+# (tenant, task_id, seq, core bytes, hash of the core bytes)
 TaskRow = tuple[str, str, int, bytes, str]
+# (tenant, task_id, name, seq, variable bytes)
+VariableRow = tuple[str, str, str, int, bytes]
+# (tenant, task_id, ordinal, seq, turn bytes)
+TurnRow = tuple[str, str, int, int, bytes]
+# (tenant, task_id, event_id, seq of its first occurrence)
+AppliedRow = tuple[str, str, str, int]
 # (tenant, task_id, seq, event_id, kind, code, reason)
 RejectionRow = tuple[str, str, int, str, str, str, str]
 
 TASK_COLUMNS = ("tenant", "task_id", "seq", "state", "state_hash")
+VARIABLE_COLUMNS = ("tenant", "task_id", "name", "seq", "value")
+TURN_COLUMNS = ("tenant", "task_id", "ordinal", "seq", "turn")
+APPLIED_COLUMNS = ("tenant", "task_id", "event_id", "seq")
 REJECTION_COLUMNS = ("tenant", "task_id", "seq", "event_id", "kind", "code", "reason")
+
+
+class Loaded(NamedTuple):
+    """A task's state as read back from its rows, with the size of each row."""
+
+    key: Key
+    seq: int
+    state: WorkingMemory
+    core_bytes: int
+    variable_bytes: dict[str, int]
+
+
+# Tables holding a task's parts, compared row by row by ``replay --verify``.
+PART_TABLES = {"variables": ("task_variables", ("name",), "value"),
+               "transcript": ("task_turns", ("ordinal",), "turn"),
+               "applied_events": ("applied_events", ("event_id",), "seq")}
 
 
 # SQL templates; ``{s}`` is the quoted, validated schema name.
@@ -31,6 +66,28 @@ _SET_WM = ("INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, $2)"
 _LOAD = ("SELECT t.tenant, t.task_id, t.seq, t.state FROM {s}.task_state t"
          " JOIN unnest($1::text[], $2::text[]) AS k(tenant, task_id)"
          " ON t.tenant = k.tenant AND t.task_id = k.task_id")
+_LOAD_VARIABLES = ("SELECT v.tenant, v.task_id, v.name, v.value FROM {s}.task_variables v"
+                   " JOIN unnest($1::text[], $2::text[]) AS k(tenant, task_id)"
+                   " ON v.tenant = k.tenant AND v.task_id = k.task_id ORDER BY v.name COLLATE \"C\"")
+_PUT_VARIABLES = ("INSERT INTO {s}.task_variables AS v (tenant, task_id, name, seq, value)"
+                  " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])"
+                  " ON CONFLICT (tenant, task_id, name) DO UPDATE SET seq = excluded.seq,"
+                  " value = excluded.value")
+_PUT_TURNS = ("INSERT INTO {s}.task_turns (tenant, task_id, ordinal, seq, turn)"
+              " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[])"
+              " ON CONFLICT (tenant, task_id, ordinal) DO UPDATE SET seq = excluded.seq,"
+              " turn = excluded.turn")
+# The first occurrence of each id claims it; RETURNING names the ids that were new.
+_CLAIM = ("INSERT INTO {s}.applied_events (tenant, task_id, event_id, seq)"
+          " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])"
+          " ON CONFLICT DO NOTHING RETURNING tenant, task_id, event_id")
+_FIRST_SEQS = ("SELECT a.tenant, a.task_id, a.event_id, a.seq FROM {s}.applied_events a"
+               " JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(tenant, task_id, event_id)"
+               " ON a.tenant = k.tenant AND a.task_id = k.task_id AND a.event_id = k.event_id")
+_TASK_FIRST_SEQS = ("SELECT event_id, seq FROM {s}.applied_events WHERE tenant = $1 AND task_id = $2"
+                    " AND event_id = ANY($3::text[]) AND seq <= $4")
+_TURNS_UPTO = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal <= $3"
+               " ORDER BY ordinal")
 _UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_hash)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[])"
            " ON CONFLICT (tenant, task_id) DO UPDATE SET seq = excluded.seq,"
@@ -38,11 +95,38 @@ _UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_
 _REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, code, reason)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
            " $5::text[], $6::text[], $7::text[]) ON CONFLICT DO NOTHING")
-_GET_TASK = "SELECT seq, state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2"
+# One statement (one snapshot) for a whole view: the core row, the variables as the members
+# of a JSON object and the turns as the items of a JSON array, joined from the rows' bytes
+# (each is its own JSON in the view) without decoding them. Names sort by code point ("C"),
+# as ``core.state.variables_view`` sorts them.
+_VARIABLES_JSON = ("(SELECT string_agg(convert_to(to_json(v.name)::text, 'UTF8') || '\\x3a'::bytea"
+                   " || v.value, '\\x2c'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
+                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables")
+_GET_TASK = ("SELECT t.seq, t.state, {variables},"
+             " (SELECT string_agg(u.turn, '\\x2c'::bytea ORDER BY u.ordinal) FROM {s}.task_turns u"
+             " WHERE u.tenant = t.tenant AND u.task_id = t.task_id) AS transcript"
+             " FROM {s}.task_state t WHERE t.tenant = $1 AND t.task_id = $2"
+             ).replace("{variables}", _VARIABLES_JSON)
+_GET_TASK_TAIL = ("SELECT t.seq, t.state, {variables},"
+                  " (SELECT string_agg(x.turn, '\\x2c'::bytea ORDER BY x.ordinal) FROM"
+                  " (SELECT u.turn, u.ordinal FROM {s}.task_turns u WHERE u.tenant = t.tenant"
+                  " AND u.task_id = t.task_id ORDER BY u.ordinal DESC LIMIT $3) x) AS transcript"
+                  " FROM {s}.task_state t WHERE t.tenant = $1 AND t.task_id = $2"
+                  ).replace("{variables}", _VARIABLES_JSON)
 _REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
                      " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
-_TRUNCATE = "TRUNCATE {s}.task_state, {s}.rejections"
+_TRUNCATE = ("TRUNCATE {s}.task_state, {s}.task_variables, {s}.task_turns, {s}.applied_events,"
+             " {s}.rejections")
+_DELETE_PARTS = ["DELETE FROM {s}.task_state WHERE tenant = $1 AND task_id = $2",
+                 "DELETE FROM {s}.task_variables WHERE tenant = $1 AND task_id = $2",
+                 "DELETE FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2",
+                 "DELETE FROM {s}.applied_events WHERE tenant = $1 AND task_id = $2"]
+# Keys of tasks whose rows in one part differ between two schemas ({s}: this one, {o}: other).
+_PART_DIFF = ("SELECT DISTINCT coalesce(a.tenant, b.tenant), coalesce(a.task_id, b.task_id)"
+              " FROM {s}.{table} a FULL JOIN {o}.{table} b ON a.tenant = b.tenant"
+              " AND a.task_id = b.task_id AND {match}"
+              " WHERE a.{value} IS DISTINCT FROM b.{value}")
 
 
 def _qualify(template: str, quoted_schema: str) -> str:
@@ -63,6 +147,16 @@ class Store:
         self._get_wm = _qualify(_GET_WM, s)
         self._set_wm = _qualify(_SET_WM, s)
         self._load = _qualify(_LOAD, s)
+        self._load_variables = _qualify(_LOAD_VARIABLES, s)
+        self._put_variables = _qualify(_PUT_VARIABLES, s)
+        self._put_turns = _qualify(_PUT_TURNS, s)
+        self._claim = _qualify(_CLAIM, s)
+        self._first_seqs = _qualify(_FIRST_SEQS, s)
+        self._task_first_seqs = _qualify(_TASK_FIRST_SEQS, s)
+        self._turns_upto = _qualify(_TURNS_UPTO, s)
+        self._get_task_tail = _qualify(_GET_TASK_TAIL, s)
+        self._delete_parts = [_qualify(q, s) for q in _DELETE_PARTS]
+        self._quoted = s
         self._upsert = _qualify(_UPSERT, s)
         self._reject = _qualify(_REJECT, s)
         self._get_task = _qualify(_GET_TASK, s)
@@ -95,28 +189,90 @@ class Store:
 
     # ---- tasks -------------------------------------------------------------------
 
-    async def load_states(self, conn: asyncpg.Connection,
-                          keys: Sequence[tuple[str, str]]) -> list[asyncpg.Record]:
-        """Rows (tenant, task_id, seq, state) of those of ``keys`` that exist."""
+    async def load_states(self, conn: asyncpg.Connection, keys: Sequence[Key]) -> list[Loaded]:
+        """The states of those of ``keys`` that exist, with their variables (call it inside a
+        transaction: the core rows and the variable rows are read by two statements)."""
         if not keys:
             return []
-        rows: list[asyncpg.Record] = await conn.fetch(self._load, [k[0] for k in keys],
-                                                      [k[1] for k in keys])
-        return rows
+        tenants, tasks = [k[0] for k in keys], [k[1] for k in keys]
+        found: dict[Key, Loaded] = {}
+        for r in await conn.fetch(self._load, tenants, tasks):
+            found[(r[0], r[1])] = Loaded((r[0], r[1]), int(r[2]), decode_state(r[3]), len(r[3]), {})
+        for r in await conn.fetch(self._load_variables, tenants, tasks):
+            loaded = found.get((r[0], r[1]))
+            if loaded is None:  # left by a partial restore without the core row: verify reports it
+                continue
+            loaded.state.variables[r[2]] = decode_variable(r[3])
+            loaded.variable_bytes[r[2]] = len(r[3])
+        return list(found.values())
+
+    async def load_state(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                         task_id: str) -> Loaded | None:
+        """One task's state with its variables, read in one snapshot, or None."""
+        async with _snapshot(conn) as c:
+            loaded = await self.load_states(c, [(tenant, task_id)])
+        return loaded[0] if loaded else None
 
     async def upsert_tasks(self, conn: asyncpg.Connection, rows: Sequence[TaskRow]) -> None:
+        """Insert or rewrite core rows."""
         if rows:
             await conn.execute(self._upsert, *_columns(rows, 5))
+
+    async def write_parts(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
+                          turns: Sequence[TurnRow]) -> None:
+        """Upsert the variable rows and the turn rows given (and no others)."""
+        if variables:
+            await conn.execute(self._put_variables, *_columns(variables, 5))
+        if turns:
+            await conn.execute(self._put_turns, *_columns(turns, 5))
+
+    async def claim_events(self, conn: asyncpg.Connection,
+                           rows: Sequence[AppliedRow]) -> set[tuple[str, str, str]]:
+        """Record each (tenant, task, event id) at its seq unless it is recorded already;
+        return the ones that were new (the others were consumed before)."""
+        if not rows:
+            return set()
+        claimed = await conn.fetch(self._claim, *_columns(rows, 4))
+        return {(r[0], r[1], r[2]) for r in claimed}
+
+    async def first_seqs(self, conn: asyncpg.Connection, ids: Sequence[tuple[str, str, str]]
+                         ) -> dict[tuple[str, str, str], int]:
+        """The recorded first seq of each of ``ids`` (tenant, task, event id) that is recorded."""
+        if not ids:
+            return {}
+        rows = await conn.fetch(self._first_seqs, *_columns(ids, 3))
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+    async def task_first_seqs(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                              task_id: str, event_ids: Sequence[str], upto: int) -> dict[str, int]:
+        """Those of one task's ``event_ids`` first consumed at or before ``upto``, with that seq."""
+        if not event_ids:
+            return {}
+        rows = await conn.fetch(self._task_first_seqs, tenant, task_id, list(event_ids), upto)
+        return {r[0]: int(r[1]) for r in rows}
+
+    async def turns_upto(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
+                         ordinal: int) -> list[bytes]:
+        """The task's turn rows (``encode_turn`` bytes) with ordinals up to ``ordinal``, in order."""
+        rows = await conn.fetch(self._turns_upto, tenant, task_id, ordinal)
+        return [r[0] for r in rows]
 
     async def insert_rejections(self, conn: asyncpg.Connection,
                                 rows: Sequence[RejectionRow]) -> None:
         if rows:
             await conn.execute(self._reject, *_columns(rows, 7))
 
-    async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
-                       task_id: str) -> asyncpg.Record | None:
-        """(seq, state) of one task, or None."""
-        return await conn.fetchrow(self._get_task, tenant, task_id)
+    async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
+                       transcript_tail: int | None = None) -> asyncpg.Record | None:
+        """(seq, core bytes, variables, transcript) of one task, or None.
+
+        ``variables`` is the inside of the view's JSON object (members joined by
+        commas), ``transcript`` the inside of its JSON array: every turn, or the
+        newest ``transcript_tail``; either is None when there is nothing.
+        """
+        if transcript_tail is None:
+            return await conn.fetchrow(self._get_task, tenant, task_id)
+        return await conn.fetchrow(self._get_task_tail, tenant, task_id, transcript_tail)
 
     async def rejections_after(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
                                task_id: str, after_seq: int, limit: int) -> list[asyncpg.Record]:
@@ -140,9 +296,49 @@ class Store:
         await conn.copy_records_to_table("task_state", records=rows, columns=TASK_COLUMNS,
                                          schema_name=self.schema)
 
+    async def copy_variables(self, conn: asyncpg.Connection, rows: Iterable[VariableRow]) -> None:
+        await conn.copy_records_to_table("task_variables", records=rows, columns=VARIABLE_COLUMNS,
+                                         schema_name=self.schema)
+
+    async def copy_turns(self, conn: asyncpg.Connection, rows: Iterable[TurnRow]) -> None:
+        await conn.copy_records_to_table("task_turns", records=rows, columns=TURN_COLUMNS,
+                                         schema_name=self.schema)
+
+    async def copy_applied(self, conn: asyncpg.Connection, rows: Iterable[AppliedRow]) -> None:
+        await conn.copy_records_to_table("applied_events", records=rows, columns=APPLIED_COLUMNS,
+                                         schema_name=self.schema)
+
+    async def delete_task(self, conn: asyncpg.Connection, key: Key) -> None:
+        """Remove every part of one task (its rejections stay)."""
+        for query in self._delete_parts:
+            await conn.execute(query, key[0], key[1])
+
+    async def part_differences(self, conn: asyncpg.Connection, other: Store) -> dict[str, set[Key]]:
+        """Per part (``PART_TABLES``), the tasks whose rows differ between this schema and
+        ``other``'s: a row missing on one side or with other content."""
+        found: dict[str, set[Key]] = {}
+        for part, (table, columns, value) in PART_TABLES.items():
+            match = " AND ".join(f"a.{c} = b.{c}" for c in columns)
+            query = (_PART_DIFF.replace("{table}", table).replace("{match}", match)
+                     .replace("{value}", value).replace("{o}", other._quoted))
+            rows = await conn.fetch(_qualify(query, self._quoted))
+            found[part] = {(r[0], r[1]) for r in rows}
+        return found
+
     async def copy_rejections(self, conn: asyncpg.Connection, rows: Iterable[RejectionRow]) -> None:
         await conn.copy_records_to_table("rejections", records=rows, columns=REJECTION_COLUMNS,
                                          schema_name=self.schema)
+
+
+@contextlib.asynccontextmanager
+async def _snapshot(conn: asyncpg.Connection | asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A read-only repeatable-read transaction: statements in it see one snapshot."""
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as c, c.transaction(isolation="repeatable_read", readonly=True):
+            yield c
+    else:
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            yield conn
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:

@@ -232,7 +232,7 @@ def cmd_auth_config(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     logs.configure("warning")  # only the JSON figure lines on stdout
-    return asyncio.run(run_all(_settings(args), only=args.only))
+    return asyncio.run(run_all(_settings(args), only=args.only, profile=args.profile))
 
 
 def _add_identity_commands(sub: Any) -> None:
@@ -286,6 +286,41 @@ def _accept_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
                 _accept_global_options_everywhere(sub)
 
 
+def _add_artifact_commands(sub: Any) -> None:
+    """``artifact put|get|stat``."""
+    art = sub.add_parser("artifact", help="put, get and stat artifacts").add_subparsers(
+        dest="artifact_command", required=True)
+    p = art.add_parser("put", help="store a file (or - for stdin); prints its reference")
+    p.add_argument("file")
+    p.add_argument("--schema", required=True)
+    p.add_argument("--producer", required=True)
+    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--tenant", default=None,
+                   help="the tenant the artifact belongs to (required with operator credentials)")
+    p.set_defaults(fn=cmd_artifact)
+    p = art.add_parser("get", help="read an artifact, verifying its blake3")
+    p.add_argument("uri")
+    p.add_argument("-o", "--output", default="-")
+    p.set_defaults(fn=cmd_artifact)
+    p = art.add_parser("stat", help="print an artifact's reference")
+    p.add_argument("uri")
+    p.set_defaults(fn=cmd_artifact)
+
+
+def _add_load_commands(sub: Any) -> None:
+    """``chaos`` and ``bench``: the commands that start private stacks and load them."""
+    p = sub.add_parser("chaos", help="seeded fault injection against a private stack: report + timeline")
+    chaos_run.add_arguments(p)
+    p.set_defaults(fn=chaos_run.command)
+    p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
+    p.add_argument("--only", action="append", default=None,
+                   help="run only this benchmark (single, batch, one_task, pause, sustained, "
+                        "history, rebuild, checkpoint_bytes, resume, reducer); repeatable")
+    p.add_argument("--profile", default="full", choices=["full", "smoke"],
+                   help="sizes: full (make bench) or smoke (tiny, proves the code runs)")
+    p.set_defaults(fn=cmd_bench)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
     _add_global_options(parser, None)
@@ -319,31 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tenant")
     p.add_argument("task_id")
     p.set_defaults(fn=cmd_checkpoint)
-    art = sub.add_parser("artifact", help="put, get and stat artifacts").add_subparsers(
-        dest="artifact_command", required=True)
-    p = art.add_parser("put", help="store a file (or - for stdin); prints its reference")
-    p.add_argument("file")
-    p.add_argument("--schema", required=True)
-    p.add_argument("--producer", required=True)
-    p.add_argument("--version", type=int, default=1)
-    p.add_argument("--tenant", default=None,
-                   help="the tenant the artifact belongs to (required with operator credentials)")
-    p.set_defaults(fn=cmd_artifact)
-    p = art.add_parser("get", help="read an artifact, verifying its blake3")
-    p.add_argument("uri")
-    p.add_argument("-o", "--output", default="-")
-    p.set_defaults(fn=cmd_artifact)
-    p = art.add_parser("stat", help="print an artifact's reference")
-    p.add_argument("uri")
-    p.set_defaults(fn=cmd_artifact)
+    _add_artifact_commands(sub)
     _add_identity_commands(sub)
-    p = sub.add_parser("chaos", help="seeded fault injection against a private stack: report + timeline")
-    chaos_run.add_arguments(p)
-    p.set_defaults(fn=chaos_run.command)
-    p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
-    p.add_argument("--only", action="append", default=None,
-                   help="run only this benchmark (append, latency, rebuild, reducer)")
-    p.set_defaults(fn=cmd_bench)
+    _add_load_commands(sub)
     _accept_global_options_everywhere(parser)
     return parser
 

@@ -166,17 +166,21 @@ class Client:
         return reply.results
 
     async def working_memory(self, tenant: str, task_id: str, *, reveal_personal: bool = False,
-                             min_seq: int | None = None, wait_ms: int = 5_000) -> WorkingMemoryReply:
+                             min_seq: int | None = None, wait_ms: int = 5_000,
+                             transcript_tail: int | None = None) -> WorkingMemoryReply:
         """The task's Working Memory and the ledger sequence it reflects, whatever its size.
 
         ``min_seq`` reads your own writes: pass the ``seq`` an append returned and
         the reply waits (up to ``wait_ms``) until the projection has folded it.
+        ``transcript_tail`` limits the transcript to the newest that many turns.
         A view too large for one reply arrives in chunks: they are fetched (a few
         at a time), checked against the view's size and blake3 and put together
         here; should the task change meanwhile, the read starts over.
         """
         base: dict[str, Any] = {"tenant": tenant, "task_id": task_id,
                                 "reveal_personal": reveal_personal}
+        if transcript_tail is not None:
+            base["transcript_tail"] = transcript_tail
         first = await self._wm_get(base if min_seq is None
                                    else base | {"min_seq": min_seq, "wait_ms": wait_ms})
         for attempt in range(VIEW_ATTEMPTS):

@@ -10,9 +10,18 @@ Tables (in the schema given to ``migrate``, ``public`` for the live projection):
 * ``projector_watermark(name, seq)``: the last ledger sequence folded into the
   projection. The projector's consumer position is derived from it, never the
   other way round.
-* ``task_state``: one row per task: the Working Memory state (``encode_state``
-  bytes, exact and cheap to decode), its blake3 hash and the sequence of the
-  last ledger message of the task that was folded.
+* ``task_state``: one row per task: the core of its Working Memory state
+  (``encode_core`` bytes: everything but the variables, small whatever the
+  task's history), its blake3 hash and the sequence of the last ledger message
+  of the task that was folded.
+* ``task_variables``: one row per variable of a task (``encode_variable``
+  bytes, which are also its JSON in the view), rewritten only when it is set.
+* ``task_turns``: one row per turn of a task's transcript (``encode_turn``
+  bytes, its JSON in the view), by ordinal; written once.
+* ``applied_events``: the first ledger sequence of every event id each task
+  consumed, the idempotency index that makes a repeated id a duplicate long
+  after JetStream's dedupe window (one index entry per event, never read back
+  in bulk).
 * ``rejections``: one row per event the reducer refused (and per undecodable
   message), keyed by ledger sequence.
 * ``schema_migrations``: which migrations ran.
@@ -58,6 +67,36 @@ _MIGRATIONS: list[tuple[int, str]] = [
             reason   text NOT NULL,
             PRIMARY KEY (tenant, task_id, seq)
         );
+    """),
+    # The state no longer carries applied event ids and the transcript: they move to rows of
+    # their own. Rows of version 1 cannot be split in SQL, so the projection is emptied and the
+    # projector rebuilds it from the ledger on start (it is a projection: nothing is lost).
+    (2, """
+        CREATE TABLE IF NOT EXISTS {s}.task_variables (
+            tenant  text NOT NULL,
+            task_id text NOT NULL,
+            name    text NOT NULL,
+            seq     bigint NOT NULL,
+            value   bytea NOT NULL,
+            PRIMARY KEY (tenant, task_id, name)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.task_turns (
+            tenant  text NOT NULL,
+            task_id text NOT NULL,
+            ordinal bigint NOT NULL,
+            seq     bigint NOT NULL,
+            turn    bytea NOT NULL,
+            PRIMARY KEY (tenant, task_id, ordinal)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.applied_events (
+            tenant   text NOT NULL,
+            task_id  text NOT NULL,
+            event_id text NOT NULL,
+            seq      bigint NOT NULL,
+            PRIMARY KEY (tenant, task_id, event_id)
+        );
+        TRUNCATE {s}.task_state, {s}.rejections;
+        UPDATE {s}.projector_watermark SET seq = 0;
     """),
 ]
 
@@ -140,7 +179,8 @@ async def drop_tables_conn(conn: asyncpg.Connection, schema: str = "public") -> 
     try:
         async with conn.transaction():
             await conn.execute(
-                f"DROP TABLE IF EXISTS {s}.task_state, {s}.rejections, {s}.projector_watermark,"
+                f"DROP TABLE IF EXISTS {s}.task_state, {s}.task_variables, {s}.task_turns,"
+                f" {s}.applied_events, {s}.rejections, {s}.projector_watermark,"
                 f" {s}.schema_migrations")
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATE_LOCK)

@@ -26,10 +26,15 @@ An entry the writer did not write itself
 ledger before it is trusted: the ``lease_granted`` event at its token must name
 the same task, holder and secret hash. A forged or damaged entry is ignored.
 
-Inside one writer, a per-task lock serialises lease changes with appends: a
-lease cannot move between an append's check and its commit. (With several
-writer processes, a check may see another writer's grant only after the watch
-delivers it; run one active writer where exact fencing matters.)
+Inside one writer, a per-task lock serialises lease changes with the appends
+that a lease concerns: a lease cannot move between such an append's check and
+its commit. An append to a task that has no lease that is or may be live, and
+no lease change under way, needs no check and takes no lock (``unleased``);
+a grant then waits until every append already accepted for the task is stored
+or refused before it picks its sequence (``GrantLedger.task_last_seq``), so no
+unfenced append lands after a grant. (With several writer processes, a check
+may see another writer's grant only after the watch delivers it; run one active
+writer where exact fencing matters.)
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class GrantLedger(Protocol):
     """What a grant needs from the ledger (the writer implements it on its committer)."""
 
     async def task_last_seq(self, tenant: str, task_id: str) -> int:
-        """Sequence of the task's last ledger message; 0 when the task has none."""
+        """Sequence of the task's last ledger message, once every append accepted for the
+        task so far is stored or refused; 0 when the task has none."""
 
     async def record_grant(self, tenant: str, task_id: str, *, holder: str, expires_at: float,
                            secret_hash: str, expected_last_seq: int) -> int:
@@ -299,6 +305,24 @@ class LeaseTable:
             if entry[1][0] == 0:
                 del self._locks[key]
 
+    def unleased(self, tenant: str, task_id: str) -> bool:
+        """Whether it is known without I/O that appends to the task need no lease check now.
+
+        True when nobody holds or waits for the task's lock (no lease change is under
+        way) and the task has no lease that is or may be live: no entry, a removed or
+        unreadable one, one found forged, or one that expired (expiry is final; only a
+        new grant, under the lock, makes a lease live again). Such an append is
+        accepted as the check would accept it, provided its events carry no token.
+        """
+        if self._watch_task is None:
+            return False
+        key = self.key(tenant, task_id)
+        if key in self._locks:
+            return False
+        entry = self._mirror.get(key)
+        return (entry is None or entry.lease is None or entry.verified is False
+                or not entry.lease.live(self._clock()))
+
     async def current(self, tenant: str, task_id: str) -> tuple[Lease | None, int]:
         """The trusted lease (live or not) and the KV revision to CAS against (0: none).
 
@@ -429,7 +453,8 @@ class LeaseTable:
         operator identity may append without a token (to cancel a task, record
         an answer, repair); a token it does present is checked like anyone's.
         Call it while holding ``locked(tenant, task_id)`` and keep holding it
-        until the events are committed.
+        until the events are committed (or skip it, without the lock, while
+        ``unleased`` holds and no event carries a token).
         """
         lease, _ = await self.current(tenant, task_id)
         now = self._clock()

@@ -3,10 +3,12 @@
 ``CP = <task, goal hash, plan version, ledger cursor, done, next-ready,
 variables, artifacts, budget, open questions, schema version, expiry, checksum>``
 plus the reducer state needed to replay the ledger after the cursor with the
-same reducer. The ids of applied events are left out: they grow with history,
-not with state, and JetStream's dedupe window already covers redelivery around
-the cursor. A checkpoint's size therefore depends on the state, not on how many
-events produced it.
+same reducer. Nothing in it grows with history: the state holds neither the ids
+of applied events nor the transcript. Resume decides duplicates after the cursor
+with the projection's ``applied_events`` index (ids consumed up to the cursor)
+and reads the turns up to the state's ``turns`` ordinal from the projection's
+``task_turns`` rows, so it answers as the live projection does. A checkpoint's
+size therefore depends on the state, not on how many events produced it.
 
 Pure: time comes in as an argument; the checksum is blake3 over the canonical
 encoding of everything but the checksum itself.
@@ -21,7 +23,14 @@ import msgspec
 from msgspec import Struct
 
 from agentledger.contracts.events import ArtifactRef
-from agentledger.core.state import WorkingMemory, decode_state, encode_state, view
+from agentledger.core.state import (
+    STATE_VERSION,
+    WorkingMemory,
+    core_view,
+    decode_state,
+    encode_state,
+    variables_view,
+)
 
 CHECKPOINT_SCHEMA_VERSION = 1
 
@@ -42,7 +51,7 @@ class Checkpoint(Struct, frozen=True, kw_only=True):
     open_questions: dict[str, Any]
     created_at: float
     expires_at: float
-    # The reducer state at the cursor, without the applied-event ids.
+    # The reducer state at the cursor (``encode_state``).
     state: bytes
     checksum: str = ""
 
@@ -57,8 +66,7 @@ def _digest(cp: Checkpoint) -> str:
 
 def build(state: WorkingMemory, *, now: float, ttl_s: float) -> Checkpoint:
     """Snapshot ``state`` (which reflects the ledger up to ``state.watermark``)."""
-    slim = msgspec.structs.replace(state, applied={})
-    v = view(state)
+    v = core_view(state)
     cp = Checkpoint(
         schema_version=CHECKPOINT_SCHEMA_VERSION,
         tenant=state.tenant,
@@ -69,13 +77,13 @@ def build(state: WorkingMemory, *, now: float, ttl_s: float) -> Checkpoint:
         ledger_cursor=state.watermark,
         done=v["done"],
         next_ready=v["next_ready"],
-        variables=v["variables"],
+        variables=variables_view(state),
         artifacts=list(state.artifacts.values()),
         budget=v["budget"],
         open_questions=v["open_questions"],
         created_at=now,
         expires_at=now + ttl_s,
-        state=encode_state(slim),
+        state=encode_state(state),
     )
     return msgspec.structs.replace(cp, checksum=_digest(cp))
 
@@ -93,6 +101,26 @@ def checksum_ok(cp: Checkpoint) -> bool:
     return cp.checksum == _digest(cp)
 
 
-def restore(cp: Checkpoint) -> WorkingMemory:
-    """The reducer state to continue folding from, at ``cp.ledger_cursor``."""
-    return decode_state(cp.state)
+class _StateV1(Struct):
+    """What a state of version 1 holds that version 2 counts instead (an explicit upcaster)."""
+
+    transcript: list[msgspec.Raw] = []
+
+
+_v1_decoder = msgspec.json.Decoder(_StateV1)
+
+
+def restore(cp: Checkpoint, events: int = 0) -> WorkingMemory:
+    """The reducer state to continue folding from, at ``cp.ledger_cursor``.
+
+    A checkpoint saved before state version 2 kept the transcript inside its state
+    and counted its events only in its row: ``events`` is that count (the
+    checkpoint row's ``events``), and the turns become their last ordinal.
+    """
+    state = decode_state(cp.state)
+    if state.state_version < 2:
+        old = _v1_decoder.decode(cp.state)
+        state.turns = len(old.transcript)
+        state.events_applied = events
+        state.state_version = STATE_VERSION
+    return state

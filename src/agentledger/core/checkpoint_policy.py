@@ -3,7 +3,7 @@
 A checkpoint is due when, since the task's last checkpoint,
 
 * at least ``every_n`` ledger events of the task were applied (counted with
-  ``len(state.applied)``, i.e. events of this task, not stream sequences, which
+  ``state.events_applied``, i.e. events of this task, not stream sequences, which
   interleave every task), or
 * a step reached a terminal status (succeeded / failed / cancelled): its
   ``StepState.seq`` is past the last checkpoint's ledger sequence, or
@@ -11,14 +11,17 @@ A checkpoint is due when, since the task's last checkpoint,
 
 A task that has no checkpoint yet counts from an empty one (no events, sequence 0,
 status ``new``). Nothing is due when the state is not past the last checkpoint.
-No I/O and no clock: the service feeds it the projected state and what it
-remembers (or reads back) of the last checkpoint.
+No I/O and no clock: the service feeds it what it remembers (or reads back) of
+the last checkpoint and the task's ``TaskProgress``, a summary of the state
+small enough for the projector to send with every ``TaskChanged``, so the
+checkpointer reads a task's state only when a checkpoint of it is due.
 """
 
 from __future__ import annotations
 
 from msgspec import Struct
 
+from agentledger.contracts.api import TaskChanged, TaskProgress
 from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import WorkingMemory
 
@@ -43,24 +46,47 @@ class LastCheckpoint(Struct, frozen=True):
 NONE = LastCheckpoint(seq=0, events=0, task_status="new")
 
 
-def due(state: WorkingMemory, last: LastCheckpoint | None,
-        every_n: int = EVERY_N_EVENTS) -> str | None:
-    """The reason a checkpoint of ``state`` is due now, or None.
+def progress(state: WorkingMemory) -> TaskProgress:
+    """What ``due`` needs to know of ``state``."""
+    terminal = (st.seq for st in state.step_states.values() if st.status in TERMINAL_STEP)
+    return TaskProgress(events=state.events_applied, status=state.status,
+                        terminal_seq=max(terminal, default=0))
 
-    Reasons: ``task_ended``, ``step_terminal``, ``every_n_events``.
+
+def due(seq: int, progress: TaskProgress, last: LastCheckpoint | None,
+        every_n: int = EVERY_N_EVENTS) -> str | None:
+    """The reason a checkpoint of the state at ledger sequence ``seq`` is due now, or None.
+
+    Reasons: ``task_ended``, ``step_terminal``, ``every_n_events``. A step whose
+    terminal status is past the last checkpoint is exactly one that makes
+    ``progress.terminal_seq`` pass it.
     """
     last = last or NONE
-    if state.watermark <= last.seq:
+    if seq <= last.seq:
         return None
-    if state.status in TERMINAL_TASK and last.task_status not in TERMINAL_TASK:
+    if progress.status in TERMINAL_TASK and last.task_status not in TERMINAL_TASK:
         return "task_ended"
-    if any(st.status in TERMINAL_STEP and st.seq > last.seq for st in state.step_states.values()):
+    if progress.terminal_seq > last.seq:
         return "step_terminal"
-    if len(state.applied) - last.events >= every_n:
+    if progress.events - last.events >= every_n:
         return "every_n_events"
     return None
 
 
+def due_for_state(state: WorkingMemory, last: LastCheckpoint | None,
+                  every_n: int = EVERY_N_EVENTS) -> str | None:
+    """``due`` for a state in hand."""
+    return due(state.watermark, progress(state), last, every_n)
+
+
+def task_changed(tenant: str, task_id: str, seq: int, state_hash: str,
+                 state: WorkingMemory | None) -> TaskChanged:
+    """The notification of a commit that left the task at ``seq``, with its progress when
+    ``state`` is the task's state at exactly that sequence (otherwise readers read the state)."""
+    known = progress(state) if state is not None and state.watermark == seq else None
+    return TaskChanged(tenant, task_id, seq, state_hash, known)
+
+
 def of_state(state: WorkingMemory) -> LastCheckpoint:
     """The ``LastCheckpoint`` a checkpoint of ``state`` becomes once saved."""
-    return LastCheckpoint(seq=state.watermark, events=len(state.applied), task_status=state.status)
+    return LastCheckpoint(seq=state.watermark, events=state.events_applied, task_status=state.status)

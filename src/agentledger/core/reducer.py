@@ -1,20 +1,29 @@
-"""The Working Memory reducer: ``reduce(state, event, seq) -> (state, trace)``.
+"""The Working Memory reducer: ``apply(state, event, seq, changes) -> trace``.
 
 Deterministic and free of I/O, clocks and randomness: the same events in the
 same order give the same state, byte for byte. An event that would make an
 illegal transition leaves the state unchanged except for a ``Rejection`` entry,
 so a refusal is visible and explainable rather than silently dropped (the state
 keeps the newest ``RECENT_REJECTIONS`` and counts the older ones; the projection's
-``rejections`` table keeps them all). A duplicate event id is a no-op.
+``rejections`` table keeps them all).
 
-``reduce`` copies its input and is what callers and tests use; ``apply`` mutates
-a state the caller owns, which lets the projector and replay fold long streams
-without copying the state once per event. Both run the same transition code.
+Idempotency is decided outside the state, which does not carry the ids of the
+events it applied (they grow with history, not with state): the caller knows
+whether an event id was consumed before and calls ``duplicate`` instead of
+``apply`` for a repeat. The rule is the same everywhere: the first occurrence
+of an event id in a task's ledger is consumed (applied or rejected); every later
+one is a duplicate, a no-op but for the watermark. The live projector asks its
+``applied_events`` index; replay and the pure helpers here keep the ids in a
+dict (``consume``).
+
+``apply`` mutates a state the caller owns and records in ``changes`` which
+variable rows and turns it wrote, so the projector writes only those.
+``reduce`` and ``fold`` copy their input and are what callers and tests use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from msgspec import Struct
@@ -23,6 +32,7 @@ from agentledger.contracts import events as ev
 from agentledger.core.dag import validate_plan
 from agentledger.core.state import (
     RECENT_REJECTIONS,
+    Changes,
     LeaseState,
     Question,
     Rejection,
@@ -58,38 +68,63 @@ class _Reject(Exception):  # noqa: N818 - control flow inside this module only
         self.reason = reason
 
 
-def reduce(state: WorkingMemory, event: ev.EventBase, seq: int) -> tuple[WorkingMemory, Trace]:
-    """Pure transition: a new state and the trace line; ``state`` is not modified."""
+def reduce(state: WorkingMemory, event: ev.EventBase, seq: int, applied: MutableMapping[str, int],
+           changes: Changes | None = None) -> tuple[WorkingMemory, Trace]:
+    """Pure transition: a new state and the trace line; ``state`` is not modified.
+
+    ``applied`` maps the ids of the task's events consumed so far to their
+    sequence (updated in place); ``changes`` collects the rows written.
+    """
     new = decode_state(encode_state(state))
-    return new, apply(new, event, seq)
+    return new, consume(new, event, seq, applied, Changes() if changes is None else changes)
 
 
-def fold(state: WorkingMemory, events: Iterable[tuple[ev.EventBase, int]]) -> tuple[WorkingMemory, list[Trace]]:
-    """Apply ``(event, seq)`` pairs in order to a copy of ``state``."""
+def fold(state: WorkingMemory, events: Iterable[tuple[ev.EventBase, int]], *,
+         applied: MutableMapping[str, int] | None = None,
+         changes: Changes | None = None) -> tuple[WorkingMemory, list[Trace]]:
+    """Apply ``(event, seq)`` pairs in order to a copy of ``state``.
+
+    ``applied``: the ids consumed before ``state`` (none when omitted, which is
+    right for a new task), updated in place; ``changes`` collects the rows
+    written (among them the transcript's turns).
+    """
     new = decode_state(encode_state(state))
-    return new, [apply(new, e, s) for e, s in events]
+    seen: MutableMapping[str, int] = {} if applied is None else applied
+    acc = Changes() if changes is None else changes
+    return new, [consume(new, e, s, seen, acc) for e, s in events]
 
 
-def apply(state: WorkingMemory, event: ev.EventBase, seq: int) -> Trace:
-    """Apply one event to ``state`` in place and return its trace line."""
+def consume(state: WorkingMemory, event: ev.EventBase, seq: int,
+            applied: MutableMapping[str, int], changes: Changes) -> Trace:
+    """The idempotency rule over an in-memory record of consumed ids, then ``apply``."""
+    first = applied.get(event.event_id)
+    if first is not None:
+        return duplicate(state, event, seq, first)
+    applied[event.event_id] = seq
+    return apply(state, event, seq, changes)
+
+
+def duplicate(state: WorkingMemory, event: ev.EventBase, seq: int, first_seq: int) -> Trace:
+    """A repeat of an event id first consumed at ``first_seq``: consumed without effect; the
+    watermark still moves so it matches the ledger."""
+    state.watermark = max(state.watermark, seq)
+    return Trace(seq, event.event_id, ev.kind_of(event), "duplicate",
+                 reason=f"event id already applied at seq {first_seq}")
+
+
+def apply(state: WorkingMemory, event: ev.EventBase, seq: int, changes: Changes) -> Trace:
+    """Apply one event seen for the first time to ``state`` in place; return its trace line."""
     kind = ev.kind_of(event)
-    if event.event_id in state.applied:
-        # Consumed without effect; the watermark still moves so it matches the ledger.
-        state.watermark = max(state.watermark, seq)
-        return Trace(seq, event.event_id, kind, "duplicate",
-                     reason=f"event id already applied at seq {state.applied[event.event_id]}")
+    # A rejected event is consumed too: replaying it must not apply it later.
+    state.events_applied += 1
+    state.watermark = max(state.watermark, seq)
     try:
         _check_task_status(state, kind)
-        _HANDLERS[kind](state, ev.payload_of(event), seq)
+        _HANDLERS[kind](state, ev.payload_of(event), seq, changes)
     except _Reject as r:
         _record_rejection(state, Rejection(seq, event.event_id, kind, r.code, r.reason))
-        trace = Trace(seq, event.event_id, kind, "rejected", r.code, r.reason)
-    else:
-        trace = Trace(seq, event.event_id, kind, "applied")
-    # A rejected event is still consumed: replaying it must not apply it later.
-    state.applied[event.event_id] = seq
-    state.watermark = max(state.watermark, seq)
-    return trace
+        return Trace(seq, event.event_id, kind, "rejected", r.code, r.reason)
+    return Trace(seq, event.event_id, kind, "applied")
 
 
 def _record_rejection(state: WorkingMemory, rejection: Rejection) -> None:
@@ -116,14 +151,14 @@ def _check_task_status(state: WorkingMemory, kind: str) -> None:
 
 # ---- task -------------------------------------------------------------------
 
-def _task_created(state: WorkingMemory, p: ev.TaskCreated, seq: int) -> None:
+def _task_created(state: WorkingMemory, p: ev.TaskCreated, seq: int, changes: Changes) -> None:
     state.status = "open"
     state.goal = p.goal
     state.title = p.title
     state.budget_limits = dict(p.budget)
 
 
-def _task_completed(state: WorkingMemory, p: ev.TaskCompleted, seq: int) -> None:
+def _task_completed(state: WorkingMemory, p: ev.TaskCompleted, seq: int, changes: Changes) -> None:
     unfinished = [s.id for s in state.steps
                   if state.step_states[s.id].status not in ("succeeded", "cancelled")]
     if unfinished:
@@ -131,17 +166,17 @@ def _task_completed(state: WorkingMemory, p: ev.TaskCompleted, seq: int) -> None
     state.status = "completed"
 
 
-def _task_failed(state: WorkingMemory, p: ev.TaskFailed, seq: int) -> None:
+def _task_failed(state: WorkingMemory, p: ev.TaskFailed, seq: int, changes: Changes) -> None:
     state.status = "failed"
 
 
-def _task_cancelled(state: WorkingMemory, p: ev.TaskCancelled, seq: int) -> None:
+def _task_cancelled(state: WorkingMemory, p: ev.TaskCancelled, seq: int, changes: Changes) -> None:
     state.status = "cancelled"
 
 
 # ---- plan and steps -----------------------------------------------------------
 
-def _plan_versioned(state: WorkingMemory, p: ev.PlanVersioned, seq: int) -> None:
+def _plan_versioned(state: WorkingMemory, p: ev.PlanVersioned, seq: int, changes: Changes) -> None:
     if p.version <= state.plan_version:
         raise _Reject("stale_plan_version",
                       f"plan v{p.version} is not newer than the current v{state.plan_version}")
@@ -195,7 +230,7 @@ def _step(state: WorkingMemory, step_id: str, plan_version: int) -> StepState:
     return st
 
 
-def _step_started(state: WorkingMemory, p: ev.StepStarted, seq: int) -> None:
+def _step_started(state: WorkingMemory, p: ev.StepStarted, seq: int, changes: Changes) -> None:
     st = _step(state, p.step_id, p.plan_version)
     if st.status not in ("pending", "failed"):
         raise _Reject("illegal_transition", f"step {p.step_id!r} is {st.status}, cannot start")
@@ -222,23 +257,24 @@ def _running(state: WorkingMemory, step_id: str, plan_version: int, attempt: int
     return st
 
 
-def _step_succeeded(state: WorkingMemory, p: ev.StepSucceeded, seq: int) -> None:
+def _step_succeeded(state: WorkingMemory, p: ev.StepSucceeded, seq: int, changes: Changes) -> None:
     st = _running(state, p.step_id, p.plan_version, p.attempt)
     st.status, st.seq = "succeeded", seq
     for out in p.outputs:
         state.variables[out.name] = Variable(out.value, out.sealed, p.step_id, seq)
+        changes.variables.add(out.name)
     for art in p.artifacts:
         state.artifacts[art.uri] = art
 
 
-def _step_failed(state: WorkingMemory, p: ev.StepFailed, seq: int) -> None:
+def _step_failed(state: WorkingMemory, p: ev.StepFailed, seq: int, changes: Changes) -> None:
     st = _running(state, p.step_id, p.plan_version, p.attempt)
     st.status, st.error_code, st.seq = "failed", p.error_code, seq
     if p.evidence is not None:
         state.artifacts[p.evidence.uri] = p.evidence
 
 
-def _step_cancelled(state: WorkingMemory, p: ev.StepCancelled, seq: int) -> None:
+def _step_cancelled(state: WorkingMemory, p: ev.StepCancelled, seq: int, changes: Changes) -> None:
     st = _step(state, p.step_id, p.plan_version)
     if st.status in ("succeeded", "cancelled"):
         raise _Reject("illegal_transition", f"step {p.step_id!r} is {st.status}, cannot cancel")
@@ -247,7 +283,7 @@ def _step_cancelled(state: WorkingMemory, p: ev.StepCancelled, seq: int) -> None
 
 # ---- budget -------------------------------------------------------------------
 
-def _budget_reserved(state: WorkingMemory, p: ev.BudgetReserved, seq: int) -> None:
+def _budget_reserved(state: WorkingMemory, p: ev.BudgetReserved, seq: int, changes: Changes) -> None:
     if p.reservation_id in state.reservations:
         raise _Reject("duplicate_reservation", f"reservation {p.reservation_id!r} exists")
     limit = state.budget_limits.get(p.resource)
@@ -271,7 +307,7 @@ def _reservation(state: WorkingMemory, reservation_id: str, resource: str) -> Re
     return res
 
 
-def _budget_consumed(state: WorkingMemory, p: ev.BudgetConsumed, seq: int) -> None:
+def _budget_consumed(state: WorkingMemory, p: ev.BudgetConsumed, seq: int, changes: Changes) -> None:
     res = _reservation(state, p.reservation_id, p.resource)
     if res.consumed + p.amount > res.amount:
         raise _Reject("over_reservation",
@@ -282,7 +318,7 @@ def _budget_consumed(state: WorkingMemory, p: ev.BudgetConsumed, seq: int) -> No
     state.budget_reserved[p.resource] -= p.amount
 
 
-def _budget_released(state: WorkingMemory, p: ev.BudgetReleased, seq: int) -> None:
+def _budget_released(state: WorkingMemory, p: ev.BudgetReleased, seq: int, changes: Changes) -> None:
     res = _reservation(state, p.reservation_id, p.resource)
     state.budget_reserved[p.resource] -= res.amount - res.consumed
     del state.reservations[p.reservation_id]
@@ -290,28 +326,29 @@ def _budget_released(state: WorkingMemory, p: ev.BudgetReleased, seq: int) -> No
 
 # ---- questions, variables, artifacts, conversation ---------------------------------
 
-def _question_opened(state: WorkingMemory, p: ev.QuestionOpened, seq: int) -> None:
+def _question_opened(state: WorkingMemory, p: ev.QuestionOpened, seq: int, changes: Changes) -> None:
     if p.question_id in state.questions:
         raise _Reject("duplicate_question", f"question {p.question_id!r} exists")
     state.questions[p.question_id] = Question(p.text, p.blocking, p.step_id)
 
 
-def _question_resolved(state: WorkingMemory, p: ev.QuestionResolved, seq: int) -> None:
+def _question_resolved(state: WorkingMemory, p: ev.QuestionResolved, seq: int, changes: Changes) -> None:
     q = state.questions.get(p.question_id)
     if q is None or q.status != "open":
         raise _Reject("unknown_question", f"no open question {p.question_id!r}")
     q.status, q.answer = "resolved", p.answer
 
 
-def _variable_set(state: WorkingMemory, p: ev.VariableSet, seq: int) -> None:
+def _variable_set(state: WorkingMemory, p: ev.VariableSet, seq: int, changes: Changes) -> None:
     state.variables[p.name] = Variable(p.value, p.sealed, p.producer_step, seq)
+    changes.variables.add(p.name)
 
 
-def _artifact_registered(state: WorkingMemory, p: ev.ArtifactRegistered, seq: int) -> None:
+def _artifact_registered(state: WorkingMemory, p: ev.ArtifactRegistered, seq: int, changes: Changes) -> None:
     state.artifacts[p.artifact.uri] = p.artifact
 
 
-def _side_effect_recorded(state: WorkingMemory, p: ev.SideEffectRecorded, seq: int) -> None:
+def _side_effect_recorded(state: WorkingMemory, p: ev.SideEffectRecorded, seq: int, changes: Changes) -> None:
     st = state.step_states.get(p.step_id)
     if st is None:
         raise _Reject("unknown_step", f"step {p.step_id!r} is not in plan v{state.plan_version}")
@@ -323,19 +360,20 @@ def _side_effect_recorded(state: WorkingMemory, p: ev.SideEffectRecorded, seq: i
     state.side_effects[p.idempotency_key] = SideEffect(p.step_id, p.outcome, p.external_ref, seq)
 
 
-def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int) -> None:
-    expected = len(state.transcript) + 1
+def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int, changes: Changes) -> None:
+    expected = state.turns + 1
     if p.ordinal != expected:
         raise _Reject("ordinal_mismatch", f"turn ordinal {p.ordinal}, expected {expected}")
-    state.transcript.append(Turn(p.role, p.ordinal, seq, p.content, p.sealed))
+    state.turns = p.ordinal
+    changes.turns.append(Turn(p.role, p.ordinal, seq, p.content, p.sealed))
 
 
-def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int) -> None:
+def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int, changes: Changes) -> None:
     # The fencing token is the grant's own ledger sequence (see agentledger.leases).
     state.lease = LeaseState(p.holder, seq, p.expires_at)
 
 
-_HANDLERS: dict[str, Callable[[WorkingMemory, Any, int], None]] = {
+_HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "task_created": _task_created,
     "plan_versioned": _plan_versioned,
     "step_started": _step_started,

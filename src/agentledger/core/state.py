@@ -6,10 +6,21 @@ outstanding-reservation total per resource, kept in step with the reservations
 so a reservation check does not rescan them all.
 Dicts keep insertion order, which the event order fixes, so encoding a state
 is deterministic and its hash is stable across replays.
+
+The state is the task's *current* state, never its history: it does not hold
+the ids of the events applied (idempotency is the projection's index, see
+``reducer.duplicate``) nor the transcript (turns are rows of their own; the
+state keeps the last ordinal, which is all the reducer needs to validate the
+next turn). Stored, a task is split in parts so a batch writes only what it
+changed: the core (``encode_core``: everything but the variables), one row per
+variable (``encode_variable``) and one row per turn (``encode_turn``). Each
+part's bytes are also exactly its JSON in the view, so a reader can splice
+rows into a view without decoding them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import blake3
@@ -19,7 +30,8 @@ from msgspec import Struct
 from agentledger.contracts.events import ArtifactRef, Goal, Sealed, StepDef
 from agentledger.core.dag import next_ready
 
-STATE_VERSION = 1
+# 2: the applied event ids and the transcript left the state (``turns``, ``events_applied``).
+STATE_VERSION = 2
 # Rejections kept in the state, newest last. Older ones are only counted
 # (``older_rejections``); every one stays in the projection's ``rejections`` table,
 # which ``wm.get`` pages through. Without the bound, 10,000 refused events made a
@@ -63,6 +75,8 @@ class Question(Struct):
 
 
 class Turn(Struct):
+    """One turn of the conversation: a row of the transcript, never part of the state."""
+
     role: str
     ordinal: int
     seq: int
@@ -125,19 +139,36 @@ class WorkingMemory(Struct):
     reservations: dict[str, Reservation] = {}
     questions: dict[str, Question] = {}
     side_effects: dict[str, SideEffect] = {}
-    transcript: list[Turn] = []
+    # Ordinal of the last turn appended (the turns themselves are rows of the projection).
+    turns: int = 0
     # The most recent ``RECENT_REJECTIONS`` rejections, oldest first.
     rejections: list[Rejection] = []
     # Rejections that happened before those in ``rejections`` (counted, no longer listed). A
     # state from before the bound decodes with 0 and its full list, so the total stays exact.
     older_rejections: int = 0
-    # Event id -> ledger sequence of every applied event: duplicates are no-ops.
-    applied: dict[str, int] = {}
+    # Events of this task the reducer consumed, applied or rejected (duplicates not counted).
+    events_applied: int = 0
     watermark: int = 0
     lease: LeaseState | None = None
     # Last attempt of each step a replan dropped: a step added back continues counting, so an
     # idempotency key built from (step, attempt) never repeats one of an earlier plan.
     retired_attempts: dict[str, int] = {}
+
+
+class Changes:
+    """What folding events changed besides the core, so the shell writes only those rows.
+
+    The reducer adds to it as it applies events: ``variables`` holds the names
+    whose row must be (re)written, ``turns`` the turns appended, in order. The
+    core is rewritten for every task a batch touched (its watermark moved), so
+    it is not tracked.
+    """
+
+    __slots__ = ("turns", "variables")
+
+    def __init__(self) -> None:
+        self.variables: set[str] = set()
+        self.turns: list[Turn] = []
 
 
 def new_state(tenant: str, task_id: str) -> WorkingMemory:
@@ -146,9 +177,12 @@ def new_state(tenant: str, task_id: str) -> WorkingMemory:
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WorkingMemory)
+_variable_decoder = msgspec.json.Decoder(Variable)
+_turn_decoder = msgspec.json.Decoder(Turn)
 
 
 def encode_state(state: WorkingMemory) -> bytes:
+    """The whole state (core and variables): what a checkpoint keeps."""
     return _encoder.encode(state)
 
 
@@ -156,13 +190,51 @@ def decode_state(data: bytes) -> WorkingMemory:
     return _decoder.decode(data)
 
 
-def state_hash(state: WorkingMemory) -> str:
-    """blake3 of the canonical encoding: equal hashes mean equal projections."""
-    return blake3.blake3(encode_state(state)).hexdigest()
+def encode_core(state: WorkingMemory) -> bytes:
+    """The state without its variables: the task row, small whatever the task's history."""
+    return _encoder.encode(msgspec.structs.replace(state, variables={}))
 
 
-def view(state: WorkingMemory) -> dict[str, Any]:
-    """The Working Memory as readers see it, with the derived sets computed now."""
+def encode_variable(variable: Variable) -> bytes:
+    return _encoder.encode(variable)
+
+
+def decode_variable(data: bytes) -> Variable:
+    return _variable_decoder.decode(data)
+
+
+def encode_turn(turn: Turn) -> bytes:
+    return _encoder.encode(turn)
+
+
+def decode_turn(data: bytes) -> Turn:
+    return _turn_decoder.decode(data)
+
+
+def state_hash(state: WorkingMemory, transcript: Iterable[Turn]) -> str:
+    """blake3 over every part of a task's projection: the core, the variables in name order
+    and the turns in order. Equal hashes mean equal projections."""
+    h = blake3.blake3(encode_core(state))
+    for name in sorted(state.variables):
+        h.update(b"\x00v" + _encoder.encode(name) + encode_variable(state.variables[name]))
+    for turn in transcript:
+        h.update(b"\x00t" + encode_turn(turn))
+    return h.hexdigest()
+
+
+def core_hash(core: bytes) -> str:
+    """blake3 of a task row's core encoding (``encode_core``)."""
+    return blake3.blake3(core).hexdigest()
+
+
+def variables_view(state: WorkingMemory) -> dict[str, Any]:
+    """The variables as the view shows them: by name, in name order (the order a reader
+    assembling the view from rows gives them too)."""
+    return {name: msgspec.to_builtins(state.variables[name]) for name in sorted(state.variables)}
+
+
+def core_view(state: WorkingMemory) -> dict[str, Any]:
+    """The view without ``variables`` and ``transcript``, the parts stored as rows of their own."""
     status = {sid: st.status for sid, st in state.step_states.items()}
     reserved = state.budget_reserved
     resources = sorted({*state.budget_limits, *state.budget_used, *reserved})
@@ -194,16 +266,27 @@ def view(state: WorkingMemory) -> dict[str, Any]:
         "failed": by("failed"),
         "cancelled": by("cancelled"),
         "next_ready": next_ready(state.steps, status) if state.status == "open" else [],
-        "variables": msgspec.to_builtins(state.variables),
         "artifacts": msgspec.to_builtins(list(state.artifacts.values())),
         "budget": budget,
         "open_questions": {qid: msgspec.to_builtins(q) for qid, q in state.questions.items()
                            if q.status == "open"},
         "side_effects": msgspec.to_builtins(state.side_effects),
-        "transcript": msgspec.to_builtins(state.transcript),
+        "turns_total": state.turns,
         "rejections": msgspec.to_builtins(state.rejections),
         "rejections_total": state.older_rejections + len(state.rejections),
         "lease": msgspec.to_builtins(state.lease) if state.lease else None,
         "watermark": state.watermark,
-        "events_applied": len(state.applied),
+        "events_applied": state.events_applied,
     }
+
+
+def view(state: WorkingMemory, transcript: Iterable[Turn]) -> dict[str, Any]:
+    """The Working Memory as readers see it, with the derived sets computed now.
+
+    ``transcript`` is the task's turns (all of them for the full view), which the
+    state itself does not hold.
+    """
+    rendered = core_view(state)
+    rendered["variables"] = variables_view(state)
+    rendered["transcript"] = msgspec.to_builtins(list(transcript))
+    return rendered

@@ -48,8 +48,11 @@ BACKOFF_CAP_S = 30.0
 # A service that ran this long before exiting starts its backoff afresh.
 STABLE_AFTER_S = 60.0
 STOP_TIMEOUT_S = 10.0
-# Wait between attempts to restart an embedded server that does not come back.
-SERVER_RETRY_S = 2.0
+# Wait between attempts to restart an embedded server that does not come back: short at first
+# (PostgreSQL refuses to start while the killed postmaster's lock and backends linger, which
+# takes a fraction of a second), doubling to SERVER_RETRY_MAX_S.
+SERVER_RETRY_S = 0.2
+SERVER_RETRY_MAX_S = 2.0
 # An embedded server that accepts connections but has not answered one for this long (frozen by
 # SIGSTOP, hung) is SIGKILLed, then restarted like a dead one; probed every SERVER_PROBE_S.
 SERVER_LIVENESS_TIMEOUT_S = 20.0
@@ -92,6 +95,7 @@ class Supervisor:
         # Embedded servers to keep alive: name ("nats", "postgres") -> restart, returning the pid.
         self._servers = dict(servers or {})
         self._server_restart_at: dict[str, float] = {}
+        self._server_failures: dict[str, int] = {}
         self._prober = ServerProber({
             name: addr for name, addr in (("nats", _address(info.nats_url)),
                                           ("postgres", _address(info.database_url)))
@@ -216,9 +220,14 @@ class Supervisor:
             try:
                 new_pid = restart()
             except AgentLedgerError as exc:
-                log.error("server_restart_failed", server=name, error=str(exc)[:500])
-                self._server_restart_at[name] = now + SERVER_RETRY_S
+                failures = self._server_failures[name] = self._server_failures.get(name, 0) + 1
+                delay = min(SERVER_RETRY_S * 2 ** (failures - 1), SERVER_RETRY_MAX_S)
+                # The reason is at the end (the server's last log lines end with its FATAL line).
+                log.error("server_restart_failed", server=name, attempt=failures,
+                          retry_in_s=delay, error=str(exc)[-800:])
+                self._server_restart_at[name] = now + delay
                 continue
+            self._server_failures.pop(name, None)
             log.info("server_restarted", server=name, pid=new_pid)
             self._prober.forget(name)
             field = "nats_pid" if name == "nats" else "postgres_pid"

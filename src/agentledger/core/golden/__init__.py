@@ -3,7 +3,8 @@
 Each ``*.json`` file here is ``{"description", "events": [{"seq", "event"}], "expected",
 "state_hash"}``: ``event`` is a ledger event as stored (personal content already
 sealed), ``expected`` is ``view(state)`` after folding the events from an empty
-task, and ``state_hash`` the hash of that state. A reducer change that changes
+task (with the transcript the fold appended), and ``state_hash`` the hash of
+every part of that projection (``state.state_hash``). A reducer change that changes
 a golden projection must re-record it in the same commit, with
 ``python -m agentledger.core.golden --write``, so the change is visible in review.
 """
@@ -19,7 +20,7 @@ import msgspec
 from agentledger.contracts.codec import decode_event
 from agentledger.contracts.events import EventBase
 from agentledger.core.reducer import fold
-from agentledger.core.state import new_state, state_hash, view
+from agentledger.core.state import Changes, new_state, state_hash, view
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 RECORD_COMMAND = "python -m agentledger.core.golden --write"
@@ -57,9 +58,11 @@ def replay_golden(path: Path) -> tuple[dict[str, Any], str]:
     tasks = {(e.tenant, e.task_id) for e, _ in events}
     if len(tasks) != 1:
         raise ValueError(f"{path.name}: a golden stream holds one task, found {sorted(tasks)}")
-    state, _ = fold(new_state(first.tenant, first.task_id), events)
+    changes = Changes()
+    state, _ = fold(new_state(first.tenant, first.task_id), events, changes=changes)
     # Through JSON, so the view compares equal to what the file holds.
-    return msgspec.json.decode(msgspec.json.encode(view(state))), state_hash(state)
+    return (msgspec.json.decode(msgspec.json.encode(view(state, changes.turns))),
+            state_hash(state, changes.turns))
 
 
 def recorded(path: Path) -> tuple[Any, str | None]:

@@ -1,0 +1,46 @@
+"""`agentledger bench --profile smoke`: the figures' code runs and prints well-formed lines.
+
+Tiny sizes on a private stack the bench starts itself; nothing here asserts a time
+or a ratio (the machine decides those), only that every figure is there, has its
+fields and measured something.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild"]
+EXPECTED = {
+    "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
+    "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event", "wm_get_p50",
+    *(f"{shape}_{figure}" for shape in ("single", "batch", "one_task")
+      for figure in ("throughput", "vs_ceiling", "latency_p50", "latency_p99", "cpu_per_event")),
+}
+FIELDS = {"bench", "value", "unit", "baseline", "ratio", "target"}
+
+
+def test_bench_smoke_profile_prints_every_figure() -> None:
+    # The bench starts its own servers; URLs of other servers in the environment would
+    # send it elsewhere.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEDGER_")}
+    argv = [str(Path(sys.executable).parent / "agentledger"), "bench", "--profile", "smoke",
+            "--only", "reducer", *(a for name in SERVER_BENCHES for a in ("--only", name))]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert {line["bench"] for line in lines} == EXPECTED
+    for line in lines:
+        assert set(line) >= FIELDS, line
+        if line["bench"] == "sustained_appends":
+            # The highest sustained rate: 0 when none was, on a busy machine.
+            assert line["value"] >= 0 and line["baseline"] is None, line
+        elif line["unit"] == "cpu-ms/event":
+            # CPU is read in clock ticks: a tiny window may see none in one process.
+            assert line["value"] >= 0 and line["baseline"] >= 0, line
+            assert "postgres" in line["cpu_by_process"], line
+        else:
+            assert line["value"] > 0 and line["baseline"] > 0 and line["ratio"] > 0, line
