@@ -16,7 +16,8 @@ from pathlib import Path
 SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild"]
 EXPECTED = {
     "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
-    "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event", "wm_get_p50",
+    "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
+    "wm_get_p50", "wm_get_vs_hop_p50",
     *(f"{shape}_{figure}" for shape in ("single", "batch", "one_task")
       for figure in ("throughput", "vs_ceiling", "latency_p50", "latency_p99", "cpu_per_event")),
 }

@@ -1,4 +1,4 @@
-"""Replay: rebuild, verify and drop_projection, and the projector surviving SIGKILL.
+"""Replay: rebuild, verify, dropped tables, and the projector surviving SIGKILL.
 
 The projection is disposable: whatever happened to the projector (crashes,
 dropped tables, a corrupted row), folding the ledger again must give the same
@@ -19,6 +19,7 @@ import asyncpg
 import msgspec
 import pytest
 
+from agentledger import db
 from agentledger.config import Settings
 from agentledger.core.state import core_hash, decode_state, encode_core
 from agentledger.errors import UnavailableError
@@ -170,14 +171,19 @@ async def test_verify_explains_a_projector_that_is_not_running(
     assert "projector" in info.value.message
 
 
-async def test_drop_projection_while_running_rebuilds_and_verifies(
+async def test_dropped_tables_under_a_running_projector_are_rebuilt_and_verify(
         settings: Settings, ledger: Ledger, running: Projector) -> None:
-    """Protects `agentledger replay`: dropping the live tables under a running projector makes it
-    notice, rebuild from the ledger and carry on with new events; verify then passes."""
+    """Protects the projector against an operator's DROP: dropping the live tables under a running
+    projector makes it notice, rebuild from the ledger (beside, then switched in) and carry on with
+    new events; verify then passes."""
     await publish_tasks(ledger, 6)
     await caught_up(settings, ledger)
     before = {k: r["state_hash"] for k, r in (await task_rows(settings)).items()}
-    await replay.drop_projection(settings)
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        await db.drop_tables_conn(conn)
+    finally:
+        await conn.close()
     assert await watermark(settings) in (None, 0)
     await caught_up(settings, ledger)
     assert {k: r["state_hash"] for k, r in (await task_rows(settings)).items()} == before

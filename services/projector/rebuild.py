@@ -1,13 +1,22 @@
-"""Replay: fold the ledger stream into a projection fast, and verify the live one.
+"""Replay: fold the ledger stream into a projection fast, in bounded memory; replace the live
+projection without downtime; verify it.
 
 ``read_stream`` reads the stream with an ordered push consumer (ephemeral,
 flow-controlled, gap-checked by nats-py) and a callback that does the least
 Python work it can per message: split the reply subject for the stream
 sequence, decode the event with msgspec, fold it into the task's state in an
-in-memory ``Fold``. ``rebuild`` writes the result with COPY: core rows,
-variable rows, turn rows, the applied-event index and the rejections.
-``verify`` rebuilds into a scratch schema and compares every part of every
-task with the live projection.
+in-memory ``Fold``. A rebuild folds into a ``SpillingFold``, which writes what
+it holds to its schema with COPY (core rows, variable rows, turn rows, the
+applied-event index and the rejections) whenever it passes the rebuild memory
+budget, and at the end: its memory is bounded by the budget, not by the
+stream, and is gone when the rebuild ends.
+
+``replace_live`` builds a new projection in a schema beside the live one
+(which keeps serving, the projector keeps projecting into it), catches up to
+the stream's end and switches in one transaction that locks the live tables:
+a reader sees the old projection or the new one, never none. ``verify``
+rebuilds into a scratch schema and compares every part of every task with the
+live projection.
 
 ``decode_message`` and ``fold_event`` are the one place that turns a ledger
 message into a state change; the live projector calls them too, so live and
@@ -16,7 +25,8 @@ event only where its subject and its body agree on tenant and task: anything
 else is a recorded rejection, never a crash and never a change to some other
 task's state. Whether an event is a duplicate is decided by the caller with the
 one rule of ``core.reducer``: replay keeps the ids each task consumed in the
-fold (``fold_message``), the live projector asks its ``applied_events`` index.
+fold (``fold_message``; for a task it spilled, its schema's index too), the live
+projector asks its ``applied_events`` index.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import asyncpg
@@ -42,17 +52,15 @@ from agentledger.core.state import (
     Changes,
     WorkingMemory,
     core_hash,
-    decode_state,
     encode_core,
-    encode_state,
     encode_turn,
     encode_variable,
     new_state,
 )
 from agentledger.errors import UnavailableError
 from agentledger.ledger import ledger_subject, ledger_wildcard, subject_key
+from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.store import (
-    AppliedRow,
     RejectionRow,
     Store,
     TaskRow,
@@ -67,6 +75,17 @@ Progress = Callable[[int, int], None]
 
 LIVE_SCHEMA = "public"
 VERIFY_SCHEMA = "replay_verify"
+# Where ``replace_live`` builds the projection that replaces the live one.
+REBUILD_SCHEMA = "replay_rebuild"
+# Advisory lock key held by the one rebuild of the live projection running ("agrb").
+REBUILD_LOCK = 0x61677262
+# The switch happens once the rebuild is this close to the stream's end: the rest is folded
+# while the live tables are locked, so readers wait for at most this many messages.
+SWITCH_GAP = 1_000
+# How long the switch waits for the live tables' locks before it lets readers through and
+# tries again, and how often it tries.
+SWITCH_LOCK_TIMEOUT_MS = 500
+SWITCH_ATTEMPTS = 60
 PROGRESS_EVERY = 10_000
 
 _decoder = msgspec.json.Decoder(AnyEvent)
@@ -79,6 +98,12 @@ class RebuildReport(msgspec.Struct, frozen=True):
     seconds: float
     rejections: int = 0
     schema: str = LIVE_SCHEMA
+    # Times the fold wrote what it held and forgot it; the most it held then; its budget.
+    spills: int = 0
+    peak_bytes: int = 0
+    budget_bytes: int = 0
+    # States read back from the new projection because their task came up again after a spill.
+    reloads: int = 0
 
 
 class TaskDiff(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -282,39 +307,6 @@ class Fold:
             self.changes[key] = Changes()
         return applied, self.changes[key]
 
-    def copy_task(self, other: Fold, key: Key) -> None:
-        """Continue ``other``'s fold of one task here (a copy: ``other`` stays as it is)."""
-        if key not in other.states:
-            return
-        self.states[key] = decode_state(encode_state(other.states[key]))
-        self.seqs[key] = other.seqs[key]
-        self.applied[key] = dict(other.applied[key])
-        changes = self.changes[key] = Changes()
-        changes.turns = list(other.changes[key].turns)
-
-    def task_rows(self) -> list[TaskRow]:
-        rows: list[TaskRow] = []
-        seqs = self.seqs
-        for key, state in self.states.items():
-            data = encode_core(state)
-            rows.append((key[0], key[1], seqs[key], data, core_hash(data)))
-        return rows
-
-    def variable_rows(self) -> Iterator[VariableRow]:
-        for key, state in self.states.items():
-            for name, variable in state.variables.items():
-                yield key[0], key[1], name, variable.seq, encode_variable(variable)
-
-    def turn_rows(self) -> Iterator[TurnRow]:
-        for key, changes in self.changes.items():
-            for turn in changes.turns:
-                yield key[0], key[1], turn.ordinal, turn.seq, encode_turn(turn)
-
-    def applied_rows(self) -> Iterator[AppliedRow]:
-        for key, applied in self.applied.items():
-            for event_id, seq in applied.items():
-                yield key[0], key[1], event_id, seq
-
 
 def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
                  headers: dict[str, str] | None, *, subject: str = "") -> bool:
@@ -323,7 +315,8 @@ def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
     Duplicates follow the reducer's rule over the ids the fold recorded: the
     first occurrence of an event id in a task is consumed, later ones are no-ops
     (the fold must therefore start at the task's first message, or carry the ids
-    consumed before, see ``Fold.copy_task``).
+    consumed before, as resume seeds them; a ``SpillingFold`` asks its schema's
+    index for a task it read back).
     """
     event = decode_message(key, data, seq, headers, rejections=fold.rejections, subject=subject)
     if event is None or key is None:
@@ -335,6 +328,170 @@ def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
     fold_event(fold.states, key, event, seq, first_seq=first, changes=changes,
                rejections=fold.rejections)
     return True
+
+
+# Bytes a folded event is counted for beyond its body: its entry in the fold's index of
+# consumed ids and the dict slots around it (measured: ~100 bytes an event on a bench stream,
+# whose bodies the fold keeps far less of than their size, so body + this is an upper bound).
+EVENT_OVERHEAD = 100
+# Messages of spilled tasks held before their states are read back and folded: one
+# PostgreSQL round trip pays for this many (or for an eighth of the budget, if less).
+DEFER_EVENTS = 2000
+
+
+class SpillingFold(Fold):
+    """A ``Fold`` into a projection schema that holds at most about ``budget`` bytes.
+
+    Each message is counted (its body plus ``EVENT_OVERHEAD``; a state read
+    back by the bytes of its rows, as the projector's ``StateCache`` counts
+    them). Past the budget, ``spill`` writes everything folded so far to the
+    schema (COPY, or upsert for tasks whose rows are there already) and
+    forgets it. A task seen again after that is read back from its rows, as
+    the live projector reads back an evicted state, and its later event ids are
+    checked against the schema's ``applied_events`` index, so duplicates follow
+    the reducer's one rule across spills. Its messages are deferred meanwhile
+    and folded a batch at a time (``settle``), one round trip per batch; tasks
+    that have not been spilled are folded as each message arrives, as ``Fold``
+    does, so a stream that fits in the budget costs what it did.
+
+    The budget is exceeded by at most one message, and by what one deferred
+    batch's states weigh beyond the largest state read back before; ``peak_bytes``
+    is the most the fold held (it holds the most just before it writes).
+    """
+
+    def __init__(self, conn: asyncpg.Connection, schema: str, budget: int) -> None:
+        super().__init__()
+        self.conn = conn
+        self.store = Store(schema)
+        self.budget = max(budget, 1)
+        self.states: StateCache = StateCache()
+        # Held tasks whose rows are in the schema (read back): their rows are upserted.
+        self.stored: set[Key] = set()
+        # Set by the first spill: from then on a task that is not held may have rows.
+        self.spilled = False
+        self.deferred: list[tuple[int, Key, bytes, dict[str, str] | None]] = []
+        self.deferred_bytes = 0
+        # Bytes counted for the messages folded or deferred since the last spill.
+        self.used = 0
+        self.peak_bytes = 0
+        # Bytes of the largest state read back so far: what reading back one more may cost.
+        self.largest_state = 0
+        self.spills = 0
+        self.reloads = 0
+        self.tasks = 0
+        self.rejected = 0
+
+    async def add(self, key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None,
+                  subject: str) -> None:
+        """Fold one ledger message (or defer it, if its task may have rows); spill past the budget."""
+        size = len(data) + EVENT_OVERHEAD
+        self.used += size
+        if self.spilled and key is not None and (key not in self.states or key in self.stored):
+            self.deferred.append((seq, key, data, headers))
+            self.deferred_bytes += size
+            if len(self.deferred) >= DEFER_EVENTS or self.deferred_bytes * 8 >= self.budget:
+                await self.settle()
+        elif fold_message(self, key, data, seq, headers, subject=subject) and key:
+            self.seqs[key] = seq
+        if self.used + self.states.total_bytes > self.budget:
+            await self.spill()
+
+    async def settle(self) -> None:
+        """Fold the deferred messages: read back the states of their tasks that have rows,
+        ask the index which of their ids those tasks consumed before, apply in order."""
+        if not self.deferred:
+            return
+        deferred, self.deferred = self.deferred, []
+        batch_bytes, self.deferred_bytes = self.deferred_bytes, 0
+        events: list[tuple[int, Key, AnyEvent]] = []
+        for seq, key, data, headers in deferred:
+            event = decode_message(key, data, seq, headers, rejections=self.rejections)
+            if event is not None:
+                events.append((seq, key, event))
+        conn, states = self.conn, self.states
+        missing = list({key for _, key, _ in events if key not in states})
+        # Reading the states back must not take the fold past its budget: if they would not
+        # fit (each sized as the largest read back so far), write what it holds first.
+        if missing and (self.used + states.total_bytes + len(missing) * self.largest_state
+                        > self.budget):
+            await self._write()
+            self.used = batch_bytes  # the batch is still held, and about to be folded
+            missing = list({key for _, key, _ in events})
+        async with conn.transaction():  # the core rows and the variable rows in one snapshot
+            for loaded in await self.store.load_states(conn, missing):
+                states.load(loaded)
+                self.stored.add(loaded.key)
+                self.seqs[loaded.key] = loaded.seq
+                self.reloads += 1
+                self.largest_state = max(self.largest_state,
+                                         loaded.core_bytes + sum(loaded.variable_bytes.values()))
+        unknown = list({(key[0], key[1], event.event_id) for _, key, event in events
+                        if key in self.stored and event.event_id not in self.applied.get(key, ())})
+        earlier = await self.store.first_seqs(conn, unknown)
+        for seq, key, event in events:
+            applied, changes = self.task(key)
+            first = applied.get(event.event_id)
+            if first is None:
+                first = earlier.get((key[0], key[1], event.event_id))
+                if first is None:
+                    applied[event.event_id] = seq
+            fold_event(states, key, event, seq, first_seq=first, changes=changes,
+                       rejections=self.rejections)
+            self.seqs[key] = seq
+
+    async def spill(self) -> None:
+        """Fold what is deferred, write everything held to the schema and forget it."""
+        await self.settle()
+        await self._write()
+
+    async def _write(self) -> None:
+        """Write the states held, their new rows and the rejections, in one transaction, and
+        forget them (deferred messages stay deferred)."""
+        self.peak_bytes = max(self.peak_bytes, self.used + self.states.total_bytes)
+        fresh: list[TaskRow] = []
+        stored: list[TaskRow] = []
+        variables: list[VariableRow] = []
+        turns: list[TurnRow] = []
+        for key, state in self.states.items():
+            core = encode_core(state)
+            row = (key[0], key[1], self.seqs[key], core, core_hash(core))
+            if key in self.stored:
+                stored.append(row)
+                changes = self.changes[key]
+                variables.extend((key[0], key[1], name, state.variables[name].seq,
+                                  encode_variable(state.variables[name]))
+                                 for name in changes.variables)
+                turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes.turns)
+            else:
+                fresh.append(row)
+        fresh_keys = {(r[0], r[1]) for r in fresh}
+        store, conn = self.store, self.conn
+        async with conn.transaction():
+            await store.copy_tasks(conn, fresh)
+            await store.copy_variables(conn, (
+                (key[0], key[1], name, variable.seq, encode_variable(variable))
+                for key in fresh_keys for name, variable in self.states[key].variables.items()))
+            await store.copy_turns(conn, (
+                (key[0], key[1], t.ordinal, t.seq, encode_turn(t))
+                for key in fresh_keys for t in self.changes[key].turns))
+            await store.upsert_tasks(conn, stored)
+            await store.write_parts(conn, variables, turns)
+            await store.copy_applied(conn, (
+                (key[0], key[1], event_id, seq)
+                for key, applied in self.applied.items() for event_id, seq in applied.items()))
+            await store.copy_rejections(conn, self.rejections)
+        self.tasks += len(fresh)
+        self.rejected += len(self.rejections)
+        self.spills += 1
+        self.spilled = True
+        # Cleared in place: ``read_stream`` holds on to ``seqs``.
+        self.states.clear()
+        self.stored.clear()
+        self.seqs.clear()
+        self.applied.clear()
+        self.changes.clear()
+        self.rejections.clear()
+        self.used = 0
 
 
 def stream_seq(msg: Any) -> int:
@@ -395,8 +552,10 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
     """Fold the ledger from ``start_seq`` up to ``upto`` (default: the last sequence now).
 
     ``subject`` narrows the read to one task's subject. Passing ``fold``
-    continues an earlier fold. Raises ``UnavailableError`` if no message
-    arrives for ``idle_timeout`` seconds.
+    continues an earlier fold; a ``SpillingFold`` spills as it passes its
+    budget (what it still holds or defers at the end is the caller's to
+    ``spill``). Raises ``UnavailableError`` if no message arrives for
+    ``idle_timeout`` seconds.
     """
     js = nc.jetstream()
     info = await js.stream_info(settings.stream)
@@ -410,6 +569,7 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     seqs = fold.seqs
+    spill = fold if isinstance(fold, SpillingFold) else None
     keys = SubjectKeys(settings.prefix)
     count = [0, 0]  # messages folded, last sequence folded
 
@@ -427,7 +587,9 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
                 done.set_result(None)
                 return
             key = keys[msg.subject]
-            if fold_message(fold, key, msg.data, seq, msg.headers, subject=msg.subject) and key:
+            if spill is not None:
+                await spill.add(key, msg.data, seq, msg.headers, msg.subject)
+            elif fold_message(fold, key, msg.data, seq, msg.headers, subject=msg.subject) and key:
                 seqs[key] = seq
             n = count[0] = count[0] + 1
             count[1] = seq
@@ -454,39 +616,29 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
 
 # ---- rebuild ---------------------------------------------------------------------
 
-async def write_fold(conn: asyncpg.Connection, schema: str, fold: Fold,
-                     rows: list[TaskRow] | None = None) -> None:
-    """Replace the projection in ``schema`` by ``fold``, in one transaction."""
-    store = Store(schema)
-    rows = fold.task_rows() if rows is None else rows
-    async with conn.transaction():
-        # Lock the watermark first: a running projector's batch and this never interleave.
-        await store.lock_watermark(conn)
-        await store.truncate(conn)
-        await store.copy_tasks(conn, rows)
-        await store.copy_variables(conn, fold.variable_rows())
-        await store.copy_turns(conn, fold.turn_rows())
-        await store.copy_applied(conn, fold.applied_rows())
-        await store.copy_rejections(conn, fold.rejections)
-        await store.set_watermark(conn, fold.last_seq)
-
-
-async def rebuild_with(nc: Client, conn: asyncpg.Connection, settings: Settings, schema: str,
-                       progress: Progress | None = None) -> tuple[RebuildReport, Fold, list[TaskRow]]:
-    """``rebuild`` on existing connections; also returns the fold and the rows written."""
-    started = time.perf_counter()
-    if schema != LIVE_SCHEMA:
-        await db.drop_schema_conn(conn, schema)
+async def build(nc: Client, conn: asyncpg.Connection, settings: Settings, schema: str,
+                progress: Progress | None = None) -> SpillingFold:
+    """Fold the whole stream into ``schema`` (dropped and created anew) within the settings'
+    rebuild memory budget; the fold it returns holds nothing (it spilled at the end)."""
+    await db.drop_schema_conn(conn, schema)
     await db.migrate_conn(conn, schema)
-    fold = await read_stream(nc, settings, None, progress=progress)
-    rows = fold.task_rows()
-    await write_fold(conn, schema, fold, rows)
-    report = RebuildReport(events=fold.events, tasks=len(rows), last_seq=fold.last_seq,
+    fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes)
+    await read_stream(nc, settings, None, fold=fold, progress=progress)
+    await fold.spill()
+    await fold.store.set_watermark(conn, fold.last_seq)
+    return fold
+
+
+def _report(fold: SpillingFold, schema: str, started: float) -> RebuildReport:
+    report = RebuildReport(events=fold.events, tasks=fold.tasks, last_seq=fold.last_seq,
                            seconds=round(time.perf_counter() - started, 3),
-                           rejections=len(fold.rejections), schema=schema)
+                           rejections=fold.rejected, schema=schema, spills=fold.spills,
+                           peak_bytes=fold.peak_bytes, budget_bytes=fold.budget,
+                           reloads=fold.reloads)
     log.info("replay.rebuilt", schema=schema, events=report.events, tasks=report.tasks,
-             last_seq=report.last_seq, seconds=report.seconds)
-    return report, fold, rows
+             last_seq=report.last_seq, seconds=report.seconds, spills=report.spills,
+             peak_bytes=report.peak_bytes)
+    return report
 
 
 async def _connect(settings: Settings) -> tuple[Client, asyncpg.Connection]:
@@ -499,31 +651,100 @@ async def _connect(settings: Settings) -> tuple[Client, asyncpg.Connection]:
     return nc, conn
 
 
-async def rebuild(settings: Settings, schema: str = LIVE_SCHEMA,
-                  progress: Progress | None = None) -> RebuildReport:
-    """(Re)create the projection in ``schema`` from the whole ledger stream.
-
-    A scratch schema is dropped and created anew; the live (``public``) schema
-    keeps its other tables and has the projection tables replaced atomically.
-    """
+async def rebuild(settings: Settings, schema: str, progress: Progress | None = None) -> RebuildReport:
+    """(Re)create a projection in the scratch schema ``schema`` from the whole ledger stream."""
     db.check_schema(schema)
+    started = time.perf_counter()
     nc, conn = await _connect(settings)
     try:
-        report, _, _ = await rebuild_with(nc, conn, settings, schema, progress)
-        return report
+        return _report(await build(nc, conn, settings, schema, progress), schema, started)
     finally:
         await conn.close()
         await nc.close()
 
 
-async def drop_projection(settings: Settings) -> None:
-    """Drop the live projection tables; a running projector notices and rebuilds."""
-    conn = await db.connect(settings.database_url)
+async def replace_live_with(nc: Client, conn: asyncpg.Connection, settings: Settings,
+                            progress: Progress | None = None) -> RebuildReport:
+    """``replace_live`` on existing connections (``conn`` must not be in a transaction).
+
+    One rebuild at a time (an advisory lock), so the rebuild schema is this
+    one's alone; a schema left by a rebuild that died is dropped by the next.
+    """
+    started = time.perf_counter()
+    await conn.execute("SELECT pg_advisory_lock($1)", REBUILD_LOCK)
     try:
-        await db.drop_tables_conn(conn, LIVE_SCHEMA)
+        await db.migrate_conn(conn, LIVE_SCHEMA)
+        fold = await build(nc, conn, settings, REBUILD_SCHEMA, progress)
+        # Catch up while the live projection serves, so the switch folds only a few messages.
+        while await stream_last_seq(nc, settings) - fold.last_seq > SWITCH_GAP:
+            await read_stream(nc, settings, None, fold=fold, start_seq=fold.last_seq + 1)
+            await fold.spill()
+        await _switch(nc, conn, settings, fold)
+        return _report(fold, LIVE_SCHEMA, started)
+    finally:
+        try:
+            await db.drop_schema_conn(conn, REBUILD_SCHEMA)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", REBUILD_LOCK)
+
+
+async def _switch(nc: Client, conn: asyncpg.Connection, settings: Settings,
+                  fold: SpillingFold) -> None:
+    """Make the rebuilt projection the live one, in one transaction.
+
+    It locks the live tables (the watermark first, as every projector batch
+    takes it first), so no batch commits in between and a reader waits a few
+    milliseconds instead of seeing no projection; folds the messages that
+    arrived since the catch-up; then drops the live tables and moves the new
+    ones into their place. A lock not granted within ``SWITCH_LOCK_TIMEOUT_MS``
+    (a long reader ahead in the queue, a deadlock) is given up and tried again,
+    so readers never queue long behind the switch.
+    """
+    store = Store(REBUILD_SCHEMA)
+    for attempt in range(1, SWITCH_ATTEMPTS + 1):
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            await db.lock_projection_conn(conn, LIVE_SCHEMA, SWITCH_LOCK_TIMEOUT_MS)
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
+            await tx.rollback()
+            log.info("replay.switch_waiting", attempt=attempt, error=type(exc).__name__)
+            await asyncio.sleep(min(0.05 * attempt, 1.0))
+            continue
+        except BaseException:
+            await tx.rollback()
+            raise
+        locked = time.perf_counter()
+        try:
+            await read_stream(nc, settings, None, fold=fold, start_seq=fold.last_seq + 1)
+            await fold.spill()
+            await store.set_watermark(conn, fold.last_seq)
+            await db.swap_tables_conn(conn, REBUILD_SCHEMA, LIVE_SCHEMA)
+        except BaseException:
+            await tx.rollback()
+            raise
+        await tx.commit()
+        log.info("replay.switched", last_seq=fold.last_seq, attempts=attempt,
+                 locked_s=round(time.perf_counter() - locked, 4))
+        return
+    raise UnavailableError(f"could not lock the live projection for the switch in {SWITCH_ATTEMPTS}"
+                           " attempts; the live projection is unchanged")
+
+
+async def replace_live(settings: Settings, progress: Progress | None = None) -> RebuildReport:
+    """Rebuild the live projection from the ledger beside it, then switch to it atomically.
+
+    The live projection keeps serving (and the projector keeps projecting into
+    it) until the switch; a reader sees the old projection or the new one,
+    never none. A running projector notices the switch (its watermark table is
+    another one), drops its cache and carries on from the new watermark.
+    """
+    nc, conn = await _connect(settings)
+    try:
+        return await replace_live_with(nc, conn, settings, progress)
     finally:
         await conn.close()
-    log.info("replay.dropped", schema=LIVE_SCHEMA)
+        await nc.close()
 
 
 # ---- verify ------------------------------------------------------------------------
@@ -558,30 +779,23 @@ async def verify(settings: Settings, progress: Progress | None = None,
     started = time.perf_counter()
     nc, conn = await _connect(settings)
     try:
-        _, fold, rows = await rebuild_with(nc, conn, settings, VERIFY_SCHEMA, progress)
-        last = fold.last_seq
+        fold = await build(nc, conn, settings, VERIFY_SCHEMA, progress)
+        last, events = fold.last_seq, fold.events
         live_wm = await _wait_watermark(conn, last, wait_s)
         live_store, scratch = Store(LIVE_SCHEMA), Store(VERIFY_SCHEMA)
-        replay: dict[Key, tuple[int, str]] = {(r[0], r[1]): (r[2], r[4]) for r in rows}
         refolded = 0
         async with conn.transaction(isolation="repeatable_read"):
             live = await live_store.task_hashes(conn)
-            # Tasks the projector advanced past the replayed point: fold them further.
+            # Tasks the projector advanced past the replayed point: fold them further (the
+            # fold reads each back from the scratch schema, as after any spill).
             for key, (live_seq, _) in live.items():
                 if live_seq <= last:
                     continue
                 refolded += 1
-                part = Fold()
-                part.copy_task(fold, key)
-                await read_stream(nc, settings, live_seq, fold=part, start_seq=last + 1,
+                await read_stream(nc, settings, live_seq, fold=fold, start_seq=last + 1,
                                   subject=ledger_subject(settings.prefix, *key))
-                if key in part.states:
-                    await scratch.delete_task(conn, key)
-                    task_rows = part.task_rows()
-                    await scratch.upsert_tasks(conn, task_rows)
-                    await scratch.write_parts(conn, list(part.variable_rows()), list(part.turn_rows()))
-                    await scratch.copy_applied(conn, part.applied_rows())
-                    replay[key] = (task_rows[0][2], task_rows[0][4])
+            await fold.spill()
+            replay = await scratch.task_hashes(conn)
             parts = await live_store.part_differences(conn, scratch)
 
         missing, extra, different = [], [], []
@@ -602,7 +816,7 @@ async def verify(settings: Settings, progress: Progress | None = None,
                 extra.append(TaskDiff(key[0], key[1], "extra", live_seq=seq, live_hash=digest))
         report = VerifyReport(
             ok=not (missing or extra or different), last_seq=last, live_watermark=live_wm,
-            tasks=len(replay), events=fold.events, refolded=refolded, missing=missing,
+            tasks=len(replay), events=events, refolded=refolded, missing=missing,
             extra=extra, different=different, seconds=round(time.perf_counter() - started, 3))
         log.info("replay.verified", ok=report.ok, last_seq=last, tasks=report.tasks,
                  missing=len(missing), extra=len(extra), different=len(different))

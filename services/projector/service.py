@@ -21,8 +21,10 @@ and advances the watermark. Only after the commit is the batch acked and
 consumer from the watermark, so nothing is skipped or applied twice.
 
 A watermark that is missing or differs from the one this process committed
-last means someone dropped or rebuilt the projection: the projector drops its
-cache, rebuilds from the stream when the projection is empty, and carries on.
+last (its seq, or the watermark table itself: ``agentledger replay`` switches in
+a rebuilt projection) means someone dropped or rebuilt the projection: the
+projector drops its cache, rebuilds an empty projection from the stream (beside
+it, in bounded memory, as ``replay`` does), and carries on from the watermark.
 
 One projector applies at a time: the process holds a PostgreSQL advisory lock
 (leadership) on a dedicated connection; a second process waits as a standby.
@@ -85,13 +87,14 @@ from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
     decode_message,
     fold_event,
-    rebuild_with,
     rejection_row,
+    replace_live_with,
     stream_seq,
     subject_tokens,
 )
 from agentledger.services.projector.store import (
     Key,
+    Position,
     ProjectionMissingError,
     RejectionRow,
     Store,
@@ -249,8 +252,10 @@ class Projector:
         # Rejections committed but not yet announced; a wake-up for readers waiting on a seq.
         self._rejected: list[RejectionRow] = []
         self._progress = asyncio.Event()
-        # Watermark this process committed last (None: not initialized).
+        # Watermark this process committed last (None: not initialized), and in which
+        # projection (the oid of its watermark table: ``replay`` switches in another one).
         self._committed: int | None = None
+        self._projection: int | None = None
         # When the projection loop last turned (liveness; see ``alive``).
         self._turned = 0.0
         self._outage: str | None = None
@@ -367,12 +372,13 @@ class Projector:
         assert self._pool is not None and self._nc is not None
         s = self.settings
         self._cache.clear()
-        self._committed = None
+        self._committed = self._projection = None
         await db.migrate(s.database_url)
         async with self._pool.acquire() as conn:
-            wm = await self.store.watermark(conn)
-            if wm is None:
+            position = await self.store.position(conn)
+            if position is None:
                 raise ProjectionMissingError("projector_watermark row is missing after migrate")
+            wm = position.seq
             try:
                 info = await self._nc.jetstream().stream_info(s.stream)
             except nats.js.errors.NotFoundError as exc:
@@ -387,12 +393,16 @@ class Projector:
                     "was deleted and recreated from the start; projecting would skip events. "
                     "Rebuild the projection from what the ledger holds now (`agentledger replay`)")
             if wm == 0 and last > 0:
+                # Built beside the empty projection in bounded memory and switched in, as
+                # `agentledger replay` does.
                 log.info("projector.rebuilding", reason="empty projection", last_seq=last)
-                report, _, _ = await rebuild_with(self._nc, conn, s, LIVE_SCHEMA,
-                                                  progress=self._rebuild_progress)
-                wm = report.last_seq
+                await replace_live_with(self._nc, conn, s, progress=self._rebuild_progress)
+                position = await self.store.position(conn)
+                if position is None:
+                    raise ProjectionMissingError("projector_watermark row is missing after rebuild")
+                wm = position.seq
         await self._bind_consumer(wm)
-        self._committed = wm
+        self._committed, self._projection = wm, position.projection
         log.info("projector.initialized", watermark=wm)
 
     def _rebuild_progress(self, done: int, total: int) -> None:
@@ -533,7 +543,7 @@ class Projector:
     async def _reset(self) -> None:
         """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
         self._cache.clear()
-        self._committed = None
+        self._committed = self._projection = None
         if self._pool is not None:
             await self._pool.expire_connections()  # drop plans cached against dropped tables
         if self._lock_conn is None or self._lock_conn.is_closed():
@@ -551,11 +561,20 @@ class Projector:
     async def _idle_check(self) -> None:
         """Between batches: notice a dropped or rebuilt projection without waiting for traffic."""
         assert self._pool is not None
-        wm = await self.store.watermark(self._pool)
-        if wm is None:
+        position = await self.store.position(self._pool)
+        if position is None:
             raise ProjectionMissingError("the projection tables are gone")
-        if wm != self._committed:
-            raise ProjectionChangedError(f"watermark is {wm}, this projector committed {self._committed}")
+        self._check_position(position)
+
+    def _check_position(self, position: Position) -> int:
+        """The watermark of ``position``; ``ProjectionChangedError`` unless it is the one this
+        process committed last, in the same projection (a rebuild may switch in another one
+        at the very same watermark, and this process's cache knows nothing of it)."""
+        if position.seq != self._committed or position.projection != self._projection:
+            raise ProjectionChangedError(
+                f"watermark is {position.seq} of projection {position.projection}, this projector"
+                f" committed {self._committed} of projection {self._projection}")
+        return position.seq
 
     async def _process(self, msgs: list[Any]) -> None:
         """Apply one fetched batch in one transaction (split if one message fails it), then ack and notify."""
@@ -589,10 +608,7 @@ class Projector:
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
         assert self._pool is not None
         async with self._pool.acquire() as conn, conn.transaction():
-            wm = await self.store.lock_watermark(conn)
-            if wm != self._committed:
-                raise ProjectionChangedError(
-                    f"watermark is {wm}, this projector committed {self._committed}")
+            wm = self._check_position(await self.store.lock_position(conn))
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
             rejected: list[RejectionRow] = []
             rows = await self._apply(conn, wm, fresh, rejected) if fresh else []
@@ -609,10 +625,7 @@ class Projector:
         row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
                              f"the projection could not store this message ({type(exc).__name__})"))
         async with self._pool.acquire() as conn, conn.transaction():
-            wm = await self.store.lock_watermark(conn)
-            if wm != self._committed:
-                raise ProjectionChangedError(
-                    f"watermark is {wm}, this projector committed {self._committed}")
+            wm = self._check_position(await self.store.lock_position(conn))
             if seq <= wm:
                 return
             await self._check_contiguous(wm, [seq])

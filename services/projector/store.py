@@ -42,6 +42,14 @@ APPLIED_COLUMNS = ("tenant", "task_id", "event_id", "seq")
 REJECTION_COLUMNS = ("tenant", "task_id", "seq", "event_id", "kind", "code", "reason")
 
 
+class Position(NamedTuple):
+    """Where a projection is: its watermark, and which projection it is (the oid of its
+    watermark table, new whenever a rebuild replaced the projection or it was recreated)."""
+
+    seq: int
+    projection: int
+
+
 class Loaded(NamedTuple):
     """A task's state as read back from its rows, with the size of each row."""
 
@@ -59,8 +67,11 @@ PART_TABLES = {"variables": ("task_variables", ("name",), "value"),
 
 
 # SQL templates; ``{s}`` is the quoted, validated schema name.
-_LOCK_WM = "SELECT seq FROM {s}.projector_watermark WHERE name = $1 FOR UPDATE"
 _GET_WM = "SELECT seq FROM {s}.projector_watermark WHERE name = $1"
+# ``tableoid``: which watermark table answered, so which projection (a switch brings another).
+_LOCK_POSITION = ("SELECT seq, tableoid::bigint FROM {s}.projector_watermark WHERE name = $1"
+                  " FOR UPDATE")
+_GET_POSITION = "SELECT seq, tableoid::bigint FROM {s}.projector_watermark WHERE name = $1"
 _SET_WM = ("INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, $2)"
            " ON CONFLICT (name) DO UPDATE SET seq = excluded.seq")
 _LOAD = ("SELECT t.tenant, t.task_id, t.seq, t.state FROM {s}.task_state t"
@@ -116,12 +127,6 @@ _GET_TASK_TAIL = ("SELECT t.seq, t.state, {variables},"
 _REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
                      " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
-_TRUNCATE = ("TRUNCATE {s}.task_state, {s}.task_variables, {s}.task_turns, {s}.applied_events,"
-             " {s}.rejections")
-_DELETE_PARTS = ["DELETE FROM {s}.task_state WHERE tenant = $1 AND task_id = $2",
-                 "DELETE FROM {s}.task_variables WHERE tenant = $1 AND task_id = $2",
-                 "DELETE FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2",
-                 "DELETE FROM {s}.applied_events WHERE tenant = $1 AND task_id = $2"]
 # Keys of tasks whose rows in one part differ between two schemas ({s}: this one, {o}: other).
 _PART_DIFF = ("SELECT DISTINCT coalesce(a.tenant, b.tenant), coalesce(a.task_id, b.task_id)"
               " FROM {s}.{table} a FULL JOIN {o}.{table} b ON a.tenant = b.tenant"
@@ -143,8 +148,9 @@ class Store:
     def __init__(self, schema: str = "public") -> None:
         self.schema = schema
         s = check_schema(schema)
-        self._lock_wm = _qualify(_LOCK_WM, s)
         self._get_wm = _qualify(_GET_WM, s)
+        self._lock_position = _qualify(_LOCK_POSITION, s)
+        self._get_position = _qualify(_GET_POSITION, s)
         self._set_wm = _qualify(_SET_WM, s)
         self._load = _qualify(_LOAD, s)
         self._load_variables = _qualify(_LOAD_VARIABLES, s)
@@ -155,26 +161,14 @@ class Store:
         self._task_first_seqs = _qualify(_TASK_FIRST_SEQS, s)
         self._turns_upto = _qualify(_TURNS_UPTO, s)
         self._get_task_tail = _qualify(_GET_TASK_TAIL, s)
-        self._delete_parts = [_qualify(q, s) for q in _DELETE_PARTS]
         self._quoted = s
         self._upsert = _qualify(_UPSERT, s)
         self._reject = _qualify(_REJECT, s)
         self._get_task = _qualify(_GET_TASK, s)
         self._rejections_after = _qualify(_REJECTIONS_AFTER, s)
         self._hashes = _qualify(_HASHES, s)
-        self._truncate = _qualify(_TRUNCATE, s)
 
     # ---- watermark -------------------------------------------------------------
-
-    async def lock_watermark(self, conn: asyncpg.Connection) -> int:
-        """The watermark, row-locked until the end of the transaction."""
-        try:
-            seq = await conn.fetchval(self._lock_wm, WATERMARK_NAME)
-        except asyncpg.UndefinedTableError as exc:
-            raise ProjectionMissingError("projector_watermark table is missing") from exc
-        if seq is None:
-            raise ProjectionMissingError("projector_watermark row is missing")
-        return int(seq)
 
     async def watermark(self, conn: asyncpg.Connection | asyncpg.Pool) -> int | None:
         """The watermark, or None when the projection does not exist (yet)."""
@@ -183,6 +177,25 @@ class Store:
         except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
             return None
         return None if seq is None else int(seq)
+
+    async def lock_position(self, conn: asyncpg.Connection) -> Position:
+        """The watermark, row-locked until the end of the transaction, with the projection
+        it belongs to."""
+        try:
+            row = await conn.fetchrow(self._lock_position, WATERMARK_NAME)
+        except asyncpg.UndefinedTableError as exc:
+            raise ProjectionMissingError("projector_watermark table is missing") from exc
+        if row is None:
+            raise ProjectionMissingError("projector_watermark row is missing")
+        return Position(int(row[0]), int(row[1]))
+
+    async def position(self, conn: asyncpg.Connection | asyncpg.Pool) -> Position | None:
+        """``watermark``, with the projection it belongs to; None when there is no projection."""
+        try:
+            row = await conn.fetchrow(self._get_position, WATERMARK_NAME)
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            return None
+        return None if row is None else Position(int(row[0]), int(row[1]))
 
     async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None:
         await conn.execute(self._set_wm, WATERMARK_NAME, seq)
@@ -289,9 +302,6 @@ class Store:
 
     # ---- bulk (rebuild) -------------------------------------------------------------
 
-    async def truncate(self, conn: asyncpg.Connection) -> None:
-        await conn.execute(self._truncate)
-
     async def copy_tasks(self, conn: asyncpg.Connection, rows: Iterable[TaskRow]) -> None:
         await conn.copy_records_to_table("task_state", records=rows, columns=TASK_COLUMNS,
                                          schema_name=self.schema)
@@ -307,11 +317,6 @@ class Store:
     async def copy_applied(self, conn: asyncpg.Connection, rows: Iterable[AppliedRow]) -> None:
         await conn.copy_records_to_table("applied_events", records=rows, columns=APPLIED_COLUMNS,
                                          schema_name=self.schema)
-
-    async def delete_task(self, conn: asyncpg.Connection, key: Key) -> None:
-        """Remove every part of one task (its rejections stay)."""
-        for query in self._delete_parts:
-            await conn.execute(query, key[0], key[1])
 
     async def part_differences(self, conn: asyncpg.Connection, other: Store) -> dict[str, set[Key]]:
         """Per part (``PART_TABLES``), the tasks whose rows differ between this schema and

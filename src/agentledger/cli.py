@@ -135,8 +135,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         report = asyncio.run(rebuild.verify(settings, progress=_progress))
         print(report.summary())
         return 0 if report.ok else 1
-    asyncio.run(rebuild.drop_projection(settings))
-    print("projection dropped; the projector rebuilds it from the ledger")
+    report = asyncio.run(rebuild.replace_live(settings, progress=_progress))
+    print(f"rebuilt {report.events} events into {report.tasks} tasks up to seq {report.last_seq}"
+          f" beside the live projection and switched to it; {report.spills} spill(s), at most"
+          f" {report.peak_bytes} of {report.budget_bytes} bytes held; {report.seconds}s")
     return 0
 
 
@@ -341,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rejections", action="store_true",
                    help="print every rejection of the task (JSON lines), not only the newest")
     p.set_defaults(fn=cmd_task_show)
-    p = sub.add_parser("replay", help="rebuild the projection from the ledger")
+    p = sub.add_parser("replay", help="rebuild the projection from the ledger beside the live one,"
+                                      " then switch to it")
     p.add_argument("--verify", action="store_true",
                    help="rebuild into a scratch schema and compare with the live projection")
     p.set_defaults(fn=cmd_replay)

@@ -43,6 +43,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     view_cache_bytes: int = 64 << 20
     # Projector: task states kept in memory between batches, in bytes of their encoding.
     projector_cache_bytes: int = 256 << 20
+    # Rebuilds (replay, verify, the projector's rebuild of an empty projection): what the fold
+    # may hold in memory, in bytes; past it, it writes what it holds to the new projection.
+    rebuild_memory_bytes: int = 256 << 20
     # Writer and readers: unwrapped data-subject keys kept in memory, in bytes.
     key_cache_bytes: int = 16 << 20
     # Leases one tenant may hold at once (live ones); a grant beyond it is `too_many_leases`.
@@ -115,6 +118,7 @@ _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
 _INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
+        "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes"}
 _FLOAT = {"dedupe_window_s"}
 

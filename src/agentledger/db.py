@@ -25,6 +25,11 @@ Tables (in the schema given to ``migrate``, ``public`` for the live projection):
 * ``rejections``: one row per event the reducer refused (and per undecodable
   message), keyed by ledger sequence.
 * ``schema_migrations``: which migrations ran.
+
+``agentledger replay`` builds a whole projection in a schema of its own and
+then moves its tables into ``public`` in one transaction (``lock_projection_conn``,
+``swap_tables_conn``); the live projection's tables are therefore replaced,
+never rewritten in place.
 """
 
 from __future__ import annotations
@@ -101,6 +106,9 @@ _MIGRATIONS: list[tuple[int, str]] = [
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
+# The tables of one projection (its ``schema_migrations`` is the schema's, not the projection's).
+PROJECTION_TABLES = ("projector_watermark", "task_state", "task_variables", "task_turns",
+                     "applied_events", "rejections")
 _DONE = "SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
 _RECORD = "INSERT INTO {s}.schema_migrations(version) VALUES ($1)"
 _WATERMARK_ROW = "INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, 0) ON CONFLICT DO NOTHING"
@@ -178,9 +186,35 @@ async def drop_tables_conn(conn: asyncpg.Connection, schema: str = "public") -> 
     await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATE_LOCK)
     try:
         async with conn.transaction():
-            await conn.execute(
-                f"DROP TABLE IF EXISTS {s}.task_state, {s}.task_variables, {s}.task_turns,"
-                f" {s}.applied_events, {s}.rejections, {s}.projector_watermark,"
-                f" {s}.schema_migrations")
+            await conn.execute("DROP TABLE IF EXISTS "
+                               + ", ".join(f"{s}.{t}" for t in (*PROJECTION_TABLES, "schema_migrations")))
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATE_LOCK)
+
+
+async def lock_projection_conn(conn: asyncpg.Connection, schema: str, timeout_ms: int) -> None:
+    """Lock the projection tables of ``schema`` against every reader and writer until the end
+    of the caller's transaction, waiting at most ``timeout_ms`` (then ``LockNotAvailableError``:
+    while the request waits, readers queue behind it).
+
+    The watermark comes first, as every projector batch locks it first.
+    """
+    s = check_schema(schema)
+    await conn.execute(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+    await conn.execute("LOCK TABLE " + ", ".join(f"{s}.{t}" for t in PROJECTION_TABLES)
+                       + " IN ACCESS EXCLUSIVE MODE")
+
+
+async def swap_tables_conn(conn: asyncpg.Connection, source: str, target: str) -> None:
+    """Replace the projection tables of ``target`` by those of ``source``, in the caller's
+    transaction (which should hold ``lock_projection_conn`` on ``target``).
+
+    Catalog changes only, whatever the tables' size. Moved tables keep their
+    identity: a prepared statement naming ``target``'s tables is planned again
+    against them on its next use (same columns, so it keeps working), and the
+    watermark table's oid tells a projector that the projection changed.
+    """
+    src, dst = check_schema(source), check_schema(target)
+    for table in PROJECTION_TABLES:
+        await conn.execute(f"DROP TABLE {dst}.{table}")
+        await conn.execute(f"ALTER TABLE {src}.{table} SET SCHEMA {dst}")

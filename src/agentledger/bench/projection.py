@@ -7,8 +7,10 @@
   ``pg_current_wal_lsn()`` delta, CPU that of the postmaster and every backend.
   A long task (6,000 events) against a short one (500): a projection whose cost
   grows with the history shows it as a ratio above 1.
-* ``wm.get`` p50 through the client against a raw ``SELECT`` of the same
-  ``task_state`` row on an open asyncpg connection, at both sizes.
+* ``wm.get`` p50 through the client against a raw read of the same data (the
+  projector's own statement on an open asyncpg connection), at both sizes; and,
+  to show what the NATS hop alone costs, against the same read behind a minimal
+  Python NATS responder (request in, raw rows out, no decoding, no checks).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
-from agentledger import db
+from agentledger import auth, db
 from agentledger.bench.appends import TENANT
 from agentledger.bench.common import (
     Stack,
@@ -102,6 +105,17 @@ async def bench_history(stack: Stack) -> None:
     has_pg = any(pr.name == "postgres" for pr in stack.server_procs())
     client = await connect(await agent_settings(stack.settings, TENANT), timeout=60)
     conn = await db.connect(stack.settings.database_url)
+    hop_conn = await db.connect(stack.settings.database_url)
+    nc = await auth.connect(stack.settings, auth.OPERATOR_ROLE)
+    hop_subject = f"{stack.settings.prefix}.bench.{uuid.uuid4().hex}"
+
+    async def respond(msg: Any) -> None:
+        tenant, task = msg.data.decode().split("/")
+        row = await _STORE.get_task(hop_conn, tenant, task)
+        await msg.respond(bytes(row["state"]) if row is not None else b"")
+
+    await nc.subscribe(hop_subject, cb=respond)
+    hop: dict[int, list[float]] = {small: [], large: []}
     try:
         await stack.wait_projected()
         for r in range(p.repeats):
@@ -117,11 +131,17 @@ async def bench_history(stack: Stack) -> None:
                 async def select(task: str = task) -> None:
                     await _STORE.get_task(conn, TENANT, task)
 
-                await _p50_ms(read, 5)  # warm both paths
-                await _p50_ms(select, 5)
+                async def hopped(task: str = task) -> None:
+                    await nc.request(hop_subject, f"{TENANT}/{task}".encode(), timeout=10)
+
+                for fn in (read, select, hopped):  # warm every path
+                    await _p50_ms(fn, 5)
                 wm[size].append(await _p50_ms(read, p.wm_samples))
                 raw[size].append(await _p50_ms(select, p.wm_samples))
+                hop[size].append(await _p50_ms(hopped, p.wm_samples))
     finally:
+        await nc.close()
+        await hop_conn.close()
         await conn.close()
         await client.close()
 
@@ -137,4 +157,8 @@ async def bench_history(stack: Stack) -> None:
         emit("wm_get_p50", median(wm[size]), "ms", median(raw[size]), median_ratio(wm[size], raw[size]),
              baseline_is="raw SELECT of the same data (the projector's statement, asyncpg)", target="<= 2",
              events=size, state_bytes=state[size], samples=p.wm_samples, repeats=p.repeats)
+        emit("wm_get_vs_hop_p50", median(wm[size]), "ms", median(hop[size]),
+             median_ratio(wm[size], hop[size]),
+             baseline_is="the same read behind a minimal Python NATS responder (no checks)",
+             events=size, samples=p.wm_samples, repeats=p.repeats)
 
