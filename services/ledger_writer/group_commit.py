@@ -39,10 +39,12 @@ from typing import Any
 
 import structlog
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.nuid import NUID
 
+from agentledger.client import Replies
 from agentledger.contracts.api import AppendResult
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import EventBase
@@ -66,6 +68,8 @@ ERR_STREAM_LIMIT = 10077
 # Real ids always contain two slashes, so this value can never match one.
 _PROBE_LAST_ID = "agentledger-probe"
 _nuid = NUID()
+# A publish awaiting its ack: what ``Replies.send`` returns.
+_Sent = tuple[str, "asyncio.Future[Msg]", float]
 
 
 @dataclass(eq=False)
@@ -81,6 +85,9 @@ class Unit:
     digests: list[str] = field(default_factory=list)
     future: asyncio.Future[list[AppendResult]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    # Awaited by the committer once the unit is settled, before it takes up other work: the
+    # writer sends the append's reply from there, without a further hop through the event loop.
+    on_settled: Callable[[asyncio.Future[list[AppendResult]]], Awaitable[None]] | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -118,6 +125,8 @@ class GroupCommitter:
                  max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0,
                  on_no_stream: Callable[[int], Awaitable[bool]] | None = None) -> None:
         self._nc = nc
+        # JetStream acks of our publishes: one reply subscription, a future per publish.
+        self._acks = Replies(nc)
         self._stream = stream
         # Called with the highest sequence acked so far when no stream answers a publish;
         # True when it found the stream deleted and recreated it after that sequence.
@@ -243,7 +252,11 @@ class GroupCommitter:
             if self._plain(batch):
                 # A few single events: plain publishes, pipelined, are cheaper than an
                 # atomic batch (which has a fixed commit cost) and fail independently.
-                await asyncio.gather(*(self._commit_alone(u) for u in batch))
+                # All are published before the first ack is awaited.
+                sent = [await self._send([u]) for u in batch]
+                for unit, acked in zip(batch, sent, strict=True):
+                    await self._commit_alone(unit, sent=acked)
+                    await self._notify(unit)
                 return
             try:
                 last, _ = await self._publish(batch)
@@ -253,6 +266,7 @@ class GroupCommitter:
                 log.info("group_commit.split", units=len(batch), reason=str(exc))
                 for unit in batch:
                     await self._commit_alone(unit)
+                    await self._notify(unit)
                 return
             _resolve(batch, last)
         except Exception as exc:
@@ -260,6 +274,21 @@ class GroupCommitter:
             for unit in batch:
                 if not unit.future.done():
                     unit.future.set_exception(exc)
+        finally:
+            await self._settled_batch(batch)
+
+    @staticmethod
+    async def _notify(unit: Unit) -> None:
+        """Hand a settled unit to its ``on_settled``, once."""
+        on_settled, unit.on_settled = unit.on_settled, None
+        if on_settled is not None and unit.future.done():
+            await on_settled(unit.future)
+
+    async def _settled_batch(self, batch: list[Unit]) -> None:
+        """After a batch: the replies not sent yet, then its subjects and its slot are free."""
+        try:
+            for unit in batch:
+                await self._notify(unit)
         finally:
             if len(batch) > 1 and not self._plain(batch):
                 for subject in {u.subject for u in batch}:
@@ -270,10 +299,13 @@ class GroupCommitter:
                 self._wakeup.set()  # units of these subjects may go now
             self._slots.release()
 
-    async def _commit_alone(self, unit: Unit, *, retries: int = 1) -> None:
-        """Commit one unit and settle its future with results or a typed error."""
+    async def _commit_alone(self, unit: Unit, *, retries: int = 1, sent: _Sent | None = None) -> None:
+        """Commit one unit and settle its future with results or a typed error.
+
+        ``sent``: the unit was already published (``_send``); only its ack is awaited.
+        """
         try:
-            last, duplicate = await self._publish([unit])
+            last, duplicate = await self._acked([unit], sent or await self._send([unit]))
         except _BatchFailed as exc:
             outcome = await self._explain(unit, exc)
             if isinstance(outcome, AgentLedgerError):
@@ -294,7 +326,18 @@ class GroupCommitter:
             _resolve([unit], last, duplicate=duplicate)
 
     async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
-        """Store ``units`` together: (last stored sequence, whether it was a duplicate).
+        """Store ``units`` together: (last stored sequence, whether it was a duplicate)."""
+        return await self._acked(units, await self._send(units))
+
+    async def _acked(self, units: Sequence[Unit], sent: _Sent) -> tuple[int, bool]:
+        """(last stored sequence, whether it was a duplicate) once ``units``, as sent, are acked."""
+        ack = await self._ack(sent)
+        if len(units) == 1 and len(units[0]) == 1:
+            return int(ack["seq"]), bool(ack.get("duplicate"))
+        return int(ack["seq"]), False
+
+    async def _send(self, units: Sequence[Unit]) -> _Sent:
+        """Publish ``units`` to be stored together; the ack is awaited with ``_acked``.
 
         One event goes as a plain durable publish; anything more as one atomic
         batch, whose duplicates and failed expectations reject it whole.
@@ -304,8 +347,7 @@ class GroupCommitter:
             headers = unit.headers(0)
             if unit.expected_last_seq is not None:
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
-            ack = await self._request(unit.subject, unit.bodies[0], headers)
-            return int(ack["seq"]), bool(ack.get("duplicate"))
+            return await self._acks.send(unit.subject, unit.bodies[0], self._timeout, headers)
         batch_id = _nuid.next().decode()
         total = sum(len(u) for u in units)
         n = 0
@@ -318,15 +360,18 @@ class GroupCommitter:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
                 if n == total:
                     headers["Nats-Batch-Commit"] = "1"
-                    ack = await self._request(unit.subject, body, headers)
-                else:
-                    await self._nc.publish(unit.subject, body, headers=headers)
-        return int(ack["seq"]), False
+                    return await self._acks.send(unit.subject, body, self._timeout, headers)
+                await self._nc.publish(unit.subject, body, headers=headers)
+        raise AssertionError("a unit holds at least one event")
 
     async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """A publish that waits for JetStream's ack; raise on an error ack or no ack."""
+        return await self._ack(await self._acks.send(subject, body, self._timeout, headers))
+
+    async def _ack(self, sent: _Sent) -> dict[str, Any]:
+        """JetStream's ack of a publish ``_send`` made; raise on an error ack or no ack."""
         try:
-            reply = await self._nc.request(subject, body, timeout=self._timeout, headers=headers)
+            reply = await self._acks.wait(sent)
         except NoRespondersError as exc:
             # Nothing stores this subject: the stream is gone (or JetStream is not up yet).
             if self._on_no_stream is not None and await self._on_no_stream(self.high_seq):

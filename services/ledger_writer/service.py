@@ -9,10 +9,11 @@ duplicate}`` per event, or one typed error and nothing stored.
 The common append (no expectation, no lease token, nothing to seal, no
 artifact to check, a task without a live lease) is handed to the group
 committer inside the handler, without an await, so its place in its task's
-order is its arrival; the reply is queued when the commit settles and the
-queued replies go out together. Any other append finishes in a task of its
-own, behind the earlier ones of its task that still wait to be handed over
-(its lane), so per-task order stays arrival order. It holds the task's lease
+order is its arrival; the committer sends the reply as soon as the commit
+settles, so the replies of appends settled together go out in one socket
+write. Any other append finishes in a task of its own, behind the earlier
+ones of its task that still wait to be handed over (its lane), so per-task
+order stays arrival order. It holds the task's lease
 lock from the lease check through the durable commit only when that matters:
 the task has, or may have, a live lease, or the append carries an
 expectation; a lease grant waits for the unlocked appends already accepted.
@@ -93,10 +94,6 @@ class LedgerWriter:
         # Per task, the newest append that finishes in a task and is not yet handed to the
         # committer: later appends of the task wait for it (resolved once it is handed over).
         self._lanes: dict[Key, asyncio.Future[None]] = {}
-        # Replies waiting to be sent, all at once, by ``_deliver``.
-        self._outbox: list[tuple[Request, bytes]] = []
-        self._outbox_ready = asyncio.Event()
-        self._deliverer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -112,7 +109,6 @@ class LedgerWriter:
                                          on_no_stream=self._stream_missing)
         self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
         self._flusher = asyncio.create_task(self._committer.run())
-        self._deliverer = asyncio.create_task(self._deliver())
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
         self._leases = LeaseTable(self._nc, s.leases_bucket,
                                   LedgerGrants(self._nc, s, self._committer),
@@ -161,11 +157,9 @@ class LedgerWriter:
             return True
 
     def alive(self) -> bool:
-        """Connected or reconnecting with a live read loop; the group committer and the
-        reply sender running."""
+        """Connected or reconnecting with a live read loop; the group committer running."""
         return (self._nc is not None and reader_alive(self._nc)
-                and self._flusher is not None and not self._flusher.done()
-                and self._deliverer is not None and not self._deliverer.done())
+                and self._flusher is not None and not self._flusher.done())
 
     async def stop(self) -> None:
         if self._stopped:
@@ -176,11 +170,7 @@ class LedgerWriter:
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._committer is not None:
-            await self._committer.close()
-        await asyncio.sleep(0)  # the last commits' reply callbacks
-        await self._send_replies()
-        if self._deliverer is not None:
-            self._deliverer.cancel()
+            await self._committer.close()  # the last commits, and their replies
         if self._leases is not None:
             await self._leases.stop()
         if self._tenants is not None:
@@ -204,12 +194,12 @@ class LedgerWriter:
         key = (first.tenant, first.task_id)
         if key not in self._lanes and expected is None and self._as_is(events):
             subject = ledger_subject(self.settings.prefix, first.tenant, first.task_id)
+            unit = make_unit(subject, events, events)
+            unit.on_settled = partial(self._answer, req, key)
             try:
-                future = self._committer.submit_nowait(make_unit(subject, events, events))
+                self._committer.submit_nowait(unit)
             except AgentLedgerError as exc:
                 await req.respond(error_reply(exc))
-                return
-            future.add_done_callback(partial(self._answer, req, key))
             return
         # Taken now, so that later appends of the task queue behind this one.
         previous = self._lanes.get(key)
@@ -227,39 +217,24 @@ class LedgerWriter:
                 and not artifacts.artifact_refs(events)
                 and self._leases.unleased(first.tenant, first.task_id))
 
-    def _answer(self, req: Request, key: Key, future: asyncio.Future[list[AppendResult]]) -> None:
-        """Queue the reply to an append handed over in the handler, once its commit settled."""
-        if future.cancelled():
-            return
+    async def _answer(self, req: Request, key: Key,
+                      future: asyncio.Future[list[AppendResult]]) -> None:
+        """Reply to an append handed over in the handler; the committer calls this once its
+        commit settled (a publish into the connection's buffer: the replies of one batch
+        leave in one socket write)."""
         exc = future.exception()
         if exc is None:
-            self._reply(req, encode(AppendReply(ok=True, results=future.result())))
+            data = encode(AppendReply(ok=True, results=future.result()))
         elif isinstance(exc, AgentLedgerError):
             log.info("append.refused", tenant=key[0], task=key[1], code=exc.code, path=exc.path)
-            self._reply(req, error_reply(exc))
+            data = error_reply(exc)
         else:
             log.error("append.failed", tenant=key[0], task=key[1], exc_info=exc)
-            self._reply(req, error_reply(AgentLedgerError("internal error", code="internal",
-                                                          retryable=True)))
-
-    def _reply(self, req: Request, data: bytes) -> None:
-        self._outbox.append((req, data))
-        self._outbox_ready.set()
-
-    async def _deliver(self) -> None:
-        """Send queued replies: those settled together go out in one socket write."""
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            await self._send_replies()
-
-    async def _send_replies(self) -> None:
-        out, self._outbox = self._outbox, []
-        for req, data in out:
-            try:
-                await req.respond(data)
-            except Exception:  # noqa: BLE001 - the caller went away; the others still get theirs
-                log.warning("append.reply_failed")
+            data = error_reply(AgentLedgerError("internal error", code="internal", retryable=True))
+        try:
+            await req.respond(data)
+        except Exception:  # noqa: BLE001 - the caller went away; the others still get theirs
+            log.warning("append.reply_failed")
 
     def _handed(self, key: Key, handed: asyncio.Future[None]) -> None:
         """The append behind ``handed`` reached the committer (or failed before): free its lane."""
