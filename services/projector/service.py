@@ -85,6 +85,7 @@ from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
     LIVE_SCHEMA,
+    SubjectKeys,
     decode_message,
     fold_event,
     rejection_row,
@@ -233,6 +234,9 @@ class Projector:
         self.store = Store(LIVE_SCHEMA)
         self._nc: Client | None = None
         self._pool: asyncpg.Pool | None = None
+        # The batches' own connection (reads use the pool): no pool release reset per batch.
+        self._writer: asyncpg.Connection | None = None
+        self._subject_keys = SubjectKeys(settings.prefix)
         self._lock_conn: asyncpg.Connection | None = None
         self._sub: Puller | None = None
         self._service: Service | None = None
@@ -332,6 +336,7 @@ class Projector:
                 await self._nc.drain()
             except Exception:  # noqa: BLE001
                 await self._nc.close()
+        self._drop_writer()
         if self._lock_conn is not None:
             await self._lock_conn.close()
         if self._pool is not None:
@@ -544,10 +549,22 @@ class Projector:
         """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
         self._cache.clear()
         self._committed = self._projection = None
+        self._drop_writer()  # plans cached against dropped tables go with it
         if self._pool is not None:
             await self._pool.expire_connections()  # drop plans cached against dropped tables
         if self._lock_conn is None or self._lock_conn.is_closed():
             self._leader = False
+
+    async def _conn(self) -> asyncpg.Connection:
+        """The connection batches are written on, opened on first use (and after a reset)."""
+        if self._writer is None or self._writer.is_closed():
+            self._writer = await db.connect(self.settings.database_url)
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None and not writer.is_closed():
+            writer.terminate()
 
     async def _become_leader(self) -> None:
         if self._lock_conn is None or self._lock_conn.is_closed():
@@ -606,8 +623,8 @@ class Projector:
             return []
 
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
-        assert self._pool is not None
-        async with self._pool.acquire() as conn, conn.transaction():
+        conn = await self._conn()
+        async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn))
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
             rejected: list[RejectionRow] = []
@@ -624,7 +641,8 @@ class Projector:
         mid = headers.get("Nats-Msg-Id") or ""
         row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
                              f"the projection could not store this message ({type(exc).__name__})"))
-        async with self._pool.acquire() as conn, conn.transaction():
+        conn = await self._conn()
+        async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn))
             if seq <= wm:
                 return
@@ -643,29 +661,26 @@ class Projector:
         """
         await self._check_contiguous(wm, [seq for seq, _ in fresh])
         cache = self._cache
-        bind = structlog.contextvars.bind_contextvars
         changes: dict[Key, Changes] = {}
         changed: dict[Key, int] = {}
-        try:
-            events = self._decode(fresh, rejections)
-            first = await self._first_occurrences(conn, events)
-            missing = list({key for _, key, _ in events if key not in cache})
+        events = self._decode(fresh, rejections)
+        first = await self._first_occurrences(conn, events)
+        missing = list({key for _, key, _ in events if key not in cache})
+        if missing:
             for loaded in await self.store.load_states(conn, missing):
                 cache.load(loaded)
-            for seq, key, event in events:
-                bind(tenant=key[0], task=key[1], seq=seq)
-                before = len(rejections)
-                first_seq = first[(key[0], key[1], event.event_id)]
-                task_changes = changes.get(key)
-                if task_changes is None:
-                    task_changes = changes[key] = Changes()
-                fold_event(cache, key, event, seq, first_seq=None if first_seq == seq else first_seq,
-                           changes=task_changes, rejections=rejections)
-                changed[key] = seq
-                if len(rejections) > before:
-                    log.info("projector.rejected", code=rejections[-1][5])
-        finally:
-            structlog.contextvars.unbind_contextvars("tenant", "task", "seq")
+        for seq, key, event in events:
+            before = len(rejections)
+            first_seq = first[(key[0], key[1], event.event_id)]
+            task_changes = changes.get(key)
+            if task_changes is None:
+                task_changes = changes[key] = Changes()
+            fold_event(cache, key, event, seq, first_seq=None if first_seq == seq else first_seq,
+                       changes=task_changes, rejections=rejections)
+            changed[key] = seq
+            if len(rejections) > before:
+                log.info("projector.rejected", code=rejections[-1][5], tenant=key[0], task=key[1],
+                         seq=seq)
         rows: list[TaskRow] = []
         variables: list[VariableRow] = []
         turns: list[TurnRow] = []
@@ -682,26 +697,27 @@ class Projector:
             cache.touch(key)  # recently changed tasks live at the young end
             cache.note(key, len(core), written)
         await self.store.upsert_tasks(conn, rows)
-        await self.store.write_parts(conn, variables, turns)
-        await self.store.insert_rejections(conn, rejections)
-        await self.store.set_watermark(conn, fresh[-1][0])
+        # The variable, turn and rejection rows and the watermark: one statement, one round trip.
+        await self.store.write_rest(conn, variables, turns, rejections, fresh[-1][0])
         return rows
 
     def _decode(self, fresh: list[tuple[int, Any]],
                 rejections: list[RejectionRow]) -> list[tuple[int, Key, AnyEvent]]:
         """The events of ``fresh`` filed under their tasks; the other messages become rows."""
         events: list[tuple[int, Key, AnyEvent]] = []
-        prefix = self.settings.prefix
+        keys = self._subject_keys
+        if len(keys) > CACHE_MAX:
+            keys.clear()
         for seq, msg in fresh:
-            key = subject_key(prefix, msg.subject)
-            structlog.contextvars.bind_contextvars(tenant=key[0] if key else "",
-                                                   task=key[1] if key else "", seq=seq)
+            subject = msg.subject
+            key = keys[subject]
             event = decode_message(key, msg.data, seq, msg.headers, rejections=rejections,
-                                   subject=msg.subject)
+                                   subject=subject)
             if event is not None and key is not None:
                 events.append((seq, key, event))
             else:
-                log.info("projector.rejected", code=rejections[-1][5])
+                log.info("projector.rejected", code=rejections[-1][5], tenant=key[0] if key else "",
+                         task=key[1] if key else "", seq=seq)
         return events
 
     async def _first_occurrences(self, conn: asyncpg.Connection, events: list[tuple[int, Key, AnyEvent]]
@@ -910,6 +926,7 @@ class Projector:
 
 
 _view_encoder = msgspec.json.Encoder()
+
 
 
 def _check_read_request(ref: TaskRef) -> None:

@@ -15,6 +15,7 @@ JSON by PostgreSQL, so nothing is decoded that the reply does not need.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -167,6 +168,8 @@ class Store:
         self._get_task = _qualify(_GET_TASK, s)
         self._rejections_after = _qualify(_REJECTIONS_AFTER, s)
         self._hashes = _qualify(_HASHES, s)
+        self._write_rest = _combined(self._put_variables, self._put_turns, self._reject,
+                                     final=self._set_wm)
 
     # ---- watermark -------------------------------------------------------------
 
@@ -230,6 +233,14 @@ class Store:
         """Insert or rewrite core rows."""
         if rows:
             await conn.execute(self._upsert, *_columns(rows, 5))
+
+    async def write_rest(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
+                         turns: Sequence[TurnRow], rejections: Sequence[RejectionRow],
+                         watermark: int) -> None:
+        """``write_parts``, ``insert_rejections`` and ``set_watermark`` in one statement (one
+        round trip instead of four, in the caller's transaction): the live projector's batch."""
+        await conn.execute(self._write_rest, *_columns(variables, 5), *_columns(turns, 5),
+                           *_columns(rejections, 7), WATERMARK_NAME, watermark)
 
     async def write_parts(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                           turns: Sequence[TurnRow]) -> None:
@@ -344,6 +355,21 @@ async def _snapshot(conn: asyncpg.Connection | asyncpg.Pool) -> AsyncIterator[as
     else:
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             yield conn
+
+
+def _combined(*statements: str, final: str) -> str:
+    """The statements as data-modifying CTEs of one statement ending in ``final``, their ``$n``
+    parameters renumbered to follow one another (each writes a table of its own, so their
+    order inside the statement does not matter)."""
+    offset, ctes = 0, []
+    for i, sql in enumerate(statements):
+        ctes.append(f"w{i} AS ({_renumber(sql, offset)})")
+        offset += len(set(re.findall(r"\$(\d+)", sql)))
+    return f"WITH {', '.join(ctes)} {_renumber(final, offset)}"
+
+
+def _renumber(sql: str, offset: int) -> str:
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + offset}", sql)
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
