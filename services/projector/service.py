@@ -79,6 +79,7 @@ from agentledger.core.state import (
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
+from agentledger.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, load_kek, reveal
 from agentledger.services.projector.cache import StateCache
@@ -125,12 +126,6 @@ MAX_FAILURES = 30
 LOOP_STALL_S = 30.0
 # While PostgreSQL or NATS is away the loop retries this often, without counting failures.
 OUTAGE_RETRY_S = 0.5
-# Errors that mean a server is away, not that a batch is bad: waited out, never fatal.
-OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.CannotConnectNowError,
-    asyncpg.InterfaceError, asyncpg.AdminShutdownError, asyncpg.TooManyConnectionsError,
-    nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-    nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError)
 
 
 class ProjectionChangedError(Exception):
@@ -469,7 +464,7 @@ class Projector:
                         self._servers_back()
                 except asyncio.CancelledError:
                     raise
-                except (*OUTAGE_ERRORS, LedgerUnusableError) as exc:
+                except (*SERVER_AWAY_ERRORS, LedgerUnusableError) as exc:
                     if self._stopping:
                         break
                     await self._wait_out(exc)

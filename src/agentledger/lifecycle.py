@@ -48,12 +48,14 @@ HEARTBEAT_S = 1.0
 STUCK_EXIT_S = 5.0
 WAIT_RETRY_S = 1.0
 
-# A start failing with one of these is waiting for a server, not broken: retried in-process.
-DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
+# Errors that mean a server (NATS, PostgreSQL) is away, not that the work is bad: a start
+# failing with one is retried in-process, and the projector's loop waits them out uncounted.
+SERVER_AWAY_ERRORS: tuple[type[BaseException], ...] = (
     UnavailableError, OSError, TimeoutError, asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError, asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
-    nats.errors.NoServersError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError, nats.js.errors.ServiceUnavailableError)
+    asyncpg.CannotConnectNowError, asyncpg.InterfaceError, asyncpg.AdminShutdownError,
+    asyncpg.TooManyConnectionsError, nats.errors.NoServersError, nats.errors.TimeoutError,
+    nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError, nats.js.errors.ServiceUnavailableError)
 
 
 class ServiceStuckError(RuntimeError):
@@ -119,7 +121,7 @@ async def _start_when_possible(factory: Callable[[], Service], stop: asyncio.Eve
             await service.start()
         except AuthError:
             raise
-        except DEPENDENCY_ERRORS as exc:
+        except SERVER_AWAY_ERRORS as exc:
             with_reason = f"{type(exc).__name__}: {str(exc)[:200]}"
             if with_reason != reason:
                 log.warning("service.waiting_for_servers", name=service.name, reason=with_reason)

@@ -62,6 +62,8 @@ SERVER_PROBE_S = 2.0
 LIVENESS_TIMEOUT_S = 10.0
 
 ServiceSpec = tuple[str, Sequence[str]]
+# Where runtime.json keeps each embedded server's pid.
+_PID_FIELD = {"nats": "nats_pid", "postgres": "postgres_pid"}
 
 
 @dataclass
@@ -194,7 +196,7 @@ class Supervisor:
         """SIGKILL an embedded server the prober has not heard from for too long (then it is dead)."""
         now = time.monotonic()
         for name in self._servers:
-            pid = self._info.nats_pid if name == "nats" else self._info.postgres_pid
+            pid = getattr(self._info, _PID_FIELD[name])
             silent = now - self._prober.last_answer(name, now)
             if pid is not None and pid_alive(pid) and silent > self._server_liveness_timeout:
                 log.error("server_unresponsive", server=name, pid=pid, silent_s=round(silent, 1))
@@ -210,7 +212,7 @@ class Supervisor:
         """
         changed = False
         for name, restart in self._servers.items():
-            pid = self._info.nats_pid if name == "nats" else self._info.postgres_pid
+            pid = getattr(self._info, _PID_FIELD[name])
             if pid is not None and pid_alive(pid):
                 continue
             now = time.monotonic()
@@ -230,8 +232,7 @@ class Supervisor:
             self._server_failures.pop(name, None)
             log.info("server_restarted", server=name, pid=new_pid)
             self._prober.forget(name)
-            field = "nats_pid" if name == "nats" else "postgres_pid"
-            self._info = msgspec.structs.replace(self._info, **{field: new_pid})
+            self._info = msgspec.structs.replace(self._info, **{_PID_FIELD[name]: new_pid})
             changed = True
         return changed
 
