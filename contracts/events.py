@@ -249,6 +249,139 @@ TURN_CONTENT_RULE: dict[str, Any] = {
 }
 
 
+# ---- memory (appended by the memory-policy service only) ------------------
+# Memory events live on the tenant's reserved ``_memory`` subject
+# (``<prefix>.ledger.<tenant>._memory``), never on a task's. Tools and models
+# *propose*; the policy decides, and both the proposal and the decision are events.
+
+MemoryKind = Literal["preference", "fact", "task_result", "diagnostic", "procedure", "rule"]
+ScopeLevel = Literal["session", "task", "user", "project", "tenant"]
+SourceKind = Literal["user_confirmed", "runtime_evidence", "project_rule", "tool_output",
+                     "model_inference", "external_document"]
+Sensitivity = Literal["public", "internal", "personal"]
+MemoryStatus = Literal["active", "superseded", "quarantined", "revoked", "forgotten"]
+DecisionAction = Literal["write", "supersede", "merge", "quarantine", "deny", "reject"]
+RecordId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_:-]+$")]
+MemoryKey = Annotated[str, Meta(min_length=1, max_length=512)]
+MemoryText = Annotated[str, Meta(max_length=16384)]
+
+
+class Scope(Strict, frozen=True):
+    """Who a record belongs to: an exact identity tuple, never a prefix.
+
+    ``id`` names the session, task, user or project inside the tenant; the
+    tenant level has none. Two scopes are the same only if level, tenant and id
+    are all equal.
+    """
+
+    level: ScopeLevel
+    tenant: Token
+    id: Token | None = None
+
+
+class MemorySource(Strict, frozen=True):
+    """Where a proposal comes from; its kind sets the proposal's authority.
+
+    ``quotes_external``: tool output that carries text of a document, page or
+    upload (a fetched web page, a file read): it is judged as an external document.
+    """
+
+    kind: SourceKind
+    ref: Annotated[str, Meta(max_length=1024)] = ""
+    producer: Name = "unknown"
+    quotes_external: bool = False
+
+
+class MemoryProposed(Strict, frozen=True):
+    """A candidate memory, exactly as proposed (after secret redaction).
+
+    ``value`` is text or JSON; a personal value is stored ``sealed`` instead.
+    ``origin_task``: the task whose step produced the proposal, if any.
+    """
+
+    proposal_id: EventId
+    kind: MemoryKind
+    scope: Scope
+    source: MemorySource
+    value: Any = None
+    sealed: Sealed | None = None
+    key: MemoryKey | None = None
+    subject_version: Version = 1
+    observed_at: Timestamp | None = None
+    confidence: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
+    origin_task: Token | None = None
+    evidence: list[ArtifactRef] = []
+    episodes: list[RecordId] = []
+
+
+class RuleFired(Strict, frozen=True):
+    """One rule of the policy that looked at a proposal: what it concluded, and why."""
+
+    rule: Name
+    outcome: Name
+    reason: Text = ""
+
+
+class MemoryRecordBody(Strict, frozen=True):
+    """The record a decision admits: normalised by the policy, ready to project.
+
+    ``authority``: rank of the source (6 user-confirmed … 1 external document).
+    ``expires_at``: out of every read afterwards; ``review_at``: read, but marked
+    for review and down-weighted. ``supersedes`` / ``promoted_from``: lineage.
+    """
+
+    record_id: RecordId
+    key: MemoryKey
+    kind: MemoryKind
+    scope: Scope
+    source: MemorySource
+    authority: Annotated[int, Meta(ge=1, le=6)]
+    sensitivity: Sensitivity
+    observed_at: Timestamp
+    value: Any = None
+    sealed: Sealed | None = None
+    schema_version: Literal[1] = 1
+    subject_version: Version = 1
+    specificity: Annotated[int, Meta(ge=0, le=10)] = 0
+    confidence: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
+    expires_at: Timestamp | None = None
+    review_at: Timestamp | None = None
+    proposal_event: EventId | None = None
+    origin_task: Token | None = None
+    evidence: list[ArtifactRef] = []
+    supersedes: list[RecordId] = []
+    promoted_from: list[RecordId] = []
+
+
+class MemoryDecided(Strict, frozen=True):
+    """The policy's decision on one proposal, with every rule that fired.
+
+    ``record`` is set when the proposal becomes a record (``write``,
+    ``supersede``, ``merge``, and ``quarantine`` for review); ``deny`` and
+    ``reject`` store nothing of the value. The projection decides which record of
+    a key is active from the whole set, so the outcome never depends on the
+    order decisions arrive in; ``action`` is what the policy saw when it decided.
+    """
+
+    proposal_id: EventId
+    action: DecisionAction
+    reason: Name
+    trace: list[RuleFired] = []
+    record: MemoryRecordBody | None = None
+
+
+class MemoryFeedback(Strict, frozen=True):
+    """A user, or an operator acting for one, confirms or revokes a record (highest authority).
+
+    A correction is a ``memory_proposed`` from source ``user_confirmed`` plus its decision.
+    """
+
+    record_id: RecordId
+    action: Literal["confirm", "revoke"]
+    actor: Name
+    reason: Text = ""
+
+
 # ---- envelope --------------------------------------------------------------
 
 class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True,
@@ -345,6 +478,18 @@ class LeaseGrantedEvent(EventBase, tag="lease_granted", frozen=True):
     payload: LeaseGranted
 
 
+class MemoryProposedEvent(EventBase, tag="memory_proposed", frozen=True):
+    payload: MemoryProposed
+
+
+class MemoryDecidedEvent(EventBase, tag="memory_decided", frozen=True):
+    payload: MemoryDecided
+
+
+class MemoryFeedbackEvent(EventBase, tag="memory_feedback", frozen=True):
+    payload: MemoryFeedback
+
+
 AnyEvent = (
     TaskCreatedEvent
     | PlanVersionedEvent
@@ -365,6 +510,9 @@ AnyEvent = (
     | TaskCancelledEvent
     | TurnAppendedEvent
     | LeaseGrantedEvent
+    | MemoryProposedEvent
+    | MemoryDecidedEvent
+    | MemoryFeedbackEvent
 )
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
@@ -387,11 +535,23 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     "task_cancelled": TaskCancelledEvent,
     "turn_appended": TurnAppendedEvent,
     "lease_granted": LeaseGrantedEvent,
+    "memory_proposed": MemoryProposedEvent,
+    "memory_decided": MemoryDecidedEvent,
+    "memory_feedback": MemoryFeedbackEvent,
 }
 
 # Kinds only the ledger-writer itself appends (through its lease endpoint); an append
 # request carrying one is refused with ``reserved_kind``.
 WRITER_ONLY_KINDS = frozenset({"lease_granted"})
+
+# Kinds only the memory-policy service appends, and only to a tenant's ``MEMORY_TASK``
+# subject; the writer refuses them from anyone else (``reserved_kind``).
+MEMORY_KINDS = frozenset({"memory_proposed", "memory_decided", "memory_feedback"})
+
+# The reserved task id of a tenant's memory ledger. Task ids that start with ``_`` belong to
+# the runtime: a tenant append to one is refused (``reserved_task``).
+MEMORY_TASK = "_memory"
+RESERVED_TASK_PREFIX = "_"
 
 
 def kind_of(event: EventBase) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts import api, artifacts, resume
+from agentledger.contracts import api, artifacts, memory_api, resume
 from agentledger.contracts.events import AnyEvent
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -38,6 +38,16 @@ CONTRACTS: dict[str, Any] = {
     "artifact_put_headers.schema.json": artifacts.ArtifactPutHeaders,
     "artifact_request.schema.json": artifacts.ArtifactRequest,
     "artifact_reply.schema.json": artifacts.ArtifactReply,
+    "memory_propose_request.schema.json": memory_api.ProposeRequest,
+    "memory_propose_reply.schema.json": memory_api.ProposeReply,
+    "memory_read_request.schema.json": memory_api.ReadRequest,
+    "memory_read_reply.schema.json": memory_api.ReadReply,
+    "memory_key_request.schema.json": memory_api.KeyRequest,
+    "memory_key_reply.schema.json": memory_api.KeyReply,
+    "memory_feedback_request.schema.json": memory_api.FeedbackRequest,
+    "memory_feedback_reply.schema.json": memory_api.FeedbackReply,
+    "memory_receipts_request.schema.json": memory_api.ReceiptsRequest,
+    "memory_receipts_reply.schema.json": memory_api.ReceiptsReply,
 }
 
 

@@ -28,6 +28,7 @@ from agentledger.core.validate import goal_hash
 from agentledger.runtime.state import settings_env
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.projector.service import Projector
 from helpers import assert_eventually
 
@@ -105,10 +106,11 @@ class Stack:
         self.writer = LedgerWriter(settings)
         self.projector = Projector(settings)
         self.checkpointer: Checkpointer | None = None
+        self.memory: MemoryPolicy | None = None
         self.client: Client | None = None
         self.db: asyncpg.Pool | None = None
 
-    async def start(self, checkpointer: bool = True, projector: bool = True,
+    async def start(self, checkpointer: bool = True, projector: bool = True, memory: bool = False,
                     **checkpointer_kw: Any) -> Stack:
         await self.writer.start()
         if projector:
@@ -116,6 +118,9 @@ class Stack:
         if checkpointer:
             self.checkpointer = Checkpointer(self.settings, **checkpointer_kw)
             await self.checkpointer.start()
+        if memory:
+            self.memory = MemoryPolicy(self.settings)
+            await self.memory.start()
         self.client = await connect(self.settings, timeout=30)
         self.db = await asyncpg.create_pool(self.settings.database_url, min_size=1, max_size=4)
         return self
@@ -125,7 +130,7 @@ class Stack:
             await self.db.close()
         if self.client is not None:
             await self.client.close()
-        for service in (self.checkpointer, self.projector, self.writer):
+        for service in (self.memory, self.checkpointer, self.projector, self.writer):
             if service is not None:
                 with contextlib.suppress(Exception):
                     await service.stop()
@@ -190,10 +195,10 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def running(settings: Settings, checkpointer: bool = True, projector: bool = True,
-                  **checkpointer_kw: Any) -> AsyncIterator[Stack]:
+                  memory: bool = False, **checkpointer_kw: Any) -> AsyncIterator[Stack]:
     stack = Stack(settings)
     try:
-        yield await stack.start(checkpointer, projector, **checkpointer_kw)
+        yield await stack.start(checkpointer, projector, memory, **checkpointer_kw)
     finally:
         await stack.stop()
 

@@ -13,11 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild"]
+SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild", "detector",
+                  "memory"]
 EXPECTED = {
     "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
     "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
     "wm_get_p50", "wm_get_vs_hop_p50",
+    "detector_us_per_kb",
+    "detector_append_throughput",
+    "memory_read_p50", "memory_read_p99", "memory_read_e2e_p50", "memory_read_e2e_p99",
+    "memory_vector_recall_at_10", "memory_decisions_per_s", "memory_propose_latency_p50",
+    "memory_propose_latency_p99",
     *(f"{shape}_{figure}" for shape in ("single", "batch", "one_task")
       for figure in ("throughput", "vs_ceiling", "latency_p50", "latency_p99", "cpu_per_event")),
 }

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from agentledger.chaos.faults import TARGETS
+
 SEED = 7
 # The short profile is bounded to about a minute; this bound only stops a hung run.
 RUN_TIMEOUT_S = 240
@@ -44,16 +46,16 @@ def test_short_chaos_run_loses_nothing_duplicates_nothing_and_everything_comes_b
     assert verdict["pointers"] == []
     assert verdict["resume_inconsistent"] == [] and verdict["resumes"] > 0
     assert classification["zombie_refused"] > 0
-    assert report["end_health"] == dict.fromkeys(
-        ["ledger-writer", "projector", "checkpointer", "nats", "postgres"], True)
+    assert report["end_health"] == dict.fromkeys(TARGETS, True)
     assert report["errors"] == []
     assert report["goals"]["every service and server back by itself"] is True
     assert report["goals"]["no manual step (only fault signals sent)"] is True
     # One entry per injected fault, in the report, its text and the picture.
     faults = report["faults"]
     assert len(faults) >= 5
-    assert {f["targets"][0] for f in faults if f["single"]} == {
-        "ledger-writer", "projector", "checkpointer", "nats", "postgres"}
+    # Every service of the runtime and both servers: the targets follow `up`'s service list.
+    assert {f["targets"][0] for f in faults if f["single"]} == set(TARGETS)
+    assert {"ledger-writer", "projector", "checkpointer", "memory-policy", "nats", "postgres"} <= set(TARGETS)
     assert all(None not in f["back_s"].values() for f in faults)
     svg = (out / "timeline.svg").read_text()
     ET.fromstring(svg)

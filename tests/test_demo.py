@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentledger.config import Settings
 from agentledger.demo import render, render_resume, run_demo
+from agentledger.demo_memory import FAKE_TOKEN, render_lab, run_lab
 from ckpt_support import running
 
 
@@ -22,3 +23,23 @@ async def test_demo_shows_done_next_ready_budget_rejection_and_resume(settings: 
     assert resumed.lease is not None and resumed.lease.holder == "agent-2"
     assert "next-ready S6" in render(wm)
     assert "dispatch S6" in render_resume(resumed)
+
+
+async def test_policy_lab_decides_each_candidate_and_reads_with_a_receipt(settings: Settings) -> None:
+    """The seed's five candidates: preference and task result written, the diagnostic kept to its
+    task for two days, the pasted token denied, the uploaded rule quarantined; the read as the
+    lab's bound agent returns the preference and the task result, with a receipt."""
+    async with running(settings, memory=True):
+        decided, read = await run_lab(settings)
+    by_name = {d.proposal_id.split("-", 2)[-1]: d for d in decided.decisions}
+    assert {n: d.action for n, d in by_name.items()} == {
+        "preference": "write", "task-result": "write", "diagnostic": "write", "token": "deny",
+        "uploaded-rule": "quarantine"}
+    assert by_name["token"].record_id is None
+    assert [r.rule for r in by_name["token"].trace if r.outcome == "deny"] or \
+        by_name["token"].reason == "secret_detected"
+    kinds = sorted(item.kind for item in read.items)
+    assert kinds == ["preference", "task_result"]
+    assert all(FAKE_TOKEN not in str(item.value) for item in read.items)
+    assert read.receipt is not None and set(read.receipt.selected) == {i.record_id for i in read.items}
+    assert "policy lab" in render_lab(decided, read)

@@ -2,7 +2,9 @@
 
 Agents call the NATS micro endpoint ``<prefix>.writer.append`` with one event or
 an atomic batch of one task. The writer validates everything it can without
-task state (shape, tokens, sizes, plan DAG, goal hash), seals personal values,
+task state (shape, tokens, sizes, plan DAG, goal hash), replaces secrets in
+every free-text field by a redaction marker (``core.detect.redact_event``; the
+stored event and its digest never hold the secret), seals personal values,
 and answers only after JetStream has durably stored the events: ``{seq,
 duplicate}`` per event, or one typed error and nothing stored.
 
@@ -17,6 +19,10 @@ order stays arrival order. It holds the task's lease
 lock from the lease check through the durable commit only when that matters:
 the task has, or may have, a live lease, or the append carries an
 expectation; a lease grant waits for the unlocked appends already accepted.
+
+Task ids starting with ``_`` are the runtime's: a tenant may not append to one
+(``reserved_task``), and memory events go only to a tenant's ``_memory`` task,
+from a service (``reserved_kind``); see ``core.validate.check_reserved``.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ from agentledger.contracts.codec import (
     encode,
     error_body,
 )
-from agentledger.contracts.events import EventBase, kind_of
-from agentledger.core.validate import check_batch, has_personal_content
+from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
+from agentledger.core.detect import redact_event
+from agentledger.core.validate import check_batch, check_reserved, has_personal_content
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
@@ -271,8 +278,35 @@ class LedgerWriter:
                     "producer must be the agent that sends it", code="producer_mismatch",
                     path=f"$.events[{i}].producer")
             events.append(event)
+        check_reserved(events, operator=caller.is_operator)
         check_batch(events)
+        if self.settings.redact_secrets:
+            events = self._redacted(events)
         return events, request.expected_last_seq, request.lease_secret
+
+    @staticmethod
+    def _redacted(events: list[EventBase]) -> list[EventBase]:
+        """The events with every secret in their free text replaced by a redaction marker.
+
+        After validation, so the client's goal hash is checked against what it sent (the
+        redacted goal gets its hash recomputed), and before sealing and digesting: the
+        stored event, its ``Agentledger-Digest`` and any sealed value carry the marker,
+        never the secret. Redaction is deterministic, so a retry of the same append
+        redacts to the same event, has the same digest and is answered as a duplicate.
+        """
+        out = []
+        total = 0
+        for i, e in enumerate(events):
+            try:
+                redacted, n = redact_event(e)
+            except ContractError as exc:
+                raise ContractError(str(exc), code=exc.code,
+                                    path=f"$.events[{i}]{(exc.path or '$')[1:]}") from None
+            out.append(redacted)
+            total += n
+        if total:
+            log.info("append.redacted", secrets=total, tenant=events[0].tenant, task=events[0].task_id)
+        return out
 
     async def _finish(self, req: Request,
                       prepared: tuple[list[EventBase], int | None, str | None],
@@ -349,6 +383,9 @@ class LedgerWriter:
                 caller = await self._tenants.caller(req.headers)
                 r = decode_lease_request(req.data)
                 caller.require_tenant(r.tenant, "$.tenant")
+                if r.task_id.startswith(RESERVED_TASK_PREFIX) and not caller.is_operator:
+                    raise ContractError(f"task ids starting with {RESERVED_TASK_PREFIX!r} are reserved "
+                                        "for the runtime", code="reserved_task", path="$.task_id")
                 # A tenant agent holds leases only as itself; an operator (the checkpointer
                 # resuming for an executor) names the holder.
                 if caller.agent is not None and r.holder != caller.agent:

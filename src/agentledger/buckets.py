@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from typing import Any, Generic, TypeVar
+
+import msgspec
+from nats.aio.client import Client
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
+
+T = TypeVar("T")
 
 
 async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyValue:
@@ -14,3 +22,71 @@ async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyV
         return await js.key_value(bucket)
     except BucketNotFoundError:
         return await js.create_key_value(bucket=bucket, history=1, max_bytes=max_bytes or -1)
+
+
+class KVMirror(Generic[T]):
+    """An in-memory copy of a bucket, kept current by a watch: a lookup costs a dict access.
+
+    Values decode as ``T``; one that does not decode counts as absent (its reader gets
+    nothing, never a guess). A miss asks the bucket once, since the watch may lag a write.
+    """
+
+    def __init__(self, nc: Client, bucket: str, value_type: type[T], name: str) -> None:
+        self._js = nc.jetstream()
+        self._bucket = bucket
+        self._decoder = msgspec.json.Decoder(value_type)
+        self._name = name
+        self._kv: Any = None
+        self._entries: dict[str, T] = {}
+        self._watcher: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Load the bucket and keep following it; returns once loaded."""
+        self._kv = await open_kv(self._js, self._bucket)
+        self._watcher = await self._kv.watchall()
+        loaded = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._follow(loaded), name=self._name)
+        await loaded
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()
+            self._watcher = None
+
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _follow(self, loaded: asyncio.Future[None]) -> None:
+        async for entry in self._watcher:
+            if entry is None:
+                if not loaded.done():
+                    loaded.set_result(None)
+                continue
+            self._apply(entry.key, entry.value)
+
+    def _apply(self, key: str, value: bytes | None) -> None:
+        if not value:
+            self._entries.pop(key, None)
+            return
+        try:
+            self._entries[key] = self._decoder.decode(value)
+        except msgspec.DecodeError:
+            self._entries.pop(key, None)
+
+    async def lookup(self, key: str) -> T | None:
+        found = self._entries.get(key)
+        if found is not None or self._kv is None:
+            return found
+        try:
+            entry = await self._kv.get(key)
+        except (KeyNotFoundError, ValueError):
+            return None
+        self._apply(key, entry.value)
+        return self._entries.get(key)

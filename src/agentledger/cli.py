@@ -15,12 +15,15 @@ import msgspec
 from agentledger import auth, logs
 from agentledger.bench import run_all
 from agentledger.chaos import run as chaos_run
+from agentledger.cli_memory import add_bind_command, add_memory_commands
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
 from agentledger.demo import render, render_resume, run_demo
+from agentledger.demo_memory import render_lab, run_lab
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
+from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.projector import rebuild
 
 
@@ -61,9 +64,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
 
-    wm, resumed = asyncio.run(run_demo(_connected(args)))
+    settings = _connected(args)
+    wm, resumed = asyncio.run(run_demo(settings))
     print(render(wm))
     print(render_resume(resumed))
+    print(render_lab(*asyncio.run(run_lab(settings))))
     return 0
 
 
@@ -134,11 +139,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.verify:
         report = asyncio.run(rebuild.verify(settings, progress=_progress))
         print(report.summary())
-        return 0 if report.ok else 1
+        problems = asyncio.run(memory_replay.verify_memory(settings))
+        for line in problems[:50]:
+            print(f"  memory: {line}")
+        print("memory projection: " + (f"{len(problems)} difference(s)" if problems
+                                       else "equal to a fold of the ledger"))
+        return 0 if report.ok and not problems else 1
     report = asyncio.run(rebuild.replace_live(settings, progress=_progress))
     print(f"rebuilt {report.events} events into {report.tasks} tasks up to seq {report.last_seq}"
           f" beside the live projection and switched to it; {report.spills} spill(s), at most"
           f" {report.peak_bytes} of {report.budget_bytes} bytes held; {report.seconds}s")
+    counts = asyncio.run(memory_replay.rebuild_memory(settings))
+    print(f"rebuilt the memory projection: {counts}")
     return 0
 
 
@@ -258,6 +270,7 @@ def _add_identity_commands(sub: Any) -> None:
     p.add_argument("tenant")
     p.add_argument("agent")
     p.set_defaults(fn=cmd_agent)
+    add_bind_command(agent, _connected)
     authp = sub.add_parser("auth", help="operator identity").add_subparsers(dest="auth_command",
                                                                            required=True)
     p = authp.add_parser("server-config", help="print the nats-server config lines (operator mode)")
@@ -358,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task_id")
     p.set_defaults(fn=cmd_checkpoint)
     _add_artifact_commands(sub)
+    add_memory_commands(sub, _connected)
     _add_identity_commands(sub)
     _add_load_commands(sub)
     _accept_global_options_everywhere(parser)

@@ -28,6 +28,7 @@ from nats.errors import MaxPayloadError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from agentledger import artifacts, auth
+from agentledger.client_memory import MemoryMethods
 from agentledger.config import Settings
 from agentledger.contracts.api import (
     MAX_REJECTIONS_PAGE,
@@ -169,7 +170,7 @@ def raise_error(err: ErrorBody) -> None:
               current_seq=err.current_seq)
 
 
-class Client:
+class Client(MemoryMethods):
     """A NATS connection plus the agentledger request subjects."""
 
     def __init__(self, nc: Nats, settings: Settings, *, timeout: float = 10.0,
@@ -324,6 +325,14 @@ class Client:
         except _UNAVAILABLE as exc:
             raise UnavailableError(f"the {what} did not answer") from exc
         return msg.data
+
+    async def _call(self, subject: str, body: dict[str, Any], what: str,
+                    decoder: msgspec.json.Decoder[Any]) -> Any:
+        """Request, decode the reply, and raise its typed error if it carries one."""
+        reply = decoder.decode(await self._request(subject, body, what))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
 
     async def _lease(self, action: str, **body: Any) -> LeaseBody | None:
         reply = _lease_reply.decode(await self._request(f"lease.{action}", body, "ledger-writer"))

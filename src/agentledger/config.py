@@ -75,6 +75,23 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     server_root: Path | None = None
     # Touched by a service process once it is ready (the supervisor sets one per child).
     ready_file: Path | None = None
+    # Embedder of the memory service: "wordllama" (offline, bundled weights) or "openai" (an
+    # OpenAI-compatible `/embeddings` endpoint at embeddings_url, e.g. "http://host:8080/v1").
+    embedder: str = "wordllama"
+    embeddings_url: str = ""
+    embeddings_model: str = ""
+    # File holding the endpoint's API key (read at load, never logged); none: no Authorization.
+    embeddings_key_file: Path | None = None
+    # Vector size the endpoint must return (the memory index is 256-dimensional).
+    embeddings_dims: int = 256
+    # Send `dimensions` in the request (OpenAI text-embedding-3 models shorten their vectors).
+    embeddings_send_dims: bool = False
+    embeddings_timeout_s: float = 30.0
+    # Memory-policy service: how long a read receipt is kept, in seconds.
+    memory_receipt_ttl_s: float = 30 * 86400.0
+    # Writer: replace secrets in every event's free text by a redaction marker before the append.
+    # Off only to measure what the detector costs (`agentledger bench --only detector`).
+    redact_secrets: bool = True
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -119,8 +136,10 @@ _INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_e
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",
-        "max_leases_per_tenant", "max_leases_bytes"}
-_FLOAT = {"dedupe_window_s"}
+        "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims"}
+_FLOAT = {"dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s"}
+_BOOL = {"embeddings_send_dims", "redact_secrets"}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -136,8 +155,12 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 values[field] = int(raw)
             elif field in _FLOAT:
                 values[field] = float(raw)
+            elif field in _BOOL:
+                if raw.lower() not in _TRUE | _FALSE:
+                    raise ValueError(raw)
+                values[field] = raw.lower() in _TRUE
             elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
-                           "ready_file"):
+                           "ready_file", "embeddings_key_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

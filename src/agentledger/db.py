@@ -103,6 +103,98 @@ _MIGRATIONS: list[tuple[int, str]] = [
         TRUNCATE {s}.task_state, {s}.rejections;
         UPDATE {s}.projector_watermark SET seq = 0;
     """),
+    # The memory-policy service's tables (services/memory_policy/store.py says what each
+    # holds). ``vector`` is created where the database is (it needs a superuser); here it is
+    # only checked, so a database without pgvector fails with a clear error.
+    (3, """
+        CREATE EXTENSION IF NOT EXISTS vector;
+        CREATE TABLE IF NOT EXISTS {s}.memory_watermark (
+            name text PRIMARY KEY,
+            seq  bigint NOT NULL
+        );
+        INSERT INTO {s}.memory_watermark(name, seq) VALUES ('memory', 0) ON CONFLICT DO NOTHING;
+        CREATE TABLE IF NOT EXISTS {s}.memory_groups (
+            tenant      text NOT NULL,
+            scope_key   text NOT NULL,
+            key         text NOT NULL,
+            promoted_id text NOT NULL,
+            seq         bigint NOT NULL,
+            state       bytea NOT NULL,
+            PRIMARY KEY (tenant, scope_key, key)
+        );
+        CREATE INDEX IF NOT EXISTS memory_groups_promoted ON {s}.memory_groups (tenant, promoted_id);
+        CREATE TABLE IF NOT EXISTS {s}.memory_records (
+            tenant           text NOT NULL,
+            record_id        text NOT NULL,
+            scope_key        text NOT NULL,
+            key              text NOT NULL,
+            kind             text NOT NULL,
+            status           text NOT NULL,
+            authority        smallint NOT NULL,
+            sensitivity_rank smallint NOT NULL,
+            schema_version   smallint NOT NULL,
+            subject_version  int NOT NULL,
+            observed_at      timestamptz NOT NULL,
+            expires_at       timestamptz,
+            ledger_seq       bigint NOT NULL,
+            row              bytea NOT NULL,
+            tsv              tsvector,
+            embedding        vector(256),
+            PRIMARY KEY (tenant, record_id)
+        );
+        CREATE INDEX IF NOT EXISTS memory_records_group ON {s}.memory_records (tenant, scope_key, key);
+        CREATE INDEX IF NOT EXISTS memory_records_tsv ON {s}.memory_records USING gin (tsv);
+        CREATE INDEX IF NOT EXISTS memory_records_embedding ON {s}.memory_records
+            USING hnsw (embedding vector_cosine_ops);
+        CREATE TABLE IF NOT EXISTS {s}.memory_history (
+            tenant      text NOT NULL,
+            event_id    text NOT NULL,
+            seq         bigint NOT NULL,
+            event       text NOT NULL,
+            proposal_id text,
+            record_id   text,
+            scope_key   text,
+            key         text,
+            action      text,
+            reason      text NOT NULL DEFAULT '',
+            trace       bytea,
+            at          timestamptz NOT NULL,
+            PRIMARY KEY (tenant, event_id)
+        );
+        CREATE INDEX IF NOT EXISTS memory_history_key ON {s}.memory_history (tenant, scope_key, key, seq);
+        CREATE INDEX IF NOT EXISTS memory_history_proposal ON {s}.memory_history (tenant, proposal_id, seq)
+            WHERE proposal_id IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS memory_history_record ON {s}.memory_history (tenant, record_id)
+            WHERE record_id IS NOT NULL;
+        CREATE TABLE IF NOT EXISTS {s}.memory_held (
+            tenant    text NOT NULL,
+            record_id text NOT NULL,
+            n         int NOT NULL,
+            mark      bytea NOT NULL,
+            PRIMARY KEY (tenant, record_id, n)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.memory_receipts (
+            receipt_id text PRIMARY KEY,
+            tenant     text NOT NULL,
+            caller     text NOT NULL,
+            task_id    text,
+            record_ids text[] NOT NULL,
+            created_at timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL,
+            receipt    bytea NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS memory_receipts_task ON {s}.memory_receipts
+            (tenant, task_id, created_at DESC, receipt_id DESC);
+        CREATE INDEX IF NOT EXISTS memory_receipts_records ON {s}.memory_receipts USING gin (record_ids);
+        CREATE INDEX IF NOT EXISTS memory_receipts_expiry ON {s}.memory_receipts (expires_at);
+        CREATE TABLE IF NOT EXISTS {s}.memory_usage (
+            tenant       text NOT NULL,
+            record_id    text NOT NULL,
+            last_read_at timestamptz NOT NULL,
+            reads        bigint NOT NULL,
+            PRIMARY KEY (tenant, record_id)
+        );
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

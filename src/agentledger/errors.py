@@ -38,6 +38,12 @@ class ContractError(AgentLedgerError):
     code = "invalid_field"
 
 
+class PermissionDeniedError(AgentLedgerError):
+    """The authenticated caller may not do this (another tenant's data, a revoked tenant)."""
+
+    code = "permission_denied"
+
+
 class ConflictError(AgentLedgerError):
     """An optimistic-concurrency expectation did not hold; carries the current sequence."""
 

@@ -19,27 +19,18 @@ caller costs a header decode and a dict lookup, not a round trip.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.errors import KeyNotFoundError
 
-from agentledger.buckets import open_kv
-from agentledger.errors import AgentLedgerError
+from agentledger.buckets import KVMirror
+from agentledger.errors import PermissionDeniedError
 
 REQUEST_INFO = "Nats-Request-Info"
 ACTIVE = "active"
 REVOKED = "revoked"
 
-
-class PermissionDeniedError(AgentLedgerError):
-    """The authenticated caller may not do this (another tenant's data, a revoked tenant)."""
-
-    code = "permission_denied"
 
 
 class Caller(msgspec.Struct, frozen=True):
@@ -92,7 +83,6 @@ class _RequestInfo(msgspec.Struct):
 
 
 _info_decoder = msgspec.json.Decoder(_RequestInfo)
-_entry_decoder = msgspec.json.Decoder(TenantEntry)
 
 
 def tenants_bucket(prefix: str) -> str:
@@ -100,65 +90,12 @@ def tenants_bucket(prefix: str) -> str:
     return f"{prefix.upper().replace('-', '_')}_TENANTS"
 
 
-class TenantRegistry:
+class TenantRegistry(KVMirror[TenantEntry]):
     """In-memory mirror of the tenant registry bucket; resolves request headers to callers."""
 
     def __init__(self, nc: Client, prefix: str) -> None:
-        self._js = nc.jetstream()
-        self._bucket = tenants_bucket(prefix)
+        super().__init__(nc, tenants_bucket(prefix), TenantEntry, "tenant-registry")
         self._prefix = prefix
-        self._kv: Any = None
-        self._entries: dict[str, TenantEntry] = {}
-        self._watcher: Any = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Load the registry and keep following it; returns once loaded."""
-        self._kv = await open_kv(self._js, self._bucket)
-        self._watcher = await self._kv.watchall()
-        loaded = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._follow(loaded), name="tenant-registry")
-        await loaded
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()
-            self._watcher = None
-
-    async def _follow(self, loaded: asyncio.Future[None]) -> None:
-        async for entry in self._watcher:
-            if entry is None:
-                if not loaded.done():
-                    loaded.set_result(None)
-                continue
-            self._apply(entry.key, entry.value)
-
-    def _apply(self, key: str, value: bytes | None) -> None:
-        if not value:
-            self._entries.pop(key, None)
-            return
-        try:
-            self._entries[key] = _entry_decoder.decode(value)
-        except msgspec.DecodeError:
-            self._entries.pop(key, None)
-
-    async def _lookup(self, account: str) -> TenantEntry | None:
-        """The entry of ``account``; a miss asks the bucket once (the watch may lag an add)."""
-        entry = self._entries.get(account)
-        if entry is not None or self._kv is None:
-            return entry
-        try:
-            found = await self._kv.get(account)
-        except (KeyNotFoundError, ValueError):
-            return None
-        self._apply(account, found.value)
-        return self._entries.get(account)
 
     async def caller(self, headers: Mapping[str, str] | None) -> Caller:
         """The caller behind a request with these headers; refuses unknown or revoked tenants."""
@@ -170,7 +107,7 @@ class TenantRegistry:
         except msgspec.DecodeError as exc:
             raise PermissionDeniedError("the request's identity header is unreadable",
                                         code="unauthenticated") from exc
-        entry = await self._lookup(info.acc)
+        entry = await self.lookup(info.acc)
         if entry is None or entry.prefix not in ("", self._prefix):
             raise PermissionDeniedError("this NATS account is not a registered tenant",
                                         code="unknown_tenant")

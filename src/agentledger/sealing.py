@@ -166,6 +166,13 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
             for o in p.outputs
         ]
         p = msgspec.structs.replace(p, outputs=outputs)
+    elif isinstance(p, ev.MemoryProposed):
+        sealed = _seal(key, subject, _encode_value(p.value), aad)
+        p = msgspec.structs.replace(p, value=None, sealed=sealed)
+    elif isinstance(p, ev.MemoryDecided) and p.record is not None:
+        sealed = _seal(key, subject, _encode_value(p.record.value), aad)
+        p = msgspec.structs.replace(p, record=msgspec.structs.replace(p.record, value=None,
+                                                                      sealed=sealed))
     return msgspec.structs.replace(event, payload=p)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-from agentledger.bench import appends, checkpoints, ledger, projection, sustained
+from agentledger.bench import appends, checkpoints, detector, ledger, memory, projection, sustained
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
 
@@ -31,6 +31,8 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "rebuild": ledger.bench_rebuild,
     "checkpoint_bytes": lambda st: checkpoints.bench_checkpoint_bytes(st.settings),
     "resume": lambda st: checkpoints.bench_resume(st.settings),
+    "detector": detector.bench_detector,
+    "memory": memory.bench_memory,
 }
 NAMES = [*BENCHES, "reducer"]
 

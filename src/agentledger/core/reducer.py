@@ -373,6 +373,12 @@ def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int, changes: 
     state.lease = LeaseState(p.holder, seq, p.expires_at)
 
 
+def _memory_event(state: WorkingMemory, p: Any, seq: int, changes: Changes) -> None:
+    # Memory events belong to the tenant's memory ledger (``_memory``), which the Working
+    # Memory projection skips; one found on a task's subject changes nothing of the task.
+    raise _Reject("memory_event_on_task", "memory events belong to the tenant's memory ledger")
+
+
 _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "task_created": _task_created,
     "plan_versioned": _plan_versioned,
@@ -393,5 +399,8 @@ _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "task_cancelled": _task_cancelled,
     "turn_appended": _turn_appended,
     "lease_granted": _lease_granted,
+    "memory_proposed": _memory_event,
+    "memory_decided": _memory_event,
+    "memory_feedback": _memory_event,
 }
 assert set(_HANDLERS) == set(ev.EVENT_TYPES), "every event kind needs a handler"

@@ -35,6 +35,12 @@ def has_personal_content(event: ev.EventBase) -> bool:
         return bool(p.personal)
     if isinstance(p, ev.StepSucceeded):
         return any(o.personal for o in p.outputs)
+    # Memory events: the memory-policy service names the data subject of a personal value.
+    if isinstance(p, ev.MemoryProposed):
+        return event.data_subject is not None and p.value is not None
+    if isinstance(p, ev.MemoryDecided):
+        return (event.data_subject is not None and p.record is not None
+                and p.record.value is not None)
     return False
 
 
@@ -67,6 +73,28 @@ def _no_sealed(value: ev.Sealed | None, path: str) -> None:
     if value is not None:
         raise ContractError("sealed values are produced by the ledger-writer, not sent to it",
                             code="sealed_not_allowed", path=path)
+
+
+def check_reserved(events: Sequence[ev.EventBase], *, operator: bool) -> None:
+    """The reserved memory ledger: task ids starting with ``RESERVED_TASK_PREFIX`` belong to
+    the runtime, and memory events are the memory-policy service's, on ``MEMORY_TASK`` only.
+
+    A tenant may not append to a reserved task (``reserved_task``) nor append a memory
+    event (``reserved_kind``); a service (an operator caller) may append memory events to
+    ``MEMORY_TASK`` and nothing else there.
+    """
+    for i, e in enumerate(events):
+        path = f"$.events[{i}]"
+        memory = ev.kind_of(e) in ev.MEMORY_KINDS
+        if e.task_id.startswith(ev.RESERVED_TASK_PREFIX) and not operator:
+            raise ContractError(f"task ids starting with {ev.RESERVED_TASK_PREFIX!r} are reserved for the "
+                                "runtime", code="reserved_task", path=f"{path}.task_id")
+        if memory and not (operator and e.task_id == ev.MEMORY_TASK):
+            raise ContractError(f"{ev.kind_of(e)} events are appended by the memory-policy service, "
+                                f"to task {ev.MEMORY_TASK!r} only", code="reserved_kind", path=f"{path}.kind")
+        if e.task_id == ev.MEMORY_TASK and not memory:
+            raise ContractError(f"task {ev.MEMORY_TASK!r} holds memory events only", code="reserved_task",
+                                path=f"{path}.task_id")
 
 
 def check_batch(events: Sequence[ev.EventBase]) -> None:

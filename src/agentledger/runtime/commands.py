@@ -53,6 +53,7 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("ledger-writer", [sys.executable, "-m", "agentledger.services.ledger_writer"]),
     ("projector", [sys.executable, "-m", "agentledger.services.projector"]),
     ("checkpointer", [sys.executable, "-m", "agentledger.services.checkpointer"]),
+    ("memory-policy", [sys.executable, "-m", "agentledger.services.memory_policy"]),
 ]
 # Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
 SUPERVISOR_OPTIONS: list[str] = []

@@ -1,0 +1,323 @@
+"""The write path's shell: proposals and feedback → decisions → ledger events.
+
+Per tenant, one decision at a time (an asyncio lock per tenant), and each call
+waits until the service's own projection holds what it appended before the
+lock is released (read-your-writes), so the next decision sees every earlier
+one: duplicates, conflicts and subject versions are found in the projection.
+
+A call decides all its proposals in memory first, in order, against the key
+groups read from the projection (a proposal sees the ones before it in the
+same call), checks every event it would append, and only then appends them
+through the writer (``<prefix>.writer.append``) in atomic chunks of whole
+proposal/decision pairs. A bad request writes nothing. A proposal id decided
+before returns its stored decision with ``duplicate``.
+
+Each proposal is two events on ``<prefix>.ledger.<tenant>._memory``:
+``memory_proposed`` (``p:<proposal_id>``) and ``memory_decided``
+(``d:<proposal_id>``); a denied or rejected proposal's event keeps nothing of
+its value. A personal value names its data subject on both events (the user of
+the scope, unless the proposal names one) and the writer seals it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import blake3
+import msgspec
+from nats.aio.client import Client
+
+from agentledger.bindings import BindingRegistry
+from agentledger.client import raise_error
+from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.contracts.api import AppendReply
+from agentledger.contracts.codec import encode
+from agentledger.contracts.memory_api import (
+    DecisionItem,
+    FeedbackReply,
+    FeedbackRequest,
+    Proposal,
+    ProposeReply,
+    ProposeRequest,
+    ScopeRef,
+    SourceRef,
+)
+from agentledger.core.memory.decide import Prepared, decide, prepare
+from agentledger.core.memory.read import Bindings
+from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
+from agentledger.errors import ContractError, NotFoundError, UnavailableError
+from agentledger.identity import Caller, PermissionDeniedError
+from agentledger.services.memory_policy.projection import MemoryProjection
+from agentledger.services.memory_policy.store import DecisionRow, MemoryStore, decode_row
+
+# How long a call waits for its own projection to hold what it appended.
+CATCH_UP_S = 30.0
+_append_reply = msgspec.json.Decoder(AppendReply)
+_MAX_EVENT_ID = 128
+
+
+def event_id(kind: str, ident: str) -> str:
+    """``<kind>:<id>``; an id too long for that is replaced by its blake3 (still deterministic)."""
+    candidate = f"{kind}:{ident}"
+    if len(candidate) <= _MAX_EVENT_ID:
+        return candidate
+    return f"{kind}:h:{blake3.blake3(ident.encode()).hexdigest()[:48]}"
+
+
+def producer_of(caller: Caller) -> str:
+    return caller.agent or "operator"
+
+
+async def binding_of(bindings: BindingRegistry, caller: Caller, tenant: str) -> Bindings | None:
+    """The caller's bindings; None for an operator (who may name any user or project)."""
+    if caller.is_operator or caller.agent is None:
+        return None
+    return await bindings.get(tenant, caller.agent)
+
+
+def check_scope(ref: ScopeRef, bound: Bindings | None, path: str) -> None:
+    """A proposal's scope must be well formed, and a user/project scope bound to the agent."""
+    if ref.level == "tenant":
+        if ref.id is not None:
+            raise ContractError("a tenant scope has no id", code="invalid_value", path=f"{path}.id")
+        return
+    if ref.id is None:
+        raise ContractError(f"a {ref.level} scope needs its id", code="missing_field", path=f"{path}.id")
+    allowed(ref.level, ref.id, bound, f"{path}.id")
+
+
+def allowed(level: str, ident: str | None, bound: Bindings | None, path: str) -> None:
+    """Refuse a user or project the agent is not bound to (``scope_not_allowed``)."""
+    if bound is None or ident is None:
+        return
+    names = bound.users if level == "user" else bound.projects if level == "project" else None
+    if names is not None and ident not in names:
+        raise PermissionDeniedError(f"{level} {ident!r} is not bound to this agent",
+                                    code="scope_not_allowed", path=path)
+
+
+def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
+    """A tenant agent may claim the two sources that speak for people only for whom it acts.
+
+    ``user_confirmed`` (the highest authority) needs an agent bound to the scope's user (for a
+    user scope) or to some user; ``project_rule`` needs an agent bound to the project of a
+    project scope. Anything else an agent claims stays what the policy ranks it as.
+    """
+    if bound is None:
+        return
+    kind = p.source.kind
+    if kind == "user_confirmed":
+        ok = p.scope.id in bound.users if p.scope.level == "user" else bool(bound.users)
+    elif kind == "project_rule":
+        ok = p.scope.level == "project" and p.scope.id in bound.projects
+    else:
+        return
+    if not ok:
+        raise PermissionDeniedError(f"this agent may not claim source {kind!r} for this scope: it "
+                                    "is not bound to the user or project it would speak for",
+                                    code="source_not_allowed", path=f"{path}.source.kind")
+
+
+def _proposed(tenant: str, p: Proposal, producer: str) -> ev.MemoryProposed:
+    scope = ev.Scope(level=p.scope.level, tenant=tenant, id=p.scope.id)
+    source = ev.MemorySource(kind=p.source.kind, ref=p.source.ref, producer=producer,
+                             quotes_external=p.source.quotes_external)
+    return ev.MemoryProposed(
+        proposal_id=p.proposal_id, kind=p.kind, scope=scope, source=source, value=p.value, key=p.key,
+        subject_version=p.subject_version, observed_at=p.observed_at, confidence=p.confidence,
+        origin_task=p.origin_task, evidence=list(p.evidence), episodes=list(p.episodes))
+
+
+def _item(d: DecisionRow, duplicate: bool) -> DecisionItem:
+    return DecisionItem(proposal_id=d.proposal_id, action=d.action, reason=d.reason, trace=d.trace,
+                        record_id=d.record_id, key=d.key, seq=d.seq, duplicate=duplicate)
+
+
+class Decider:
+    """Decides proposals and feedback and appends them; see the module docstring."""
+
+    def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection,
+                 bindings: BindingRegistry) -> None:
+        self.settings = settings
+        self._nc = nc
+        self._pool = pool
+        self._projection = projection
+        self._bindings = bindings
+        self.store = MemoryStore()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.decided = 0
+
+    def _lock(self, tenant: str) -> asyncio.Lock:
+        lock = self._locks.get(tenant)
+        if lock is None:
+            if len(self._locks) > 10_000:
+                for t in [t for t, v in self._locks.items() if not v.locked()]:
+                    del self._locks[t]
+            lock = self._locks[tenant] = asyncio.Lock()
+        return lock
+
+    # ---- propose ----------------------------------------------------------------------------
+
+    async def propose(self, caller: Caller, request: ProposeRequest) -> ProposeReply:
+        tenant = request.tenant
+        bound = await binding_of(self._bindings, caller, tenant)
+        for i, p in enumerate(request.proposals):
+            path = f"$.proposals[{i}]"
+            check_scope(p.scope, bound, f"{path}.scope")
+            check_source(p, bound, path)
+            if p.data_subject is not None and bound is not None and p.data_subject not in bound.users:
+                raise PermissionDeniedError(f"user {p.data_subject!r} is not bound to this agent",
+                                            code="scope_not_allowed", path=f"{path}.data_subject")
+        async with self._lock(tenant):
+            items = await self._decide(tenant, request.proposals, producer_of(caller))
+        return ProposeReply(ok=True, decisions=items)
+
+    async def _decide(self, tenant: str, proposals: Sequence[Proposal], producer: str,
+                      path: str | None = None) -> list[DecisionItem]:
+        """Decide and append ``proposals`` (the tenant's lock is held); errors name
+        ``$.proposals[i]``, or ``path`` (a correction's request)."""
+        stored = await self.store.decisions(self._pool, tenant, sorted({p.proposal_id for p in proposals}))
+        now = datetime.now(UTC)
+        fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
+        for i, p in enumerate(proposals):
+            if p.proposal_id in stored or p.proposal_id in fresh:
+                continue
+            proposed = _proposed(tenant, p, producer)
+            fresh[p.proposal_id] = (i, p, proposed, prepare(proposed, personal=p.personal))
+        groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
+                                             if pre.verdict is None])
+        pairs: list[tuple[bytes, bytes]] = []
+        decisions: dict[str, ev.MemoryDecided] = {}
+        for i, p, proposed, pre in fresh.values():
+            group = groups.get(pre.group_key) or KeyGroup(*pre.group_key)
+            pid = p.proposal_id
+            decision = decide(proposed, tenant=tenant, event_id=event_id("p", pid), group=group, now=now,
+                              personal=p.personal, prepared=pre)
+            decisions[pid] = decision
+            pairs.append(self._events(tenant, p, proposed, decision, producer=producer, now=now,
+                                      path=path or f"$.proposals[{i}]"))
+            if decision.record is not None:
+                groups[pre.group_key] = group.with_entry(
+                    GroupEntry(decision.record, decision.action, decision.reason, pid))
+        seqs = await self._append(tenant, pairs)
+        out: list[DecisionItem] = []
+        given: set[str] = set()
+        for p in proposals:
+            pid = p.proposal_id
+            if pid in stored:
+                out.append(_item(stored[pid], True))
+                continue
+            d = decisions[pid]
+            rec = d.record
+            out.append(DecisionItem(proposal_id=pid, action=d.action, reason=d.reason, trace=list(d.trace),
+                                    record_id=rec.record_id if rec else None, key=rec.key if rec else None,
+                                    seq=seqs.get(event_id("d", pid), 0), duplicate=pid in given))
+            given.add(pid)
+        self.decided += len(decisions)
+        return out
+
+    def _events(self, tenant: str, p: Proposal, proposed: ev.MemoryProposed, decision: ev.MemoryDecided, *,
+                producer: str, now: datetime, path: str) -> tuple[bytes, bytes]:
+        """The proposal's two events, encoded and checked against the writer's size limit."""
+        record = decision.record
+        personal = record is not None and record.sensitivity == "personal"
+        subject = None
+        if personal:
+            subject = p.data_subject or (p.scope.id if p.scope.level == "user" else None)
+        if record is None:
+            proposed = msgspec.structs.replace(proposed, value=None)  # nothing of a refused value
+        common: dict[str, Any] = {"tenant": tenant, "task_id": ev.MEMORY_TASK, "producer": producer,
+                                  "occurred_at": now, "schema_version": 1, "data_subject": subject}
+        out = (encode(ev.MemoryProposedEvent(event_id=event_id("p", p.proposal_id), payload=proposed,
+                                             **common)),
+               encode(ev.MemoryDecidedEvent(event_id=event_id("d", p.proposal_id), payload=decision,
+                                            **common)))
+        limit = self.settings.max_event_bytes
+        for data in out:
+            if len(data) > limit:
+                raise ContractError(f"the proposal makes an event of {len(data)} bytes; the limit is "
+                                    f"{limit}: store large values as artifacts and reference them",
+                                    code="event_too_large", path=f"{path}.value")
+        return out
+
+    async def _groups(self, tenant: str, keys: Sequence[GroupKey]) -> dict[GroupKey, KeyGroup]:
+        stored, _ = await self.store.groups(self._pool, tenant, sorted(set(keys)))
+        return {gk: decode_group(data) for gk, data in stored.items()}
+
+    async def _append(self, tenant: str, pairs: Sequence[tuple[bytes, ...]]) -> dict[str, int]:
+        """Append the events (each tuple atomically together) in chunks; their seqs by event id.
+
+        Returns once the service's projection has applied them.
+        """
+        per_chunk = max(1, self.settings.max_batch_events // 2)
+        seqs: dict[str, int] = {}
+        last = 0
+        for start in range(0, len(pairs), per_chunk):
+            events = [e for pair in pairs[start:start + per_chunk] for e in pair]
+            body = b'{"events":[' + b",".join(events) + b"]}"
+            try:
+                msg = await self._nc.request(f"{self.settings.prefix}.writer.append", body, timeout=30)
+            except Exception as exc:
+                raise UnavailableError("the ledger-writer did not answer; retry (proposals already "
+                                       "decided come back as duplicates)") from exc
+            reply = _append_reply.decode(msg.data)
+            if reply.error is not None:
+                raise_error(reply.error)
+            for r in reply.results:
+                seqs[r.event_id] = r.seq
+                last = max(last, r.seq)
+        if last:
+            await self._projection.wait_for(last, CATCH_UP_S)
+        return seqs
+
+    # ---- feedback ---------------------------------------------------------------------------
+
+    async def feedback(self, caller: Caller, request: FeedbackRequest) -> FeedbackReply:
+        tenant = request.tenant
+        bound = await binding_of(self._bindings, caller, tenant)
+        if request.action == "correct" and request.value is None:
+            raise ContractError("a correction needs the new value", code="missing_field", path="$.value")
+        if request.action != "correct" and request.value is not None:
+            raise ContractError(f"{request.action} takes no value", code="invalid_value", path="$.value")
+        async with self._lock(tenant):
+            row = await self._record(tenant, request.record_id, bound)
+            producer = producer_of(caller)
+            if request.action == "correct":
+                body = row.body
+                level = body.scope.level
+                proposal = Proposal(
+                    proposal_id=request.feedback_id, kind=body.kind,
+                    scope=ScopeRef(level=level, id=body.scope.id), source=SourceRef(kind="user_confirmed"),
+                    value=request.value, key=row.key, subject_version=body.subject_version + 1,
+                    origin_task=body.origin_task, personal=body.sensitivity == "personal",
+                    data_subject=body.sealed.subject if body.sealed is not None else None)
+                item = (await self._decide(tenant, [proposal], producer, path="$"))[0]  # $.value
+                return FeedbackReply(ok=True, record_id=item.record_id, seq=item.seq,
+                                     duplicate=item.duplicate, decision=item)
+            eid = event_id("f", request.feedback_id)
+            seen = await self.store.seen_events(self._pool, tenant, [eid])
+            if eid in seen:
+                return FeedbackReply(ok=True, record_id=request.record_id, seq=seen[eid], duplicate=True)
+            event = ev.MemoryFeedbackEvent(
+                event_id=eid, tenant=tenant, task_id=ev.MEMORY_TASK, producer=producer,
+                occurred_at=datetime.now(UTC), schema_version=1,
+                payload=ev.MemoryFeedback(record_id=request.record_id, action=request.action,
+                                          actor=producer, reason=request.reason))
+            seqs = await self._append(tenant, [(encode(event),)])
+        return FeedbackReply(ok=True, record_id=request.record_id, seq=seqs.get(eid, 0))
+
+    async def _record(self, tenant: str, record_id: str, bound: Bindings | None) -> Any:
+        """The record's row, if it exists in the tenant and the caller may act on its scope."""
+        data = await self._pool.fetchval(
+            "SELECT row FROM memory_records WHERE tenant = $1 AND record_id = $2", tenant, record_id)
+        if data is None:
+            raise NotFoundError(f"no memory record {record_id!r} in tenant {tenant!r}", path="$.record_id")
+        row = decode_row(data)
+        scope = row.body.scope
+        allowed(scope.level, scope.id, bound, "$.record_id")
+        return row

@@ -1,0 +1,373 @@
+"""The read path's shell: allowed scopes → gated SQL candidates → merge, score, budget → receipt.
+
+The scopes come from the caller (``core.memory.allowed_scopes`` with the
+agent's bindings), never from what the request claims. Each candidate source
+is ONE SQL statement whose WHERE clause holds the scope gate (``scope_key =
+ANY(...)``: exact equality) and, for full-text and vector search, every other
+gate too, so similarity only ranks what already passed: a record outside the
+caller's scopes is never fetched, so it can never appear in a receipt, and a
+stale one never reaches a ranking. The exact-key source also returns the key's
+records in the caller's scopes that a gate stops, each gate's result computed
+by PostgreSQL, so the receipt says why they were not read.
+
+Then, in Python with the core: score, merge across scopes, keep ``k``, pack
+into the token budget (tiktoken), open personal values (only when the request
+allows ``personal``), persist the receipt and the records' usage in one
+statement, and reply.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import msgspec
+from nats.aio.client import Client
+
+from agentledger import tokens
+from agentledger.bindings import BindingRegistry
+from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.contracts.memory_api import (
+    GateResult,
+    HistoryEntry,
+    KeyReply,
+    KeyRequest,
+    MemoryItem,
+    ReadReceipt,
+    ReadReply,
+    ReadRequest,
+    ReceiptCandidate,
+    ReceiptsReply,
+    ReceiptsRequest,
+)
+from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
+from agentledger.core.memory.keys import normalise_key
+from agentledger.core.memory.read import (
+    Bindings,
+    allowed_scopes,
+    merge_candidates,
+    needs_review,
+    score,
+    select_within_budget,
+)
+from agentledger.core.memory.state import RecordRow
+from agentledger.errors import ContractError
+from agentledger.identity import Caller
+from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.memory_policy.propose import binding_of, check_scope
+from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
+
+_receipt_decoder = msgspec.json.Decoder(ReadReceipt)
+_GATES = "status", "ttl", "version", "privacy", "source", "kind"
+# Candidates each search source returns at most, per requested result.
+OVERFETCH = 3
+
+# Every gate but the scope's, in SQL: $3 now, $4 least subject version, $5 most sensitive rank,
+# $6 least authority, $7 kinds (empty: any).
+_G_STATUS = "status = 'active'"
+_G_TTL = "(expires_at IS NULL OR expires_at > $3)"
+_G_VERSION = "(schema_version = 1 AND ($4::int IS NULL OR subject_version >= $4))"
+_G_PRIVACY = "sensitivity_rank <= $5"
+_G_SOURCE = "authority >= $6"
+_G_KIND = "(cardinality($7::text[]) = 0 OR kind = ANY($7::text[]))"
+_ALL_GATES = " AND ".join((_G_STATUS, _G_TTL, _G_VERSION, _G_PRIVACY, _G_SOURCE, _G_KIND))
+_SCOPE = "tenant = $1 AND scope_key = ANY($2::text[])"
+
+_GATED = {"{scope}": _SCOPE, "{gates}": _ALL_GATES, "{columns}": ", ".join(
+    (_G_STATUS, _G_TTL, _G_VERSION, _G_PRIVACY, _G_SOURCE, _G_KIND))}
+
+
+def _sql(template: str) -> str:
+    for name, clause in _GATED.items():
+        template = template.replace(name, clause)
+    return template
+
+
+EXACT_SQL = _sql("SELECT row, {columns} FROM memory_records WHERE {scope} AND key = $8")
+TEXT_SQL = _sql("SELECT row, ts_rank_cd(tsv, q, 32) AS rel FROM memory_records,"
+                " websearch_to_tsquery('simple', $8) AS q WHERE {scope} AND {gates} AND tsv @@ q"
+                " ORDER BY rel DESC, record_id LIMIT $9")
+# ``hnsw.iterative_scan`` (pgvector 0.8) is set for the pool's connections: the index scan goes on
+# until ``k`` rows passed the WHERE clause, so a selective filter still returns its ``k``.
+VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist FROM memory_records"
+                  " WHERE {scope} AND {gates} AND embedding IS NOT NULL"
+                  " ORDER BY embedding <=> $8::vector LIMIT $9")
+SAVE_SQL = (
+    "WITH r AS (INSERT INTO memory_receipts(receipt_id, tenant, caller, task_id, record_ids,"
+    " created_at, expires_at, receipt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8))"
+    " INSERT INTO memory_usage(tenant, record_id, last_read_at, reads)"
+    " SELECT $2, unnest($9::text[]), $6, 1"
+    " ON CONFLICT (tenant, record_id) DO UPDATE SET last_read_at = excluded.last_read_at,"
+    " reads = memory_usage.reads + 1")
+KEY_SQL = "SELECT row FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
+HISTORY_SQL = (
+    "SELECT seq, event, proposal_id, record_id, action, reason, trace, at FROM memory_history h"
+    " WHERE tenant = $1 AND ((scope_key = $2 AND key = $3)"
+    " OR proposal_id IN (SELECT proposal_id FROM memory_history WHERE tenant = $1 AND scope_key = $2"
+    " AND key = $3 AND proposal_id IS NOT NULL)"
+    " OR record_id IN (SELECT record_id FROM memory_records WHERE tenant = $1 AND scope_key = $2"
+    " AND key = $3)) ORDER BY seq")
+RECEIPTS_SQL = (
+    "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 AND expires_at > now()"
+    " AND ($2::text IS NULL OR task_id = $2) AND ($3::text IS NULL OR record_ids @> ARRAY[$3::text])"
+    " AND ($4::text IS NULL OR caller = $4) AND ($5::text IS NULL OR receipt_id < $5)"
+    " ORDER BY receipt_id DESC LIMIT $6")
+EXPIRE_SQL = "DELETE FROM memory_receipts WHERE expires_at <= now()"
+
+
+@dataclass
+class Candidate:
+    """A record a read found: how, each gate, its relevance and score (``Mergeable`` for the core)."""
+
+    row: RecordRow
+    found_by: list[str] = field(default_factory=list)
+    gates: list[GateResult] = field(default_factory=list)
+    relevance: float = 0.0
+    score: float = 0.0
+    value: Any = None
+    erased: bool = False
+
+    @property
+    def record_id(self) -> str:
+        return self.row.record_id
+
+    @property
+    def key(self) -> str:
+        return self.row.key
+
+    @property
+    def kind(self) -> str:
+        return self.row.kind
+
+    @property
+    def scope(self) -> str:
+        return self.row.scope
+
+    @property
+    def authority(self) -> int:
+        return self.row.authority
+
+    @property
+    def subject_version(self) -> int:
+        return self.row.body.subject_version
+
+    @property
+    def observed_at(self) -> datetime:
+        return self.row.body.observed_at
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+
+def _passed_all(kinds: bool) -> list[GateResult]:
+    names = ("scope", *_GATES[:-1], *(("kind",) if kinds else ()))
+    return [GateResult(name, True) for name in names]
+
+
+def _exact_gates(record: asyncpg.Record, request: ReadRequest, row: RecordRow) -> list[GateResult]:
+    reasons = {"status": row.status, "ttl": "expired",
+               "version": f"subject version {row.body.subject_version} < {request.min_subject_version}",
+               "privacy": f"{row.body.sensitivity} above {request.max_sensitivity}",
+               "source": f"authority {row.authority} < {request.min_authority}",
+               "kind": f"{row.kind} not requested"}
+    out = [GateResult("scope", True)]
+    for i, name in enumerate(_GATES, start=1):
+        if name == "kind" and not request.kinds:
+            continue
+        out.append(GateResult(name, True) if record[i] else GateResult(name, False, reasons[name]))
+    return out
+
+
+def render_value(value: Any) -> str:
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def render(c: Candidate) -> str:
+    if c.erased:
+        return f"[{c.kind}:{c.key}] (erased)"
+    return f"[{c.kind}:{c.key}] {render_value(c.value)}"
+
+
+def item_of(row: RecordRow, now: datetime, *, value: Any = None, erased: bool = False,
+            score_: float | None = None, tokens_: int | None = None) -> MemoryItem:
+    body = row.body
+    return MemoryItem(
+        record_id=row.record_id, key=row.key, kind=row.kind, scope=row.scope, status=row.status,
+        authority=row.authority, sensitivity=body.sensitivity, source=body.source.kind,
+        observed_at=body.observed_at, value=value, erased=erased, subject_version=body.subject_version,
+        record_version=row.record_version, expires_at=body.expires_at, review_at=body.review_at,
+        needs_review=needs_review(body.review_at, now), supersedes=list(body.supersedes),
+        superseded_by=row.superseded_by, promoted_from=list(body.promoted_from),
+        status_reason=row.status_reason, score=score_, tokens=tokens_, ledger_seq=row.ledger_seq)
+
+
+def receipt_id() -> str:
+    """Time-ordered (newest sorts last), unique: ``r<ns since epoch><random>``."""
+    return f"r{time.time_ns():020d}{secrets.token_hex(4)}"
+
+
+class Reader:
+    """Answers ``memory.read``, ``get``, ``history`` and ``receipts``."""
+
+    def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors,
+                 bindings: BindingRegistry) -> None:
+        self.settings = settings
+        self._nc = nc
+        self._pool = pool
+        self._vectors = vectors
+        self._bindings = bindings
+        self._keys: Keyring | None = None
+
+    # ---- read ---------------------------------------------------------------------------------
+
+    async def read(self, caller: Caller, request: ReadRequest) -> ReadReply:
+        started = time.perf_counter()
+        tenant = request.tenant
+        bound = await binding_of(self._bindings, caller, tenant)
+        scopes = [scope_key(s) for s in allowed_scopes(caller.tenant, bound is None, bound or Bindings(),
+                                                        request)]
+        if request.key is None and not request.query.strip():
+            raise ContractError("a read needs a query or a key", code="missing_field", path="$.query")
+        try:
+            tokens.count("", request.encoding)
+        except Exception as exc:
+            raise ContractError(str(exc), code="invalid_value", path="$.encoding") from exc
+        now = datetime.now(UTC)
+        gate_args = (tenant, scopes, now, request.min_subject_version,
+                     SENSITIVITY_RANK[request.max_sensitivity], request.min_authority, list(request.kinds))
+        found: dict[str, Candidate] = {}
+        limit = request.k * OVERFETCH
+        query_vector = None
+        if request.query.strip():
+            query_vector = vector_text((await self._vectors.of([request.query]))[0])
+        async with self._pool.acquire() as conn:
+            if request.key is not None:
+                for r in await conn.fetch(EXACT_SQL, *gate_args, normalise_key(request.key)):
+                    row = decode_row(r[0])
+                    c = found.setdefault(row.record_id, Candidate(row))
+                    c.found_by.append("key")
+                    c.gates = _exact_gates(r, request, row)
+                    c.relevance = 1.0
+            if request.query.strip():
+                for r in await conn.fetch(TEXT_SQL, *gate_args, request.query, limit):
+                    self._found(found, decode_row(r[0]), "text", float(r[1]), request)
+                for r in await conn.fetch(VECTOR_SQL, *gate_args, query_vector, limit):
+                    self._found(found, decode_row(r[0]), "vector", max(0.0, 1.0 - float(r[1])), request)
+            return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),
+                                      now=now, started=started)
+
+    def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, relevance: float,
+               request: ReadRequest) -> None:
+        c = found.get(row.record_id)
+        if c is None:
+            c = found[row.record_id] = Candidate(row, gates=_passed_all(bool(request.kinds)))
+        c.found_by.append(source)
+        c.relevance = max(c.relevance, relevance)
+
+    async def _finish(self, conn: asyncpg.Connection, caller: Caller, request: ReadRequest, *,
+                      scopes: list[str], found: list[Candidate], now: datetime,
+                      started: float) -> ReadReply:
+        passed = [c for c in found if c.passed]
+        for c in passed:
+            c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now,
+                            review=needs_review(c.row.body.review_at, now))
+        winners, overridden = merge_candidates(passed)
+        winners.sort(key=lambda c: (-c.score, c.record_id))
+        chosen, below = winners[:request.k], winners[request.k:]
+        for c in chosen:
+            c.value, c.erased = await self._open(c.row, request.tenant)
+        selection = select_within_budget(chosen, request.budget_tokens,
+                                         lambda text: tokens.count(text, request.encoding), render)
+        picked = [chosen[i] for i in selection.selected]
+        cost = dict(zip([c.record_id for c in picked], selection.unit_tokens, strict=True))
+        outcome: dict[str, tuple[str, str]] = {c.record_id: ("selected", "") for c in picked}
+        outcome.update({chosen[i].record_id: ("over_budget", "") for i in selection.over_budget})
+        outcome.update({c.record_id: ("below_k", "") for c in below})
+        outcome.update({rid: ("overridden", f"by {winner}") for rid, winner in overridden.items()})
+        candidates = []
+        for c in sorted(found, key=lambda c: (not c.passed, -c.score, c.record_id)):
+            fate, reason = outcome.get(c.record_id, ("gated", ""))
+            if fate == "gated":
+                reason = "; ".join(f"{g.gate}: {g.reason}" for g in c.gates if not g.passed)
+            candidates.append(ReceiptCandidate(
+                record_id=c.record_id, key=c.key, found_by=c.found_by, gates=c.gates, outcome=fate,  # type: ignore[arg-type]
+                score=round(c.score, 6) if c.passed else None, relevance=round(c.relevance, 6),
+                tokens=cost.get(c.record_id), reason=reason))
+        created = datetime.now(UTC)
+        receipt = ReadReceipt(
+            receipt_id=receipt_id(), tenant=request.tenant, caller=caller.agent or "operator", scopes=scopes,
+            request=msgspec.to_builtins(request), candidates=candidates, selected=[c.record_id for c in picked],
+            tokens=selection.tokens, budget_tokens=request.budget_tokens,
+            latency_ms=round((time.perf_counter() - started) * 1000, 3), created_at=created,
+            expires_at=created + timedelta(seconds=self.settings.memory_receipt_ttl_s), task_id=request.task_id)
+        await conn.execute(SAVE_SQL, receipt.receipt_id, receipt.tenant, receipt.caller, receipt.task_id,
+                           [c.record_id for c in found], created, receipt.expires_at,
+                           msgspec.json.encode(receipt), receipt.selected)
+        items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6),
+                         tokens_=cost[c.record_id]) for c in picked]
+        return ReadReply(ok=True, items=items, receipt=receipt, rendered=selection.rendered)
+
+    async def _open(self, row: RecordRow, tenant: str) -> tuple[Any, bool]:
+        """A record's value for a reader (a sealed one opened; ``erased`` once its key is gone)."""
+        sealed = row.body.sealed
+        if sealed is None:
+            return row.body.value, False
+        plain = await unseal(sealed, aad_for(tenant, ev.MEMORY_TASK), self._keyring())
+        if plain is None:
+            return None, True
+        return msgspec.json.decode(plain), False
+
+    def _keyring(self) -> Keyring:
+        if self._keys is None:
+            self._keys = Keyring(self._nc, self.settings.keys_bucket,
+                                 load_kek(self.settings.kek_path, create=False),
+                                 cache_bytes=self.settings.key_cache_bytes)
+        return self._keys
+
+    # ---- get, history, receipts ----------------------------------------------------------------
+
+    async def get(self, caller: Caller, request: KeyRequest) -> KeyReply:
+        skey, key = await self._key_scope(caller, request)
+        now = datetime.now(UTC)
+        rows = [decode_row(r[0]) for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, key)]
+        rows.sort(key=lambda r: (r.status != "active", r.record_id))
+        items = []
+        for row in rows:
+            value, erased = await self._open(row, request.tenant)
+            items.append(item_of(row, now, value=value, erased=erased))
+        return KeyReply(ok=True, records=items)
+
+    async def history(self, caller: Caller, request: KeyRequest) -> KeyReply:
+        skey, key = await self._key_scope(caller, request)
+        entries = [HistoryEntry(seq=int(r[0]), event=r[1], proposal_id=r[2], record_id=r[3], action=r[4],
+                                reason=r[5] or "", trace=decode_trace(r[6]), at=r[7])
+                   for r in await self._pool.fetch(HISTORY_SQL, request.tenant, skey, key)]
+        return KeyReply(ok=True, history=entries)
+
+    async def _key_scope(self, caller: Caller, request: KeyRequest) -> tuple[str, str]:
+        bound = await binding_of(self._bindings, caller, request.tenant)
+        check_scope(request.scope, bound, "$.scope")
+        skey = scope_key(ev.Scope(level=request.scope.level, tenant=request.tenant, id=request.scope.id))
+        return skey, normalise_key(request.key)
+
+    async def receipts(self, caller: Caller, request: ReceiptsRequest) -> ReceiptsReply:
+        # A tenant agent sees the receipts of its own reads: another agent's may name records of
+        # users or projects it is not bound to.
+        own = None if caller.is_operator else caller.agent
+        rows = await self._pool.fetch(RECEIPTS_SQL, request.tenant, request.task_id, request.record_id,
+                                      own, request.before, request.limit + 1)
+        receipts = [_receipt_decoder.decode(r[1]) for r in rows[:request.limit]]
+        more = len(rows) > request.limit
+        return ReceiptsReply(ok=True, receipts=receipts,
+                             next_before=receipts[-1].receipt_id if more and receipts else None)
+
+    async def expire_receipts(self) -> int:
+        status = await self._pool.execute(EXPIRE_SQL)
+        return int(status.split()[-1])

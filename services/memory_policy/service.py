@@ -1,0 +1,259 @@
+"""The memory-policy service: tools and models propose, the policy decides, reads pass gates.
+
+NATS micro service ``agentledger-memory-policy``:
+
+* ``<prefix>.memory.propose``: decide proposals (bulk: up to ``MAX_PROPOSALS``
+  per call), append each proposal and its decision to the tenant's memory
+  ledger (``propose.py``);
+* ``<prefix>.memory.feedback``: confirm, correct or revoke a record;
+* ``<prefix>.memory.read``: a gated read with its receipt (``reads.py``);
+* ``<prefix>.memory.get`` / ``history``: a key's records / its whole history;
+* ``<prefix>.memory.receipts``: receipts of a task or of a record.
+
+Every request: the caller is the authenticated connection (``TenantRegistry``),
+the body's tenant must be the caller's, user and project scopes must be bound
+to the agent (``bindings``); a body that does not decode is a typed
+``ContractError`` naming its path; nothing is written for a refused request.
+The service also runs the memory projection (``projection.py``) it reads from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import msgspec
+import nats.errors
+import structlog
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from agentledger import auth, db
+from agentledger.bindings import BindingRegistry
+from agentledger.config import Settings
+from agentledger.contracts.api import ErrorBody
+from agentledger.contracts.codec import check_request_depth, contract_error, encode, error_body
+from agentledger.contracts.memory_api import (
+    FeedbackReply,
+    FeedbackRequest,
+    KeyReply,
+    KeyRequest,
+    ProposeReply,
+    ProposeRequest,
+    ReadReply,
+    ReadRequest,
+    ReceiptsReply,
+    ReceiptsRequest,
+)
+from agentledger.embedding import load_embedder
+from agentledger.errors import AgentLedgerError
+from agentledger.identity import Caller, TenantRegistry
+from agentledger.natsclient import reader_alive
+from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.memory_policy.projection import MemoryProjection
+from agentledger.services.memory_policy.propose import Decider
+from agentledger.services.memory_policy.reads import Reader
+
+log = structlog.get_logger()
+
+SERVICE_NAME = "agentledger-memory-policy"
+SERVICE_VERSION = "0.1.0"
+ROLE = "memory-policy"
+# Receipts past their expiry are deleted this often.
+EXPIRE_EVERY_S = 600.0
+
+
+def memory_subject(prefix: str, action: str) -> str:
+    return f"{prefix}.memory.{action}"
+
+
+class _Endpoint(msgspec.Struct, frozen=True):
+    decoder: msgspec.json.Decoder[Any]
+    reply: type[Any]
+    handle: Callable[[Caller, Any], Awaitable[Any]]
+
+
+class MemoryPolicy:
+    """The service; see the module docstring."""
+
+    name = "memory-policy"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._nc: Client | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._tenants: TenantRegistry | None = None
+        self._bindings: BindingRegistry | None = None
+        self._service: Service | None = None
+        self.projection: MemoryProjection | None = None
+        self.decider: Decider | None = None
+        self.reader: Reader | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._expiry: asyncio.Task[None] | None = None
+        self._failed: asyncio.Future[None] | None = None
+        self._stopped = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        vectors = Vectors(load_embedder(s))
+        self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
+                                      closed_cb=self._nats_closed)
+        self._tenants = TenantRegistry(self._nc, s.prefix)
+        await self._tenants.start()
+        self._bindings = BindingRegistry(self._nc, s.prefix)
+        await self._bindings.start()
+        await db.migrate(s.database_url)
+        # Iterative HNSW scans (pgvector 0.8) for every read: a filtered vector query returns k.
+        self._pool = await asyncpg.create_pool(
+            s.database_url, min_size=1, max_size=8, timeout=db.CONNECT_TIMEOUT_S,
+            server_settings={"hnsw.iterative_scan": "relaxed_order"})
+        self.projection = MemoryProjection(s, self._nc, self._pool, vectors)
+        await self.projection.start()
+        self.decider = Decider(s, self._nc, self._pool, self.projection, self._bindings)
+        self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings)
+        endpoints = {
+            "propose": _Endpoint(msgspec.json.Decoder(ProposeRequest), ProposeReply, self.decider.propose),
+            "feedback": _Endpoint(msgspec.json.Decoder(FeedbackRequest), FeedbackReply,
+                                  self.decider.feedback),
+            "read": _Endpoint(msgspec.json.Decoder(ReadRequest), ReadReply, self.reader.read),
+            "get": _Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.get),
+            "history": _Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.history),
+            "receipts": _Endpoint(msgspec.json.Decoder(ReceiptsRequest), ReceiptsReply,
+                                  self.reader.receipts),
+        }
+        self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
+                                          description="agentledger memory policy: propose, decide, "
+                                                      "gated reads with receipts")
+        for action, endpoint in endpoints.items():
+            await self._service.add_endpoint(name=f"memory-{action}", subject=memory_subject(s.prefix, action),
+                                             handler=self._spawn(action, endpoint))
+        self._expiry = asyncio.create_task(self._expire(), name="memory-receipt-expiry")
+        await self._nc.flush()
+
+    async def wait_failed(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        waits = [asyncio.ensure_future(asyncio.shield(self._failed))]
+        if self.projection is not None:
+            waits.append(asyncio.ensure_future(asyncio.shield(self.projection.failed)))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in waits:
+                task.cancel()
+
+    def alive(self) -> bool:
+        """NATS read loop alive, the bindings mirror following, the projection loop turning."""
+        return (self._nc is not None and reader_alive(self._nc)
+                and self._bindings is not None and self._bindings.alive()
+                and self.projection is not None and self.projection.alive())
+
+    async def stop(self) -> None:
+        """Stop answering, finish in-flight requests, stop the projection, close; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._service is not None:
+            with contextlib.suppress(Exception):
+                await self._service.stop()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
+        if self.projection is not None:
+            await self.projection.stop()
+        for registry in (self._bindings, self._tenants):
+            if registry is not None:
+                await registry.stop()
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001
+                await self._nc.close()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _spawn(self, action: str, endpoint: _Endpoint) -> Callable[[Request], Awaitable[None]]:
+        async def on_request(req: Request) -> None:
+            task = asyncio.create_task(self._handle(action, endpoint, req))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        return on_request
+
+    async def _handle(self, action: str, endpoint: _Endpoint, req: Request) -> None:
+        started = time.perf_counter()
+        try:
+            check_request_depth(req.data)
+            try:
+                body = endpoint.decoder.decode(req.data)
+            except msgspec.MsgspecError as exc:
+                raise contract_error(exc) from exc
+            assert self._tenants is not None
+            caller = await self._tenants.caller(req.headers)
+            caller.require_tenant(body.tenant, "$.tenant")
+            with structlog.contextvars.bound_contextvars(tenant=body.tenant, endpoint=action):
+                reply = await endpoint.handle(caller, body)
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            reply = endpoint.reply(ok=False, error=_error_body(exc))
+            if reply.error.code not in ("internal", "unavailable"):
+                log.info("memory.refused", endpoint=action, code=reply.error.code, path=reply.error.path)
+        else:
+            log.debug("memory.answered", endpoint=action, ms=round((time.perf_counter() - started) * 1000, 2))
+        try:
+            await req.respond(encode(reply))
+        except Exception:  # noqa: BLE001 - the caller went away
+            log.warning("memory.respond_failed", endpoint=action)
+
+    async def _expire(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY_S)
+            try:
+                assert self.reader is not None
+                removed = await self.reader.expire_receipts()
+                if removed:
+                    log.info("memory.receipts_expired", removed=removed)
+            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+                log.warning("memory.expiry_failed", error=type(exc).__name__)
+
+    # ---- NATS callbacks -------------------------------------------------------------------------
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("memory.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
+
+    async def _nats_closed(self) -> None:
+        if not self._stopped and self._failed is not None and not self._failed.done():
+            self._failed.set_exception(ConnectionError("the NATS connection closed"))
+
+
+def _error_body(exc: Exception) -> ErrorBody:
+    if isinstance(exc, AgentLedgerError):
+        return error_body(exc)
+    # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
+    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError,
+                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
+        log.warning("memory.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+        return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
+    log.error("memory.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
+    return ErrorBody(code="internal", message="the memory-policy service failed to answer", retryable=True)

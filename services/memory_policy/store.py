@@ -1,0 +1,282 @@
+"""All PostgreSQL I/O of the memory-policy service (tables: ``db`` migration 3).
+
+The projection of the ``_memory`` subjects (rebuilt by replay):
+
+* ``memory_watermark``: the last ledger sequence folded, written in the same
+  transaction as the rows it covers.
+* ``memory_groups``: one row per key group (scope, canonical key): the group's
+  entries and feedback as ``core.memory.encode_group`` bytes, and the id its
+  promoted fact would have (so feedback naming it finds the group).
+* ``memory_records``: one row per record: the ``RecordRow`` the reducer
+  rendered (``row``, msgspec JSON) and, for the gates in SQL, its scope key,
+  status, authority, sensitivity rank, versions and expiry; the ``simple``
+  full-text vector and the 256-dimension embedding of its text, both NULL for
+  a personal (sealed) record, so no index holds a personal value.
+* ``memory_history``: one row per memory event (proposal, decision, feedback):
+  ``memory.history`` and the proposal idempotency index.
+* ``memory_held``: feedback naming a record not seen yet.
+
+Not projections (replay leaves them alone; they are what reads did):
+
+* ``memory_receipts``: one row per read, until it expires;
+* ``memory_usage``: when each record was last read, and how often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import asyncpg
+import msgspec
+
+from agentledger.contracts.events import RuleFired
+from agentledger.core.memory.authority import SENSITIVITY_RANK
+from agentledger.core.memory.state import RecordRow
+from agentledger.db import check_schema
+
+WATERMARK = "memory"
+# Tables the projection consists of (what a rebuild empties and refills).
+PROJECTION_TABLES = ("memory_groups", "memory_records", "memory_history", "memory_held")
+
+_row_decoder = msgspec.json.Decoder(RecordRow)
+_trace_decoder = msgspec.json.Decoder(list[RuleFired])
+_encode = msgspec.json.encode
+
+GroupKey = tuple[str, str]
+
+
+class RecordWrite(NamedTuple):
+    """A record row as written: the reducer's row, its search text and embedding (None: personal)."""
+
+    row: RecordRow
+    text: str | None
+    embedding: list[float] | None
+
+
+class HistoryRow(NamedTuple):
+    event_id: str
+    seq: int
+    event: str
+    proposal_id: str | None
+    record_id: str | None
+    scope_key: str | None
+    key: str | None
+    action: str | None
+    reason: str
+    trace: list[RuleFired] | None
+    at: datetime
+
+
+class DecisionRow(NamedTuple):
+    """A proposal's first decision, as ``memory.propose`` returns it again for a repeat."""
+
+    proposal_id: str
+    seq: int
+    action: str
+    reason: str
+    record_id: str | None
+    scope_key: str | None
+    key: str | None
+    trace: list[RuleFired]
+
+
+def vector_text(vector: Sequence[float] | None) -> str | None:
+    """pgvector's text form (``[x,y,...]``), cast with ``::vector`` in SQL."""
+    if vector is None:
+        return None
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def parse_vector(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    return [float(x) for x in text.strip("[]").split(",")] if text != "[]" else []
+
+
+def decode_row(data: bytes) -> RecordRow:
+    return _row_decoder.decode(data)
+
+
+def decode_trace(data: bytes | None) -> list[RuleFired]:
+    return _trace_decoder.decode(data) if data else []
+
+
+class MemoryStore:
+    """Statements of the memory tables in one schema (``public`` for the live service)."""
+
+    def __init__(self, schema: str = "public") -> None:
+        s = self.schema = check_schema(schema)
+
+        def q(template: str) -> str:
+            return template.replace("{s}", s)
+
+        self._lock_wm = q("SELECT seq, tableoid::bigint FROM {s}.memory_watermark WHERE name = $1"
+                          " FOR UPDATE")
+        self._get_wm = q("SELECT seq FROM {s}.memory_watermark WHERE name = $1")
+        self._set_wm = q("INSERT INTO {s}.memory_watermark(name, seq) VALUES ($1, $2)"
+                        " ON CONFLICT (name) DO UPDATE SET seq = excluded.seq")
+        self._events = q("SELECT event_id, seq FROM {s}.memory_history"
+                        " WHERE tenant = $1 AND event_id = ANY($2::text[])")
+        self._decisions = q(
+            "SELECT DISTINCT ON (proposal_id) proposal_id, seq, action, reason, record_id, scope_key, key,"
+            " trace"
+            " FROM {s}.memory_history WHERE tenant = $1 AND event = 'memory_decided'"
+            " AND proposal_id = ANY($2::text[]) ORDER BY proposal_id, seq")
+        self._record_groups = q(
+            "SELECT record_id, scope_key, key FROM {s}.memory_records"
+            " WHERE tenant = $1 AND record_id = ANY($2::text[])"
+            " UNION ALL SELECT promoted_id, scope_key, key FROM {s}.memory_groups"
+            " WHERE tenant = $1 AND promoted_id = ANY($2::text[])")
+        self._groups = q("SELECT g.scope_key, g.key, g.state FROM {s}.memory_groups g"
+                        " JOIN unnest($2::text[], $3::text[]) AS k(scope_key, key)"
+                        " ON g.scope_key = k.scope_key AND g.key = k.key WHERE g.tenant = $1")
+        self._rows = q("SELECT r.row FROM {s}.memory_records r"
+                      " JOIN unnest($2::text[], $3::text[]) AS k(scope_key, key)"
+                      " ON r.scope_key = k.scope_key AND r.key = k.key WHERE r.tenant = $1")
+        self._held = q("SELECT record_id, mark FROM {s}.memory_held"
+                      " WHERE tenant = $1 AND record_id = ANY($2::text[]) ORDER BY record_id, n")
+        self._put_groups = q(
+            "INSERT INTO {s}.memory_groups(tenant, scope_key, key, promoted_id, seq, state)"
+            " SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])"
+            " ON CONFLICT (tenant, scope_key, key) DO UPDATE SET seq = excluded.seq,"
+            " state = excluded.state")
+        self._put_records = q(
+            "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
+            " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
+            " row, tsv, embedding)"
+            " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw,"
+            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector"
+            " FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[],"
+            " $8::smallint[], $9::smallint[], $10::int[], $11::timestamptz[], $12::timestamptz[],"
+            " $13::bigint[], $14::bytea[], $15::text[], $16::text[])"
+            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em)"
+            " ON CONFLICT (tenant, record_id) DO UPDATE SET scope_key = excluded.scope_key,"
+            " key = excluded.key, kind = excluded.kind, status = excluded.status,"
+            " authority = excluded.authority, sensitivity_rank = excluded.sensitivity_rank,"
+            " schema_version = excluded.schema_version, subject_version = excluded.subject_version,"
+            " observed_at = excluded.observed_at, expires_at = excluded.expires_at,"
+            " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv,"
+            " embedding = excluded.embedding")
+        self._drop_records = q("DELETE FROM {s}.memory_records WHERE tenant = $1"
+                              " AND record_id = ANY($2::text[])")
+        self._put_history = q(
+            "INSERT INTO {s}.memory_history(tenant, event_id, seq, event, proposal_id, record_id,"
+            " scope_key, key, action, reason, trace, at)"
+            " SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],"
+            " $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::timestamptz[])"
+            " ON CONFLICT (tenant, event_id) DO NOTHING")
+        self._drop_held = q("DELETE FROM {s}.memory_held WHERE tenant = $1"
+                           " AND record_id = ANY($2::text[])")
+        self._put_held = q("INSERT INTO {s}.memory_held(tenant, record_id, n, mark)"
+                          " SELECT $1, * FROM unnest($2::text[], $3::int[], $4::bytea[])")
+
+    # ---- watermark ----------------------------------------------------------------------
+
+    async def watermark(self, conn: Any) -> int | None:
+        value = await conn.fetchval(self._get_wm, WATERMARK)
+        return None if value is None else int(value)
+
+    async def lock_watermark(self, conn: asyncpg.Connection) -> tuple[int, int] | None:
+        """(seq, oid of the watermark table), row-locked until the end of the transaction."""
+        row = await conn.fetchrow(self._lock_wm, WATERMARK)
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None:
+        await conn.execute(self._set_wm, WATERMARK, seq)
+
+    # ---- what the reducer needs of one tenant -------------------------------------------
+
+    async def seen_events(self, conn: Any, tenant: str, event_ids: Sequence[str]) -> dict[str, int]:
+        if not event_ids:
+            return {}
+        return {r[0]: int(r[1]) for r in await conn.fetch(self._events, tenant, list(event_ids))}
+
+    async def decisions(self, conn: Any, tenant: str,
+                        proposal_ids: Sequence[str]) -> dict[str, DecisionRow]:
+        """The first decision of each proposal id that has one."""
+        if not proposal_ids:
+            return {}
+        rows = await conn.fetch(self._decisions, tenant, list(proposal_ids))
+        return {r[0]: DecisionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], decode_trace(r[7]))
+                for r in rows}
+
+    async def record_groups(self, conn: Any, tenant: str,
+                            record_ids: Sequence[str]) -> dict[str, GroupKey]:
+        """The group of each record id known (promoted fact ids included)."""
+        if not record_ids:
+            return {}
+        return {r[0]: (r[1], r[2]) for r in await conn.fetch(self._record_groups, tenant,
+                                                               list(record_ids))}
+
+    async def groups(self, conn: Any, tenant: str,
+                     keys: Sequence[GroupKey]) -> tuple[dict[GroupKey, bytes], list[RecordRow]]:
+        """The stored state of each group of ``keys`` that exists, and its record rows."""
+        if not keys:
+            return {}, []
+        scopes, names = [k[0] for k in keys], [k[1] for k in keys]
+        groups = {(r[0], r[1]): bytes(r[2]) for r in await conn.fetch(self._groups, tenant, scopes, names)}
+        rows = [decode_row(r[0]) for r in await conn.fetch(self._rows, tenant, scopes, names)]
+        return groups, rows
+
+    async def held(self, conn: Any, tenant: str, record_ids: Sequence[str]) -> dict[str, list[bytes]]:
+        if not record_ids:
+            return {}
+        out: dict[str, list[bytes]] = {}
+        for r in await conn.fetch(self._held, tenant, list(record_ids)):
+            out.setdefault(r[0], []).append(bytes(r[1]))
+        return out
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    async def put_groups(self, conn: asyncpg.Connection, tenant: str,
+                         groups: Sequence[tuple[str, str, str, int, bytes]]) -> None:
+        if groups:
+            await conn.execute(self._put_groups, tenant, *_columns(groups, 5))
+
+    async def put_records(self, conn: asyncpg.Connection, tenant: str,
+                          records: Sequence[RecordWrite]) -> None:
+        if not records:
+            return
+        cols: list[list[Any]] = [[] for _ in range(15)]
+        for w in records:
+            row, body = w.row, w.row.body
+            values = (row.record_id, row.scope, row.key, row.kind, row.status, row.authority,
+                      SENSITIVITY_RANK[body.sensitivity], body.schema_version, body.subject_version,
+                      body.observed_at, body.expires_at, row.ledger_seq, _encode(row), w.text,
+                      vector_text(w.embedding))
+            for col, value in zip(cols, values, strict=True):
+                col.append(value)
+        await conn.execute(self._put_records, tenant, *cols)
+
+    async def drop_records(self, conn: asyncpg.Connection, tenant: str, record_ids: Sequence[str]) -> None:
+        if record_ids:
+            await conn.execute(self._drop_records, tenant, list(record_ids))
+
+    async def put_history(self, conn: asyncpg.Connection, tenant: str,
+                          rows: Sequence[HistoryRow]) -> None:
+        if not rows:
+            return
+        prepared = [(*r[:8], r.reason, _encode(r.trace) if r.trace is not None else None, r.at)
+                    for r in rows]
+        await conn.execute(self._put_history, tenant, *_columns(prepared, 11))
+
+    async def replace_held(self, conn: asyncpg.Connection, tenant: str,
+                           held: dict[str, list[bytes]], touched: Iterable[str]) -> None:
+        """Make the held feedback of the ``touched`` record ids exactly ``held``'s."""
+        ids = sorted(set(touched))
+        if not ids:
+            return
+        await conn.execute(self._drop_held, tenant, ids)
+        rows = [(rid, n, mark) for rid in ids for n, mark in enumerate(held.get(rid, []))]
+        if rows:
+            await conn.execute(self._put_held, tenant, *_columns(rows, 3))
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    cols: list[list[Any]] = [[] for _ in range(width)]
+    for row in rows:
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    return cols

@@ -1,0 +1,18 @@
+"""Detectors for what must not enter the ledger or memory as it is: pure, no I/O.
+
+* ``find_secrets`` / ``redact_secrets``: credentials (the writer redacts them in
+  every event before the append; the memory policy denies them);
+* ``find_personal``: personal data (the memory policy keeps it user-scoped and sealed);
+* ``find_instructions``: imperatives aimed at the agent's own policy (the memory
+  policy quarantines them from untrusted sources);
+* ``redact_event``: ``redact_secrets`` over every free-text field of any event.
+"""
+
+from agentledger.core.detect.events import free_text_fields, redact_event, redact_text
+from agentledger.core.detect.finding import Finding
+from agentledger.core.detect.instructions import find_instructions
+from agentledger.core.detect.personal import find_personal
+from agentledger.core.detect.secrets import could_contain_secret, find_secrets, marker, redact_secrets
+
+__all__ = ["Finding", "could_contain_secret", "find_instructions", "find_personal", "find_secrets",
+           "free_text_fields", "marker", "redact_event", "redact_secrets", "redact_text"]

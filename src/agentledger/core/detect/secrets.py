@@ -1,0 +1,394 @@
+"""Secrets in free text: cloud keys, service tokens, private keys, credential assignments.
+
+This runs in the ledger-writer's hot path on every free-text field, so the common
+case must cost almost nothing: one prefilter regex decides whether any rule could
+match at all (a known token prefix, a credential keyword, a long token-like run);
+only text that passes it pays for the rules.
+
+The rules are detect-secrets' own plugin patterns (its regex detectors, used for
+their denylists directly: its per-line scanner costs ~0.9 ms a line and its
+verification would go to the network) plus our precise patterns where it is weak
+(modern Slack and Stripe tokens, ``github_pat_``, whole PEM blocks, AWS secret keys
+without quotes, assignments in several languages). Its high-entropy plugins flag
+ordinary words in prose, so the generic rule here is ours: a run of at least 20
+token characters with upper case, lower case and digits that changes character
+class often and has high Shannon entropy. Pure hex (blake3 digests, commit ids)
+and UUIDs are never secrets by shape alone: ledger content is full of them; a hex
+value is caught only behind a credential keyword.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import blake3
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.base import RegexBasedDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+from agentledger.core.detect.finding import Finding, non_overlapping
+
+# detect-secrets regex detectors we use, with our kind and the literal anchors (at least one
+# is in any text a pattern can match; a pattern runs only when one is present). The value to
+# redact is the whole match unless the pattern's secret is a group (``{pattern: group}``).
+# Left out: the IBM / Softlayer / Cloudant keyword detectors (our keyword rule covers
+# them), Artifactory (its ``AP…`` pattern matches capitalised words), public IPs (not
+# secrets), and the high-entropy and keyword plugins (replaced by tuned rules below).
+# Anchors of ``None``: the pattern needs a long token-like run (see ``_RUN``); it runs on
+# those runs only.
+_Plugin = tuple[type[RegexBasedDetector], str, tuple[str, ...] | None, dict[int, int]]
+_PLUGINS: tuple[_Plugin, ...] = (
+    (AWSKeyDetector, "aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws", "AWS", "Aws"), {1: 1}),
+    (AzureStorageKeyDetector, "azure_storage_key", ("AccountKey=",), {}),
+    (BasicAuthDetector, "url_credential", ("://",), {0: 1}),
+    (DiscordBotTokenDetector, "discord_token", None, {}),
+    (GitHubTokenDetector, "github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), {}),
+    (GitLabTokenDetector, "gitlab_token", ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941",
+                                           "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-"), {}),
+    (JwtTokenDetector, "jwt", ("eyJ",), {}),
+    (MailchimpDetector, "mailchimp_key", ("-us",), {}),
+    (NpmDetector, "npm_token", ("_authToken",), {0: 1}),
+    (OpenAIDetector, "openai_key", ("T3BlbkFJ",), {}),
+    (PrivateKeyDetector, "private_key", ("PRIVATE KEY", "PuTTY"), {}),
+    (PypiTokenDetector, "pypi_token", ("pypi-",), {}),
+    (SendGridDetector, "sendgrid_key", ("SG.",), {}),
+    (SlackDetector, "slack_token", ("xox", "hooks.slack.com"), {}),
+    (SquareOAuthDetector, "square_secret", ("sq0csp-",), {}),
+    (StripeDetector, "stripe_key", ("_live_",), {}),
+    (TelegramBotTokenDetector, "telegram_token", None, {}),
+    (TwilioKeyDetector, "twilio_key", None, {}),
+)
+_PLUGIN_KIND_OVERRIDE = {(AWSKeyDetector, 1): "aws_secret_key", (SlackDetector, 1): "slack_webhook"}
+
+_B = r"(?<![A-Za-z0-9_])"  # start of a token
+_E = r"(?![A-Za-z0-9_])"   # end of a token
+
+# Our precise patterns: (kind, anchors, regex, group holding the secret).
+_OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
+    ("aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"),
+     re.compile(_B + r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}" + _E), 0),
+    ("aws_secret_key", ("aws", "AWS", "Aws"), re.compile(
+        r"(?i:aws)[A-Za-z0-9_. -]{0,30}?(?i:secret|private)[A-Za-z0-9_. -]{0,20}?(?i:key)?"
+        r"[\"']?\s*(?:=|:|=>)\s*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"), 1),
+    ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+     re.compile(_B + r"gh[pousr]_[A-Za-z0-9]{30,255}" + _E), 0),
+    ("github_token", ("github_pat_",), re.compile(_B + r"github_pat_[A-Za-z0-9_]{22,255}"), 0),
+    ("slack_token", ("xox",), re.compile(_B + r"xox[abposr]-[A-Za-z0-9-]{10,250}"), 0),
+    ("slack_webhook", ("hooks.slack.com",), re.compile(
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"), 0),
+    ("stripe_key", ("_live_",), re.compile(_B + r"(?:sk|rk|pk)_live_[A-Za-z0-9]{16,247}" + _E), 0),
+    ("stripe_key", ("_test_",), re.compile(_B + r"(?:sk|rk)_test_[A-Za-z0-9]{16,247}" + _E), 0),
+    ("stripe_key", ("whsec_",), re.compile(_B + r"whsec_[A-Za-z0-9]{24,}" + _E), 0),
+    ("google_api_key", ("AIza",), re.compile(_B + r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), 0),
+    ("openai_key", ("sk-",), re.compile(_B + r"sk-(?:proj-|ant-[a-z0-9]+-|svcacct-)?[A-Za-z0-9_-]{32,}"), 0),
+    ("jwt", ("eyJ",), re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), 0),
+    ("private_key", ("PRIVATE KEY",), re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|(?:\s*[A-Za-z0-9+/=:-]+)*)"), 0),
+    ("bearer_token", ("uthorization", "UTHORIZATION"), re.compile(
+        r"(?i:\b(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/-]{8,}=*)"), 1),
+    ("bearer_token", ("earer", "EARER"), re.compile(r"\b(?i:bearer)\s+([A-Za-z0-9._~+/-]{20,}=*)"), 1),
+)
+
+# Credential keywords (what a variable, key or field holding a secret is called), in several
+# languages, by stem as it appears in lower-cased text. An identifier containing a stem counts
+# when the whole identifier is a credential name (``CREDENTIAL_NAME``) and a value follows; a
+# phrase counts as it is. The stems are also the prefilter's keyword test.
+_STEMS: dict[str, tuple[str, ...]] = {
+    "passw": (), "passp": (), "mot de passe": ("mot de passe",), "pwd": (), "secret": (), "token": (), "credential": (),
+    "key": ("api key",), "contrase": (), "kennwort": (), "senha": (), "clave": ("clave de api",),
+    "chave": ("chave de api",), "пароль": (), "ключ": ("ключ api",), "clé": ("clé api", "clé d'api"),
+    "schlüssel": ("api-schlüssel", "api schlüssel"), "密": ("密码", "密碼", "api密钥"), "口令": ("口令",),
+    "パスワード": ("パスワード",), "キー": ("apiキー",), "비밀번호": ("비밀번호",),
+    "auth": (), "bearer": (),
+}
+_IDENTIFIER_STEMS = frozenset(s for s in _STEMS if s.isascii() or s in ("contrase", "пароль"))
+CREDENTIAL_NAME = re.compile(
+    r"^(?:[A-Za-z0-9]+[_.-])*(?:pass(?:word|wd|phrase)|pwd|secret(?:[_-]?key)?|token|api[_-]?key|apikey"
+    r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|client[_-]?secret|credentials?|auth[_-]?token"
+    r"|contrase[ñn]a|passwort|kennwort|mot_de_passe|senha|clave|chave|пароль)$", re.IGNORECASE)
+_IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_IDENT_RIGHT = re.compile(r"[A-Za-z0-9_ñ-]*")
+_TAIL = re.compile(r"[\"'\]]?\s*(?:=>|:=|==|=|:|：|\s(?:is|was|es|est|ist|é|это)\s|是|为|は)\s*"
+                   r"(?:([\"'`])([^\"'`\n]{4,256})\1|([^\s\"'`,;)\]}<>]{4,256}))")
+_PLACEHOLDER = re.compile(
+    r"^(?:\*+|x+|X+|\.+|-+|none|null|nil|true|false|undefined|redacted|changeme|example|secret|"
+    r"password|your[_-].*|my[_-].*|<.*>|\{.*\}|\$.*|%.*%|\[.*\]|os\.environ.*|env\..*|process\.env.*|"
+    r"getenv.*|settings\..*|config\..*|self\..*|args\..*|request\..*)$", re.IGNORECASE)
+
+# Long token-like runs: candidates of the generic rule and of the anchorless patterns.
+_RUN_CHARS = r"A-Za-z0-9_+/.:=-"
+_RUN = re.compile(rf"(?<![{_RUN_CHARS}])[{_RUN_CHARS}]{{20,}}")
+_PIECE = re.compile(r"[A-Za-z0-9_+/-]{20,}={0,2}")
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_HEX_CHARS = frozenset("0123456789abcdefABCDEF")
+_UUIDISH = re.compile(r"^[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+
+_MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+:[0-9a-f]{8}\]")
+# Every rule once: (kind, detector, pattern, secret group, runs only), and which anchors select it.
+_RULES: list[tuple[str, str, re.Pattern[str], int, bool]] = []
+_BY_ANCHOR: dict[str, list[int]] = {}
+_ON_RUNS: list[int] = []
+for _plugin, _kind, _anchors, _groups in _PLUGINS:
+    # A class attribute on each plugin (declared as an abstract property on the base class).
+    _denylist: list[re.Pattern[str]] = list(_plugin.denylist)  # type: ignore[call-overload]
+    for _i, _pattern in enumerate(_denylist):
+        _RULES.append((_PLUGIN_KIND_OVERRIDE.get((_plugin, _i), _kind), f"detect_secrets.{_plugin.__name__}",
+                       _pattern, _groups.get(_i, 0), _anchors is None))
+        for _a in _anchors or ():
+            _BY_ANCHOR.setdefault(_a, []).append(len(_RULES) - 1)
+        if _anchors is None:
+            _ON_RUNS.append(len(_RULES) - 1)
+for _kind, _anchors, _pattern, _g in _OWN:
+    _RULES.append((_kind, f"own.{_kind}", _pattern, _g, False))
+    for _a in _anchors:
+        _BY_ANCHOR.setdefault(_a, []).append(len(_RULES) - 1)
+# Anchors that may stand in a short word of the text (URL passwords, PEM headers, bearer
+# tokens, "aws … key"); every other anchor is part of a 20-character run.
+_SHORT_ANCHORS = frozenset({"://", "PRIVATE KEY", "PuTTY", "uthorization", "UTHORIZATION", "earer", "EARER",
+                            "aws", "AWS", "Aws"})
+# A lookahead, so that anchors overlapping one another are all found.
+_RUN_ANCHOR = re.compile("(?=(" + "|".join(re.escape(a) for a in sorted(set(_BY_ANCHOR) - _SHORT_ANCHORS)) + "))")
+
+
+def marker(kind: str, secret: str) -> str:
+    """The text that replaces a secret: its kind and the first 8 hex of its blake3."""
+    return f"[REDACTED:{kind}:{blake3.blake3(secret.encode()).hexdigest()[:8]}]"
+
+
+def could_contain_secret(text: str) -> bool:
+    """The cheap test: False means no rule can match ``text`` (a few substring tests)."""
+    return _gate(text) is not None
+
+
+def _gate(text: str) -> tuple[list[str], list[str]] | None:
+    """None when no rule can match; else (the words of 20 or more characters, credential
+    stems present).
+
+    Every pattern needs a word of 20 or more characters, a URL with credentials, a
+    PEM header or a credential keyword; ``str.split`` and ``in`` are C loops, far
+    cheaper than any regex scan of the text.
+    """
+    long_words = [w for w in text.split() if len(w) >= 20]
+    lowered = text.lower()
+    stems = [s for s in _STEMS if s in lowered]
+    if long_words or stems or "://" in text or "PRIVATE KEY" in text:
+        return long_words, stems
+    return None
+
+
+def _runs(text: str, long_words: list[str]) -> list[tuple[int, int]]:
+    """Spans of the token-like runs of 20 or more characters, found inside the long words only."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for word in long_words:
+        at = text.find(word, pos)
+        pos = at + len(word)
+        out += [m.span() for m in _RUN.finditer(text, at, pos)]
+    return out
+
+
+class _Joined:
+    """The runs joined by spaces, to scan them with one regex call, and back to text offsets."""
+
+    def __init__(self, text: str, runs: list[tuple[int, int]]) -> None:
+        self.text = " ".join(text[a:b] for a, b in runs)
+        self._starts: list[int] = []
+        self._shift: list[int] = []
+        at = 0
+        for a, b in runs:
+            self._starts.append(at)
+            self._shift.append(a - at)
+            at += b - a + 1
+
+    def to_text(self, start: int, end: int) -> tuple[int, int]:
+        shift = self._shift[bisect.bisect_right(self._starts, start) - 1]
+        return start + shift, end + shift
+
+
+def find_secrets(text: str) -> list[Finding]:
+    """Secrets in ``text``, non-overlapping, in order; already redacted markers are skipped."""
+    gate = _gate(text) if text else None
+    if gate is None:
+        return []
+    long_words, stems = gate
+    runs = _runs(text, long_words) if long_words else []
+    joined = _Joined(text, runs) if runs else None
+    specific = list(_specific(text, joined))
+    if stems:
+        specific += _assignments(text, stems)
+    generic = list(_generic(joined)) if joined else []
+    if specific and generic:  # a token a specific rule named is not also "high entropy"
+        generic = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
+    found = specific + generic
+    if not found:
+        return []
+    markers = [m.span() for m in _MARKER.finditer(text)] if "[REDACTED:" in text else []
+    if markers:
+        found = [f for f in found if not any(s < f.end and f.start < e for s, e in markers)]
+    return non_overlapping(found)
+
+
+def redact_secrets(text: str) -> tuple[str, list[Finding]]:
+    """``text`` with every secret replaced by its marker, and the findings (spans of the input)."""
+    found = find_secrets(text)
+    if not found:
+        return text, found
+    parts: list[str] = []
+    at = 0
+    for f in found:
+        parts += [text[at:f.start], marker(f.kind, text[f.start:f.end])]
+        at = f.end
+    parts.append(text[at:])
+    return "".join(parts), found
+
+
+def _specific(text: str, joined: _Joined | None) -> Iterator[Finding]:
+    rules: set[int] = set()
+    for anchor in _SHORT_ANCHORS:
+        if anchor in text:
+            rules.update(_BY_ANCHOR.get(anchor, ()))
+    if joined is not None:
+        # The other anchors are inside the long runs: look for them there, a fraction of the text.
+        for anchor in set(_RUN_ANCHOR.findall(joined.text)):
+            rules.update(_BY_ANCHOR[anchor])
+        rules.update(_ON_RUNS)
+    for i in sorted(rules):
+        kind, detector, pattern, g, on_runs = _RULES[i]
+        if on_runs:
+            assert joined is not None
+            for m in pattern.finditer(joined.text):
+                if m.group(g) and not _inside_hex(joined.text, *m.span()):
+                    yield Finding(kind, *joined.to_text(*_stripped(m, g)), detector)
+            continue
+        for m in pattern.finditer(text):
+            if m.group(g) and not (detector.startswith("detect_secrets") and _inside_hex(text, *m.span())):
+                yield Finding(kind, *_stripped(m, g), detector)
+
+
+def _assignments(text: str, stems: list[str]) -> list[Finding]:
+    """``password=…``, ``"api_key": "…"``, ``--password=…``, ``my password is …``, ``密码是…``."""
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a character whose lower case is longer: spans would shift
+        lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    out: list[Finding] = []
+    seen: set[int] = set()
+    for stem in stems:
+        words = ((stem, True),) if stem in _IDENTIFIER_STEMS else ()
+        for word, identifier in (*words, *((p, False) for p in _STEMS[stem])):
+            at = lowered.find(word)
+            while at >= 0:
+                end = at + len(word)
+                name_end = end
+                if identifier:
+                    start = at
+                    while start > 0 and at - start < 64 and text[start - 1] in _IDENT_CHARS:
+                        start -= 1
+                    right = _IDENT_RIGHT.match(text, end)
+                    name_end = right.end() if right else end
+                    ok = CREDENTIAL_NAME.match(text[start:name_end].lstrip("-.")) is not None
+                else:
+                    ok = True
+                if ok and name_end not in seen:
+                    seen.add(name_end)
+                    m = _TAIL.match(text, name_end)
+                    if m is not None:
+                        g = 2 if m.group(2) is not None else 3
+                        value = m.group(g).rstrip(".,:!?")
+                        if _credential_value(value, quoted=g == 2):
+                            out.append(Finding("credential", m.start(g), m.start(g) + len(value),
+                                               "own.assignment"))
+                at = lowered.find(word, end)
+    return out
+
+
+def _generic(joined: _Joined) -> Iterator[Finding]:
+    """The high-entropy rule, on the pieces of the long runs."""
+    for m in _PIECE.finditer(joined.text):
+        piece = m.group()
+        if looks_random(piece.lstrip("/")):
+            yield Finding("high_entropy", *joined.to_text(*m.span()), "own.entropy")
+
+
+def _inside_hex(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is a piece of a longer hex run (a digest, upper-cased or not):
+    some plugin patterns have no token boundaries and match inside one."""
+    if not _HEX.match(text[start:end]):
+        return False
+    return (start > 0 and text[start - 1] in _HEX_CHARS) or (end < len(text) and text[end] in _HEX_CHARS)
+
+
+def _stripped(m: re.Match[str], g: int) -> tuple[int, int]:
+    """The span of group ``g`` without the delimiters some plugin patterns include."""
+    start, end = m.span(g)
+    value = m.group(g)
+    lead = len(value) - len(value.lstrip(" \t\r\n=:\"'"))
+    trail = len(value) - len(value.rstrip(" \t\r\n\"'"))
+    return start + lead, end - trail
+
+
+def _credential_value(value: str, *, quoted: bool) -> bool:
+    """Whether what follows a credential keyword is a value (not a word, number or reference)."""
+    if len(value) < 4 or _PLACEHOLDER.match(value) or value.isdigit() or "(" in value:
+        return False
+    if quoted:
+        return " " not in value.strip() or (len(value) >= 12 and not value.replace(" ", "").isalpha())
+    # Unquoted prose: "the token is expired", "password: required" are words, not values.
+    if value.isalpha() and (value.islower() or value.istitle() or value.isupper()):
+        return False
+    return not _looks_like_identifier(value)
+
+
+def _looks_like_identifier(value: str) -> bool:
+    """A dotted name, a path or a file name: what follows ``token:`` in code-ish prose."""
+    if "/" in value and not any(c.isdigit() for c in value):
+        return True
+    return bool(re.fullmatch(r"[a-z_]+(?:\.[a-z_]+)+(?:\(\))?", value))
+
+
+def looks_random(token: str) -> bool:
+    """The generic rule: mixed classes, frequent class changes, high entropy; never hex or UUIDs."""
+    if _HEX.match(token) or _UUIDISH.match(token):
+        return False
+    core = token.rstrip("=")
+    if not (any(c.isupper() for c in core) and any(c.islower() for c in core)
+            and any(c.isdigit() for c in core)):
+        return False
+    digits = sum(c.isdigit() for c in core)
+    if digits < 2:
+        return False
+    changes = sum(_cls(a) != _cls(b) for a, b in itertools.pairwise(core))
+    if changes / (len(core) - 1) < 0.35:
+        return False
+    return entropy(core) >= min(4.0, 0.85 * math.log2(len(core)))
+
+
+def _cls(c: str) -> int:
+    return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
+
+
+def entropy(s: str) -> float:
+    """Shannon entropy of ``s`` in bits per character."""
+    n = len(s)
+    return -sum(k / n * math.log2(k / n) for k in Counter(s).values())

@@ -1,0 +1,398 @@
+"""The write path: one decision per proposal, with a trace of every rule that looked at it.
+
+Two steps, so the shell can fetch the right group in between:
+
+- ``prepare(proposal)`` runs every rule that needs no stored state, in the
+  policy's order: classify (a stack trace is a ``diagnostic``, whatever it was
+  proposed as) and the scope the kind may take (narrowed to the origin task,
+  or rejected) → secrets (deny, nothing of the value kept) → personal data
+  (``personal`` sensitivity, user scope only) → schema → source authority
+  (forbidden sources are quarantined) → instructions in data (quarantined) →
+  canonical key. Its ``group_key`` names the group ``decide`` needs.
+- ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
+  TTL and review) and resolves the group with the new record in it: the
+  action says what the policy saw (``write``, ``supersede``, ``merge``,
+  ``quarantine``); the projection's resolution stays the authority on status.
+
+The detectors are called here, not by the shell, so the trace always says
+what they found; they are pure functions, passed in as ``Detectors`` (tests,
+or a tuned set) or taken from ``agentledger.core.detect``. A value with a
+redaction marker (the writer already replaced a secret) is denied as well.
+
+Personal values: ``decide`` sees the plaintext and returns a record whose
+``sensitivity`` is ``personal`` with the value in it; the shell seals it
+(``with_sealed``) before the decision is appended. A proposal that arrives
+sealed cannot be scanned: it is personal, needs an explicit key, and from a
+source below tool output's authority it is quarantined.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import msgspec
+from msgspec import Struct
+
+from agentledger.contracts.events import (
+    DecisionAction,
+    MemoryDecided,
+    MemoryKind,
+    MemoryProposed,
+    MemoryRecordBody,
+    RuleFired,
+    Scope,
+    Sealed,
+    Sensitivity,
+    SourceKind,
+)
+from agentledger.core import detect
+from agentledger.core.memory.authority import (
+    INFERENCE_REVIEW,
+    KIND_RULES,
+    LOW_AUTHORITY,
+    authority_of,
+    effective_source,
+    record_id_for,
+    scope_key,
+    specificity_of,
+)
+from agentledger.core.memory.keys import canonical_key, looks_diagnostic, normalise_key, text_of
+from agentledger.core.memory.resolve import TIE_REASON, GroupEntry, GroupKey, KeyGroup, Resolved, resolve
+from agentledger.errors import AgentLedgerError
+
+MAX_VALUE = 16384
+# Clock skew tolerated on ``observed_at`` before a proposal from the future is rejected.
+SKEW = timedelta(minutes=5)
+# Sources whose imperatives are the point (a user's "from now on…", an accepted project
+# rule): their content is not checked for instructions.
+INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
+# Kinds that steer the agent: any source but the exempt ones is checked for instructions.
+POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
+# At or below this authority (tool output, inference, documents) every kind is checked.
+CHECKED_AUTHORITY = 3
+_MARKER = re.compile(r"\[REDACTED:([A-Za-z0-9_.-]+):[0-9a-f]{8}\]")
+
+
+class FindingLike(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+Detector = Callable[[str], Sequence[FindingLike]]
+
+
+class Detectors(Struct, frozen=True):
+    """The three detectors the policy runs (``agentledger.core.detect`` by default)."""
+
+    secrets: Detector
+    personal: Detector
+    instructions: Detector
+
+
+_DEFAULT = Detectors(detect.find_secrets, detect.find_personal, detect.find_instructions)
+
+
+def default_detectors() -> Detectors:
+    """The detectors of ``agentledger.core.detect``."""
+    return _DEFAULT
+
+
+class Prepared(Struct, frozen=True):
+    """What ``prepare`` concluded before the group is known.
+
+    ``verdict`` is a final ``(action, reason)`` (deny / reject) when a rule
+    already ended the proposal; ``quarantine`` the first gate that quarantines
+    it; ``group_key`` = ``(scope_key(scope), key)``, the group to fetch.
+    """
+
+    proposal: MemoryProposed
+    kind: MemoryKind
+    scope: Scope
+    key: str
+    sensitivity: Sensitivity
+    authority: int
+    trace: tuple[RuleFired, ...]
+    verdict: tuple[DecisionAction, str] | None = None
+    quarantine: str | None = None
+
+    @property
+    def group_key(self) -> GroupKey:
+        return (scope_key(self.scope), self.key)
+
+
+class _Stop(Exception):  # noqa: N818 - control flow inside this module only
+    def __init__(self, action: DecisionAction, reason: str) -> None:
+        super().__init__(reason)
+        self.action = action
+        self.reason = reason
+
+
+class _Run:
+    """The mutable working set of one ``prepare``."""
+
+    def __init__(self, proposal: MemoryProposed) -> None:
+        self.proposal = proposal
+        self.kind: MemoryKind = proposal.kind
+        self.scope = proposal.scope
+        self.key = ""
+        self.sensitivity: Sensitivity = "internal"
+        self.authority = authority_of(proposal.source)
+        self.trace: list[RuleFired] = []
+        self.quarantine: str | None = None
+        self.personal_kinds: list[str] = []
+
+    def fire(self, rule: str, outcome: str, reason: str = "") -> None:
+        self.trace.append(RuleFired(rule=rule, outcome=outcome, reason=reason))
+
+    def stop(self, rule: str, action: DecisionAction, reason: str, why: str) -> _Stop:
+        self.fire(rule, action, f"{reason}: {why}")
+        return _Stop(action, reason)
+
+    def hold(self, rule: str, reason: str, why: str) -> None:
+        self.fire(rule, "quarantine", f"{reason}: {why}")
+        self.quarantine = self.quarantine or reason
+
+
+def prepare(proposal: MemoryProposed, *, personal: bool = False,
+            detectors: Detectors | None = None) -> Prepared:
+    """Every rule that needs no stored state, in order; see the module docstring.
+
+    ``personal``: the caller asked for the value to be treated as personal.
+    """
+    det = detectors or default_detectors()
+    run = _Run(proposal)
+    text = "" if proposal.value is None else text_of(proposal.value)
+    verdict: tuple[DecisionAction, str] | None = None
+    try:
+        _classify(run, text)
+        _secrets(run, text, det)
+        _personal(run, text, det, personal)
+        _schema(run)
+        _authority(run)
+        _instructions(run, text, det)
+        _key(run)
+    except _Stop as stop:
+        verdict = (stop.action, stop.reason)
+    return Prepared(proposal=proposal, kind=run.kind, scope=run.scope, key=run.key,
+                    sensitivity=run.sensitivity, authority=run.authority, trace=tuple(run.trace),
+                    verdict=verdict, quarantine=run.quarantine)
+
+
+def _classify(run: _Run, text: str) -> None:
+    asked = run.proposal.kind
+    if asked not in ("diagnostic", "task_result") and looks_diagnostic(text):
+        run.kind = "diagnostic"
+        run.fire("classify", "reclassify", f"diagnostic content proposed as {asked}: kept as diagnostic")
+    else:
+        run.fire("classify", "pass", f"kind {asked}")
+    rule, level = KIND_RULES[run.kind], run.scope.level
+    if level in rule.scopes:
+        run.fire("scope", "pass", f"{level} allowed for {run.kind}")
+    elif "task" in rule.scopes and run.proposal.origin_task:
+        run.scope = Scope(level="task", tenant=run.scope.tenant, id=run.proposal.origin_task)
+        run.fire("scope", "narrow", f"{level} not allowed for {run.kind}: narrowed to its origin task")
+    else:
+        allowed = ", ".join(rule.scopes)
+        raise run.stop("scope", "reject", "scope_not_allowed_for_kind",
+                       f"{run.kind} takes {allowed}, not {level}")
+
+
+def _secrets(run: _Run, text: str, det: Detectors) -> None:
+    if run.proposal.sealed is not None:
+        run.fire("secrets", "skip", "sealed content is not scanned")
+        return
+    scanned = "\n".join([text, run.proposal.key or ""])
+    kinds = {f.kind for f in det.secrets(scanned)} | {m.group(1) for m in _MARKER.finditer(scanned)}
+    if kinds:
+        raise run.stop("secrets", "deny", "secret_detected",
+                       "found " + ", ".join(sorted(kinds)) + "; nothing of the value is kept")
+    run.fire("secrets", "pass")
+
+
+def _personal(run: _Run, text: str, det: Detectors, asked: bool) -> None:
+    p = run.proposal
+    found = sorted({f.kind for f in det.personal(text)}) if p.sealed is None else []
+    if p.key is not None and det.personal(p.key):
+        raise run.stop("personal", "reject", "personal_data_in_key", "a key is never sealed; name it otherwise")
+    if not (found or asked or p.sealed is not None):
+        run.fire("personal", "pass")
+        return
+    why = ", ".join(found) or ("sealed" if p.sealed is not None else "marked personal")
+    if run.scope.level != "user":
+        raise run.stop("personal", "reject", "personal_needs_user_scope",
+                       f"{why} in a {run.scope.level} scope")
+    run.sensitivity = "personal"
+    run.personal_kinds = found
+    run.fire("personal", "personal", f"{why}: personal sensitivity, sealed with the data subject's key")
+
+
+def _schema(run: _Run) -> None:
+    p, rule = run.proposal, KIND_RULES[run.kind]
+    if p.sealed is not None:
+        if p.key is None:
+            raise run.stop("schema", "reject", "sealed_needs_key", "a sealed value cannot derive its key")
+        size = len(p.sealed.ciphertext)
+    elif p.value is None:
+        raise run.stop("schema", "reject", "missing_value", "a proposal needs a value")
+    elif isinstance(p.value, str):
+        if not p.value.strip():
+            raise run.stop("schema", "reject", "empty_value", "blank text")
+        size = len(p.value)
+    elif rule.text_only:
+        raise run.stop("schema", "reject", f"{run.kind}_needs_text", f"a {run.kind} is a sentence, not JSON")
+    else:
+        size = len(msgspec.json.encode(p.value))
+    if size > MAX_VALUE:
+        raise run.stop("schema", "reject", "value_too_large", f"{size} > {MAX_VALUE}")
+    if run.kind == "task_result" and not p.evidence:
+        raise run.stop("schema", "reject", "task_result_needs_evidence", "an episode cites its artifacts")
+    run.fire("schema", "pass", f"{'text' if isinstance(p.value, str) else 'json'}, {size}")
+
+
+def _authority(run: _Run) -> None:
+    source = effective_source(run.proposal.source)
+    if source in KIND_RULES[run.kind].forbidden:
+        prefix = "external" if source == "external_document" else "source"
+        run.hold("authority", f"{prefix}_cannot_write_{run.kind}", f"{source} may not write a {run.kind}")
+    else:
+        run.fire("authority", "pass", f"{source}: authority {run.authority}")
+
+
+def _instructions(run: _Run, text: str, det: Detectors) -> None:
+    source = effective_source(run.proposal.source)
+    if source in INSTRUCTION_EXEMPT:
+        run.fire("instructions", "skip", f"{source} content may instruct")
+        return
+    if run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS:
+        run.fire("instructions", "skip", f"{source} {run.kind}")
+        return
+    if run.proposal.sealed is not None:
+        run.hold("instructions", "sealed_unscanned", f"sealed {source} content cannot be checked")
+        return
+    found = sorted({f.kind for f in det.instructions(text)})
+    if found:
+        run.hold("instructions", "instruction_in_data", "imperative aimed at the agent: " + ", ".join(found))
+    else:
+        run.fire("instructions", "pass")
+
+
+def _key(run: _Run) -> None:
+    p = run.proposal
+    if run.sensitivity == "personal" and p.key is None:
+        # A key derived from a personal value would keep it in plaintext after the seal.
+        run.key = normalise_key("personal_" + "_".join(run.personal_kinds or ["value"]))
+    else:
+        run.key = canonical_key(run.kind, p.key, p.value)
+    if not run.key:
+        raise run.stop("canonical_key", "reject", "empty_key", "no words to key on; name a key")
+    run.fire("canonical_key", "pass", run.key if run.sensitivity != "personal" else "personal key")
+
+
+def decide(proposal: MemoryProposed, *, tenant: str, event_id: str, group: KeyGroup, now: datetime,
+           personal: bool = False, prepared: Prepared | None = None,
+           detectors: Detectors | None = None) -> MemoryDecided:
+    """The decision on one proposal, given the current group of its ``prepare(...).group_key``.
+
+    ``event_id``: the proposal event's id (the record links to it); ``now``: the
+    decision time (default ``observed_at``, TTLs, the future check). Pass the
+    ``prepared`` result the group was fetched with to skip a second scan.
+    Raises ``AgentLedgerError`` ``group_mismatch`` if ``group`` is not that group,
+    ``prepared_mismatch`` if ``prepared`` is another proposal's.
+    """
+    pre = prepared if prepared is not None else prepare(proposal, personal=personal, detectors=detectors)
+    if pre.proposal != proposal:
+        raise AgentLedgerError("decide got the preparation of another proposal", code="prepared_mismatch")
+    trace = list(pre.trace)
+    if proposal.scope.tenant != tenant:
+        rule = RuleFired(rule="tenant", outcome="reject",
+                         reason="scope_tenant_mismatch: the scope names another tenant")
+        return MemoryDecided(proposal.proposal_id, "reject", "scope_tenant_mismatch", [rule])
+    if pre.verdict is not None:
+        return MemoryDecided(proposal.proposal_id, pre.verdict[0], pre.verdict[1], trace)
+    if group.group_key != pre.group_key:
+        raise AgentLedgerError(f"decide got group {group.group_key}, the proposal needs {pre.group_key}",
+                               code="group_mismatch")
+    observed = proposal.observed_at or now
+    if observed > now + SKEW:
+        trace.append(RuleFired(rule="ttl", outcome="reject", reason="observed_in_future: observed_at after now"))
+        return MemoryDecided(proposal.proposal_id, "reject", "observed_in_future", trace)
+    record = _record(pre, tenant, event_id, observed, trace)
+    if pre.quarantine is not None:
+        trace.append(RuleFired(rule="group", outcome="quarantine", reason="held for review, never read"))
+        return MemoryDecided(proposal.proposal_id, "quarantine", pre.quarantine, trace, record)
+    before = resolve(group)
+    after = resolve(group.with_entry(GroupEntry(record, "write", "", proposal.proposal_id)))
+    action, reason, displaced = _action(record.record_id, before, after)
+    record = msgspec.structs.replace(record, supersedes=displaced)
+    trace.append(RuleFired(rule="group", outcome=action, reason=_explain(reason, displaced, after[record.record_id])))
+    return MemoryDecided(proposal.proposal_id, action, reason, trace, record)
+
+
+def _record(pre: Prepared, tenant: str, event_id: str, observed: datetime,
+            trace: list[RuleFired]) -> MemoryRecordBody:
+    p, rule = pre.proposal, KIND_RULES[pre.kind]
+    expires = observed + rule.expires if rule.expires else None
+    review = observed + rule.review if rule.review else None
+    if pre.authority <= LOW_AUTHORITY:
+        review = min(review or observed + INFERENCE_REVIEW, observed + INFERENCE_REVIEW)
+    if expires:
+        trace.append(RuleFired(rule="ttl", outcome="expires",
+                               reason=f"{pre.kind}: {_span(rule.expires)} after observed"))
+    elif review:
+        trace.append(RuleFired(rule="ttl", outcome="review",
+                               reason=f"review {_span(review - observed)} after observed"))
+    else:
+        trace.append(RuleFired(rule="ttl", outcome="none", reason="until revoked or superseded"))
+    return MemoryRecordBody(
+        record_id=record_id_for(tenant, p.proposal_id), key=pre.key, kind=pre.kind, scope=pre.scope,
+        source=p.source, authority=pre.authority, sensitivity=pre.sensitivity, observed_at=observed,
+        value=p.value if p.sealed is None else None, sealed=p.sealed, subject_version=p.subject_version,
+        specificity=specificity_of(pre.scope), confidence=p.confidence, expires_at=expires, review_at=review,
+        proposal_event=event_id, origin_task=p.origin_task, evidence=list(p.evidence),
+        promoted_from=list(p.episodes))
+
+
+def _action(rid: str, before: dict[str, Resolved],
+            after: dict[str, Resolved]) -> tuple[DecisionAction, str, list[str]]:
+    """What the new record ``rid`` did to its group: the action, its reason, the records it displaced."""
+    mine = after[rid]
+    if mine.status == "quarantined":
+        return "quarantine", mine.reason, []
+    if mine.status != "active":
+        if mine.reason.startswith("merged_into:"):
+            return "merge", "same_value", []
+        # Kept as history, not active: outranked, a revoked value, or revoked already.
+        return "write", "outranked" if mine.reason.startswith("outranked") else (mine.reason or mine.status), []
+    displaced = sorted(r for r, st in before.items()
+                       if st.status == "active" and r in after and after[r].status != "active")
+    if any(after[r].superseded_by == rid and after[r].reason.startswith("merged_into:") for r in displaced):
+        return "merge", "same_value", displaced
+    if displaced:
+        higher = any(before[r].authority < mine.authority for r in displaced)
+        return "supersede", "higher_authority" if higher else "newer_subject_version", displaced
+    return "write", "new_key", []
+
+
+def _explain(reason: str, displaced: list[str], mine: Resolved) -> str:
+    if reason == TIE_REASON:
+        return f"{reason}: same authority and subject version, another value"
+    if displaced:
+        return f"{reason}: " + ", ".join(displaced)
+    return f"{reason}: {mine.status}"
+
+
+def with_sealed(decision: MemoryDecided, sealed: Sealed) -> MemoryDecided:
+    """The decision with its record's value replaced by the sealed form (what is appended)."""
+    if decision.record is None:
+        return decision
+    record = msgspec.structs.replace(decision.record, value=None, sealed=sealed)
+    return msgspec.structs.replace(decision, record=record)
+
+
+def _span(delta: timedelta) -> str:
+    """A lifetime as a reader says it: ``2 days``, ``36 hours``."""
+    hours = delta.total_seconds() / 3600
+    return f"{hours / 24:g} days" if hours % 24 == 0 else f"{hours:g} hours"

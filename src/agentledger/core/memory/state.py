@@ -1,0 +1,258 @@
+"""The memory reducer: ledger events of the ``_memory`` subject → key groups → record rows.
+
+``apply_memory_event(state, event, seq)`` is what the live projection and a
+replay both run. It keeps every key group, re-resolves only the group an event
+touched and returns the keys of the groups whose rows changed, so the shell
+rewrites just those (``state.rows[group_key]``).
+
+Idempotency: an event id seen before is a no-op; so is a second
+``memory_proposed`` or ``memory_decided`` for a proposal id already indexed
+(the first one counts), and a feedback mark already given. Feedback for a
+record not seen yet is held and applies when the record arrives; promoted
+facts have stable ids, so feedback can name one before it exists.
+
+Rows carry what the projection stores: status, why, the record that replaced
+it, ``record_version`` (1 + content changes, order-independent) and
+``ledger_seq``, the sequence of the event that last changed the row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+from msgspec import Struct
+
+from agentledger.contracts import events as ev
+from agentledger.contracts.events import MemoryRecordBody, MemoryStatus, RuleFired
+from agentledger.contracts.memory_api import MemoryItem
+from agentledger.core.memory.authority import promoted_id_for, scope_key
+from agentledger.core.memory.resolve import (
+    FeedbackMark,
+    GroupEntry,
+    GroupKey,
+    KeyGroup,
+    Resolved,
+    merge_evidence,
+    promoted_record,
+    resolve,
+)
+
+
+class RecordRow(Struct, frozen=True, omit_defaults=True):
+    """One record as the projection writes it.
+
+    ``body`` is the effective record: a merge winner carries the evidence of the
+    records merged into it and the latest observation time. ``authority`` is
+    after feedback (a confirm makes it 6; ``body.authority`` is the source's).
+    """
+
+    record_id: str
+    scope: str
+    key: str
+    kind: str
+    status: MemoryStatus
+    authority: int
+    body: MemoryRecordBody
+    status_reason: str = ""
+    superseded_by: str | None = None
+    record_version: int = 1
+    ledger_seq: int = 0
+    proposal_id: str | None = None
+    decision_action: str = ""
+    decision_reason: str = ""
+    merged_from: list[str] = []
+    confirmed: bool = False
+
+    # The fields the read gates and the merge look at (``read.Gateable``, ``read.Mergeable``).
+    @property
+    def expires_at(self) -> datetime | None:
+        value: datetime | None = self.body.expires_at
+        return value
+
+    @property
+    def review_at(self) -> datetime | None:
+        value: datetime | None = self.body.review_at
+        return value
+
+    @property
+    def observed_at(self) -> datetime:
+        value: datetime = self.body.observed_at
+        return value
+
+    @property
+    def subject_version(self) -> int:
+        value: int = self.body.subject_version
+        return value
+
+    @property
+    def schema_version(self) -> int:
+        value: int = self.body.schema_version
+        return value
+
+    @property
+    def sensitivity(self) -> str:
+        value: str = self.body.sensitivity
+        return value
+
+
+class DecisionIndex(Struct, frozen=True, omit_defaults=True):
+    """A proposal's decision as the idempotency index keeps it (a repeat returns this)."""
+
+    action: str
+    reason: str
+    seq: int
+    record_id: str | None = None
+    group: GroupKey | None = None
+    trace: list[RuleFired] = []
+
+
+class MemoryState(Struct):
+    """Every key group of a memory ledger and the indexes the reducer needs.
+
+    ``events``: event id → seq; ``proposals``: proposal id → seq of its
+    ``memory_proposed``; ``decisions``: proposal id → its decision;
+    ``record_groups``: record id (promoted ids included) → group;
+    ``pending``: feedback for records not seen yet; ``rows``: the rendered rows.
+    """
+
+    events: dict[str, int] = {}
+    proposals: dict[str, int] = {}
+    decisions: dict[str, DecisionIndex] = {}
+    groups: dict[GroupKey, KeyGroup] = {}
+    record_groups: dict[str, GroupKey] = {}
+    pending: dict[str, list[FeedbackMark]] = {}
+    rows: dict[GroupKey, dict[str, RecordRow]] = {}
+    watermark: int = 0
+
+    def group_for(self, key: GroupKey) -> KeyGroup:
+        """The group ``decide`` needs for ``key``: the stored one, or a new empty one (not stored)."""
+        return self.groups.get(key) or KeyGroup(key[0], key[1], {}, {})
+
+
+def apply_memory_event(state: MemoryState, event: ev.EventBase, seq: int) -> set[GroupKey]:
+    """Fold one event into ``state`` in place; the keys of the groups whose rows changed."""
+    if event.event_id in state.events:
+        return set()
+    state.events[event.event_id] = seq
+    state.watermark = max(state.watermark, seq)
+    if isinstance(event, ev.MemoryProposedEvent):
+        state.proposals.setdefault(event.payload.proposal_id, seq)
+        return set()
+    if isinstance(event, ev.MemoryDecidedEvent):
+        return _decided(state, event.payload, seq)
+    if isinstance(event, ev.MemoryFeedbackEvent):
+        return _feedback(state, event.payload, seq)
+    return set()
+
+
+def _decided(state: MemoryState, decision: ev.MemoryDecided, seq: int) -> set[GroupKey]:
+    if decision.proposal_id in state.decisions:
+        return set()
+    record = decision.record
+    gk = (scope_key(record.scope), record.key) if record is not None else None
+    state.decisions[decision.proposal_id] = DecisionIndex(
+        decision.action, decision.reason, seq, record.record_id if record else None, gk, list(decision.trace))
+    if record is None or gk is None or record.record_id in state.record_groups:
+        return set()
+    group = state.groups.get(gk)
+    if group is None:
+        group = state.groups[gk] = KeyGroup(gk[0], gk[1], {}, {})
+        _register(state, promoted_id_for(gk[0], gk[1]), group)
+    group.entries[record.record_id] = GroupEntry(record, decision.action, decision.reason,
+                                                 decision.proposal_id, seq)
+    _register(state, record.record_id, group)
+    return _refresh(state, group, seq)
+
+
+def _register(state: MemoryState, record_id: str, group: KeyGroup) -> None:
+    state.record_groups[record_id] = group.group_key
+    for mark in state.pending.pop(record_id, []):
+        group.add_feedback(record_id, mark)
+
+
+def _feedback(state: MemoryState, feedback: ev.MemoryFeedback, seq: int) -> set[GroupKey]:
+    mark = FeedbackMark(feedback.action, feedback.actor, feedback.reason)
+    gk = state.record_groups.get(feedback.record_id)
+    if gk is None:
+        held = state.pending.setdefault(feedback.record_id, [])
+        if mark not in held:
+            held.append(mark)
+        return set()
+    group = state.groups[gk]
+    if not group.add_feedback(feedback.record_id, mark):
+        return set()
+    return _refresh(state, group, seq)
+
+
+def _refresh(state: MemoryState, group: KeyGroup, seq: int) -> set[GroupKey]:
+    rows, changed = update_rows(state.rows.get(group.group_key, {}), group, seq)
+    state.rows[group.group_key] = rows
+    return {group.group_key} if changed else set()
+
+
+def update_rows(previous: dict[str, RecordRow], group: KeyGroup,
+                seq: int) -> tuple[dict[str, RecordRow], list[str]]:
+    """The group's rows after an event at ``seq``, and the ids of the rows that changed.
+
+    A row whose content did not change keeps its ``ledger_seq``; a changed or
+    new one gets ``seq``. Use it to keep a group's rows without ``MemoryState``.
+    """
+    rows: dict[str, RecordRow] = {}
+    changed: list[str] = []
+    for row in render_rows(group):
+        old = previous.get(row.record_id)
+        if old is not None and msgspec.structs.replace(old, ledger_seq=0) == row:
+            rows[row.record_id] = old
+        else:
+            rows[row.record_id] = msgspec.structs.replace(row, ledger_seq=seq)
+            changed.append(row.record_id)
+    return rows, changed
+
+
+def render_rows(group: KeyGroup, resolved: dict[str, Resolved] | None = None) -> list[RecordRow]:
+    """The group's records as rows (``ledger_seq`` 0), ordered by record id.
+
+    The promoted fact, when the group has one, is a row too
+    (``decision_action`` ``promote``, no proposal).
+    """
+    states = resolve(group) if resolved is None else resolved
+    entries = dict(group.entries)
+    promoted = promoted_id_for(group.scope, group.key)
+    if promoted in states and promoted not in entries:
+        entry = promoted_record(group, states)
+        if entry is not None:
+            entries[promoted] = entry
+    rows = []
+    for rid in sorted(states):
+        entry, st = entries[rid], states[rid]
+        body = entry.record
+        if st.merged:
+            merged = [entries[m].record for m in st.merged]
+            body = msgspec.structs.replace(
+                body, evidence=merge_evidence([body.evidence, *(m.evidence for m in merged)]),
+                observed_at=max([body.observed_at, *(m.observed_at for m in merged)]))
+        marks = group.feedback.get(rid, [])
+        rows.append(RecordRow(
+            record_id=rid, scope=group.scope, key=group.key, kind=body.kind, status=st.status,
+            authority=st.authority, body=body, status_reason=st.reason, superseded_by=st.superseded_by,
+            record_version=st.record_version, proposal_id=entry.proposal_id, decision_action=entry.action,
+            decision_reason=entry.reason, merged_from=list(st.merged),
+            confirmed=any(m.action == "confirm" for m in marks)))
+    return rows
+
+
+_UNSET: object = object()
+
+
+def item_of(row: RecordRow, now: datetime, *, value: object = _UNSET, erased: bool = False) -> MemoryItem:
+    """A row as a reader sees it. ``value``: the opened value of a sealed row (default: the body's)."""
+    body = row.body
+    return MemoryItem(
+        record_id=row.record_id, key=row.key, kind=row.kind, scope=row.scope, status=row.status,
+        authority=row.authority, sensitivity=body.sensitivity, source=body.source.kind,
+        observed_at=body.observed_at, value=body.value if value is _UNSET else value, erased=erased,
+        subject_version=body.subject_version, record_version=row.record_version, expires_at=body.expires_at,
+        review_at=body.review_at, needs_review=body.review_at is not None and body.review_at <= now,
+        supersedes=list(body.supersedes), superseded_by=row.superseded_by, promoted_from=list(body.promoted_from),
+        status_reason=row.status_reason, ledger_seq=row.ledger_seq)
