@@ -358,11 +358,11 @@ def test_up_keeps_server_homes_outside_the_data_folder_and_passwords_out_of_its_
         await db.migrate(settings.database_url)
         migrated.append(settings.database_url)
 
-    async def writer_answers(*args: object) -> bool:
+    async def answers(*args: object) -> bool:
         return True
 
     monkeypatch.setattr(commands, "_prepare", prepare)
-    monkeypatch.setattr(commands, "_writer_answers", writer_answers)
+    monkeypatch.setattr(commands, "_answers", answers)
     monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", SLEEPER)])
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o700)

@@ -45,6 +45,7 @@ from agentledger.contracts.memory_api import (
     ReceiptsReply,
     ReceiptsRequest,
 )
+from agentledger.core.detect import redact_secrets
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
 from agentledger.core.memory.keys import normalise_key
 from agentledger.core.memory.read import (
@@ -303,7 +304,7 @@ class Reader:
         created = datetime.now(UTC)
         receipt = ReadReceipt(
             receipt_id=receipt_id(), tenant=request.tenant, caller=caller.agent or "operator", scopes=scopes,
-            request=msgspec.to_builtins(request), candidates=candidates, selected=[c.record_id for c in picked],
+            request=_kept_request(request), candidates=candidates, selected=[c.record_id for c in picked],
             tokens=selection.tokens, budget_tokens=request.budget_tokens,
             latency_ms=round((time.perf_counter() - started) * 1000, 3), created_at=created,
             expires_at=created + timedelta(seconds=self.settings.memory_receipt_ttl_s), task_id=request.task_id)
@@ -371,3 +372,13 @@ class Reader:
     async def expire_receipts(self) -> int:
         status = await self._pool.execute(EXPIRE_SQL)
         return int(status.split()[-1])
+
+
+def _kept_request(request: ReadRequest) -> dict[str, Any]:
+    """The request as a receipt keeps it: a secret pasted into the query or the purpose is
+    replaced by its marker, as the writer does for events, so no receipt ever holds one."""
+    kept = msgspec.to_builtins(request)
+    for name in ("query", "purpose"):
+        if kept.get(name):
+            kept[name] = redact_secrets(kept[name])[0]
+    return kept

@@ -59,7 +59,9 @@ SERVICES: list[tuple[str, list[str]]] = [
 SUPERVISOR_OPTIONS: list[str] = []
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"
-WRITER_LOG = "ledger-writer"
+# Services whose endpoints a client calls the moment `up` returns (appends, memory proposals):
+# `up` also waits for each of these that it started to answer a PING.
+READY_PINGS = {"ledger-writer": WRITER_SERVICE, "memory-policy": "agentledger-memory-policy"}
 # Database created in the embedded PostgreSQL, owned by the services' role (the
 # server's `postgres` db stays empty and closed to it).
 EMBEDDED_DATABASE = "agentledger"
@@ -228,10 +230,11 @@ def _wait_until_up(settings: Settings, supervisor: subprocess.Popen[bytes]) -> R
             raise RuntimeStateError(f"services did not start within {READY_TIMEOUT_S:.0f} s\n"
                                     f"{tails}")
         time.sleep(0.05)
-    if not asyncio.run(_writer_answers(settings, deadline)):
-        raise RuntimeStateError(f"the ledger writer did not answer on $SRV.PING.{WRITER_SERVICE} "
-                                f"within {READY_TIMEOUT_S:.0f} s; its log ends with:\n"
-                                f"{log_tail(log_dir / f'{WRITER_LOG}.log')}")
+    for name, micro in READY_PINGS.items():
+        if name in names and not asyncio.run(_answers(settings, micro, deadline)):
+            raise RuntimeStateError(f"the {name} did not answer on $SRV.PING.{micro} "
+                                    f"within {READY_TIMEOUT_S:.0f} s; its log ends with:\n"
+                                    f"{log_tail(log_dir / f'{name}.log')}")
     return read_runtime(settings.runtime_file)
 
 
@@ -242,13 +245,13 @@ def _read_if_present(path: Path) -> RuntimeInfo | None:
         return None
 
 
-async def _writer_answers(settings: Settings, deadline: float) -> bool:
-    """Ping the writer's NATS micro service until it answers or ``deadline`` (monotonic) passes."""
+async def _answers(settings: Settings, micro: str, deadline: float) -> bool:
+    """Ping a NATS micro service until it answers or ``deadline`` (monotonic) passes."""
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, connect_timeout=5, max_reconnect_attempts=3)
     try:
         while True:
             try:
-                await nc.request(f"$SRV.PING.{WRITER_SERVICE}", b"", timeout=1.0)
+                await nc.request(f"$SRV.PING.{micro}", b"", timeout=1.0)
                 return True
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 if time.monotonic() > deadline:

@@ -340,7 +340,7 @@ def _record(pre: Prepared, tenant: str, event_id: str, observed: datetime,
         review = min(review or observed + INFERENCE_REVIEW, observed + INFERENCE_REVIEW)
     if expires:
         trace.append(RuleFired(rule="ttl", outcome="expires",
-                               reason=f"{pre.kind}: {_span(rule.expires)} after observed"))
+                               reason=f"{pre.kind}: {_span(expires - observed)} after observed"))
     elif review:
         trace.append(RuleFired(rule="ttl", outcome="review",
                                reason=f"review {_span(review - observed)} after observed"))
