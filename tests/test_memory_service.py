@@ -116,6 +116,23 @@ async def test_stale_records_are_never_read(mem: Mem) -> None:
     assert got.records[0].status == "active"
 
 
+async def test_a_long_unused_low_confidence_inference_decays_until_it_is_read(mem: Mem) -> None:
+    """Review-on-read: an unsure inference nobody read for 40 days is marked for review and ranked
+    below a sure one of the same age; reading it makes it current again."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("unsure", "the build cache lives on the shared volume", key="build cache",
+                 source="model_inference", confidence=0.3, observed_at=_days_ago(40)),
+        proposal("sure", "the build cache is keyed by lockfile hash", key="build cache key",
+                 source="model_inference", confidence=0.9, observed_at=_days_ago(40)),
+    ])
+    ids = {d.proposal_id: d.record_id for d in reply.decisions}
+    read = await mem.c.memory_read(TENANT, "build cache", project_id="p1")
+    flagged = {i.record_id: i.needs_review for i in read.items}
+    assert flagged == {ids["unsure"]: True, ids["sure"]: False}
+    again = await mem.c.memory_read(TENANT, "build cache", project_id="p1")
+    assert {i.record_id: i.needs_review for i in again.items} == {ids["unsure"]: False, ids["sure"]: False}
+
+
 async def test_a_tie_is_quarantined_until_a_user_confirms(mem: Mem) -> None:
     """Same authority and subject version, different values: both quarantined (never read); a
     confirmation of one settles it, and the history shows every step."""

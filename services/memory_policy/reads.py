@@ -51,6 +51,7 @@ from agentledger.core.memory.keys import normalise_key
 from agentledger.core.memory.read import (
     Bindings,
     allowed_scopes,
+    idle,
     merge_candidates,
     needs_review,
     score,
@@ -119,6 +120,8 @@ RECEIPTS_SQL = (
     " AND ($2::text IS NULL OR task_id = $2) AND ($3::text IS NULL OR record_ids @> ARRAY[$3::text])"
     " AND ($4::text IS NULL OR caller = $4) AND ($5::text IS NULL OR receipt_id < $5)"
     " ORDER BY receipt_id DESC LIMIT $6")
+LAST_READ_SQL = ("SELECT record_id, last_read_at FROM memory_usage WHERE tenant = $1"
+                 " AND record_id = ANY($2::text[])")
 EXPIRE_SQL = "DELETE FROM memory_receipts WHERE expires_at <= now()"
 
 
@@ -131,6 +134,7 @@ class Candidate:
     gates: list[GateResult] = field(default_factory=list)
     relevance: float = 0.0
     score: float = 0.0
+    review: bool = False
     value: Any = None
     erased: bool = False
 
@@ -197,14 +201,14 @@ def render(c: Candidate) -> str:
 
 
 def item_of(row: RecordRow, now: datetime, *, value: Any = None, erased: bool = False,
-            score_: float | None = None, tokens_: int | None = None) -> MemoryItem:
+            score_: float | None = None, tokens_: int | None = None, review: bool = False) -> MemoryItem:
     body = row.body
     return MemoryItem(
         record_id=row.record_id, key=row.key, kind=row.kind, scope=row.scope, status=row.status,
         authority=row.authority, sensitivity=body.sensitivity, source=body.source.kind,
         observed_at=body.observed_at, value=value, erased=erased, subject_version=body.subject_version,
         record_version=row.record_version, expires_at=body.expires_at, review_at=body.review_at,
-        needs_review=needs_review(body.review_at, now), supersedes=list(body.supersedes),
+        needs_review=review or needs_review(body.review_at, now), supersedes=list(body.supersedes),
         superseded_by=row.superseded_by, promoted_from=list(body.promoted_from),
         status_reason=row.status_reason, score=score_, tokens=tokens_, ledger_seq=row.ledger_seq)
 
@@ -276,9 +280,12 @@ class Reader:
                       scopes: list[str], found: list[Candidate], now: datetime,
                       started: float) -> ReadReply:
         passed = [c for c in found if c.passed]
+        last_read = dict(await conn.fetch(LAST_READ_SQL, request.tenant, [c.record_id for c in passed]))
         for c in passed:
-            c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now,
-                            review=needs_review(c.row.body.review_at, now))
+            body = c.row.body
+            c.review = needs_review(body.review_at, now) or idle(
+                c.authority, body.confidence, last_read.get(c.record_id) or body.observed_at, now)
+            c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now, review=c.review)
         winners, overridden = merge_candidates(passed)
         winners.sort(key=lambda c: (-c.score, c.record_id))
         chosen, below = winners[:request.k], winners[request.k:]
@@ -311,7 +318,7 @@ class Reader:
         await conn.execute(SAVE_SQL, receipt.receipt_id, receipt.tenant, receipt.caller, receipt.task_id,
                            [c.record_id for c in found], created, receipt.expires_at,
                            msgspec.json.encode(receipt), receipt.selected)
-        items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6),
+        items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6), review=c.review,
                          tokens_=cost[c.record_id]) for c in picked]
         return ReadReply(ok=True, items=items, receipt=receipt, rendered=selection.rendered)
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from msgspec import Struct
 
 from agentledger.contracts.events import Scope
 from agentledger.contracts.memory_api import GateResult, ReadRequest
-from agentledger.core.memory.authority import CONFIRMED_AUTHORITY, SENSITIVITY_RANK, specificity_of
+from agentledger.core.memory.authority import CONFIRMED_AUTHORITY, LOW_AUTHORITY, SENSITIVITY_RANK, specificity_of
 from agentledger.errors import PermissionDeniedError
 
 W_RELEVANCE, W_AUTHORITY, W_FRESH = 0.6, 0.25, 0.15
@@ -129,6 +129,19 @@ def passes(results: Sequence[GateResult]) -> bool:
 def needs_review(review_at: datetime | None, now: datetime) -> bool:
     """Past its review time: still read, marked, and its freshness halved."""
     return review_at is not None and review_at <= now
+
+
+# Decay: a low-confidence inference nobody read for this long is down-weighted and marked for
+# review like one past its review time; a read (or a user's confirm) makes it current again.
+IDLE_AFTER = timedelta(days=30)
+IDLE_CONFIDENCE = 0.5
+
+
+def idle(authority: int, confidence: float | None, last_used: datetime, now: datetime) -> bool:
+    """Whether a record has decayed: an inference (authority <= 2) of confidence below 0.5 (or
+    none given) whose last read, or observation if never read, is older than ``IDLE_AFTER``."""
+    return (authority <= LOW_AUTHORITY and (confidence is None or confidence < IDLE_CONFIDENCE)
+            and now - last_used > IDLE_AFTER)
 
 
 def freshness(observed_at: datetime, kind: str, now: datetime) -> float:
