@@ -16,11 +16,14 @@
   embedding, the statements, scoring, merge, token budget, the receipt INSERT),
   against the gated statements alone.
 * **Recall** (``memory_vector_recall_at_10``): the top 10 of the vector statement
-  as PostgreSQL plans it (HNSW with ``hnsw.iterative_scan = relaxed_order``, the
-  service's setting) against an exact search (same statement with
-  ``enable_indexscan = off``: a sequential or bitmap scan, sorted), under the
-  service's gates and under a tenant filter alone; ``full_k_share`` is the share
-  of queries that returned as many rows as the exact search.
+  against an exact search (same statement with ``enable_indexscan = off``: a
+  sequential or bitmap scan, sorted), under the service's gates and under a tenant
+  filter alone, each as PostgreSQL plans it (a prepared statement, as the pool
+  runs it: the B-tree on the scope, or HNSW with ``hnsw.iterative_scan =
+  relaxed_order``, the service's setting) and with the HNSW scan forced
+  (``enable_sort = off``). ``full_k_share``: the share of queries that returned as
+  many rows as the exact search; ``recall_in_candidates``: the share of the exact
+  top 10 among the 30 candidates the service fetches for k = 10 (it re-scores them).
 * **Writes** (``memory_decisions_per_s``, ``memory_propose_latency_p50`` / ``_p99``):
   20 tenants proposing one proposal at a time in a closed loop, and bulk calls of
   1000 proposals, through the running service (each call waits until the
@@ -542,12 +545,16 @@ async def _read(client: Client, q: Query) -> None:
 
 async def _ids(conn: asyncpg.Connection, sql: str, args: Sequence[Any], mode: str) -> list[str]:
     """Record ids of a vector statement: as planned, ``exact`` (no index scan: HNSW cannot
-    run, the rows are filtered and sorted), or ``hnsw`` (no sort: the HNSW scan must run)."""
+    run, the rows are filtered and sorted), or ``hnsw`` (no sort: the HNSW scan must run).
+
+    Each mode runs a statement text of its own: asyncpg prepares each text once, and a
+    prepared statement keeps its generic plan whatever the settings of a later run.
+    """
     if mode == "planned":
         return [r[0] for r in await conn.fetch(sql, *args)]
     async with conn.transaction():
         await conn.execute("SET LOCAL enable_indexscan = off" if mode == "exact" else "SET LOCAL enable_sort = off")
-        return [r[0] for r in await conn.fetch(sql, *args)]
+        return [r[0] for r in await conn.fetch(f"{sql} -- {mode}", *args)]
 
 
 async def bench_recall(conn: asyncpg.Connection, sizes: Sizes, embedder: WordLlamaEmbedder,
@@ -557,32 +564,38 @@ async def bench_recall(conn: asyncpg.Connection, sizes: Sizes, embedder: WordLla
     queries = make_queries(sizes.recall_queries, sizes, embedder, rng)
     now = datetime.now(UTC)
     shapes = {
-        "gates": (RECALL_GATED_SQL, lambda q: [*q.gate_args(now), q.vector, RECALL_K]),
-        "tenant": (RECALL_TENANT_SQL, lambda q: [q.tenant, q.vector, RECALL_K]),
+        "gates": (RECALL_GATED_SQL, lambda q, n: [*q.gate_args(now), q.vector, n]),
+        "tenant": (RECALL_TENANT_SQL, lambda q, n: [q.tenant, q.vector, n]),
     }
+    wide = RECALL_K * OVERFETCH
     for name, (sql, args_of) in shapes.items():
         for mode in ("planned", "hnsw"):
             recalls: list[float] = []
+            in_wide: list[float] = []
             full = short_exact = 0
             for q in queries:
-                args = args_of(q)
-                approx = await _ids(conn, sql, args, mode)
-                exact = await _ids(conn, sql, args, "exact")
+                exact = await _ids(conn, sql, args_of(q, RECALL_K), "exact")
+                approx = await _ids(conn, sql, args_of(q, RECALL_K), mode)
+                candidates = await _ids(conn, sql, args_of(q, wide), mode)
                 short_exact += len(exact) < RECALL_K
                 if not exact:
                     continue
                 recalls.append(len(set(approx) & set(exact)) / len(exact))
+                in_wide.append(len(set(candidates) & set(exact)) / len(exact))
                 full += len(approx) >= len(exact)
             async with conn.transaction():
                 if mode == "hnsw":
                     await conn.execute("SET LOCAL enable_sort = off")
-                plan = await plan_indexes(conn, sql, args_of(queries[0]))
+                plan = await plan_indexes(conn, sql, args_of(queries[0], RECALL_K))
+                generic = await plan_indexes(conn, sql, args_of(queries[0], RECALL_K), generic=True)
             mean = sum(recalls) / max(len(recalls), 1)
             emit("memory_vector_recall_at_10", mean, "recall", 1.0, mean, target=None,
                  baseline_is="exact search: the same statement with enable_indexscan = off (filtered, sorted)",
                  filter=name, scan="as planned" if mode == "planned" else "HNSW forced (enable_sort = off)",
-                 plan=plan, queries=len(queries), full_k_share=round(full / max(len(recalls), 1), 3),
-                 exact_short_of_k=short_exact, iterative_scan=POOL_SETTINGS["hnsw.iterative_scan"], **ctx)
+                 plan=plan, generic_plan=generic, queries=len(queries),
+                 full_k_share=round(full / max(len(recalls), 1), 3), exact_short_of_k=short_exact,
+                 recall_in_candidates=round(sum(in_wide) / max(len(in_wide), 1), 3), candidates=wide,
+                 iterative_scan=POOL_SETTINGS["hnsw.iterative_scan"], **ctx)
 
 
 # ---- writes ----------------------------------------------------------------------------------------
