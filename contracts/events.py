@@ -382,6 +382,44 @@ class MemoryFeedback(Strict, frozen=True):
     reason: Text = ""
 
 
+# ---- conversation and documents ------------------------------------------
+
+class HistoryCleared(Strict, frozen=True):
+    """The conversation's turns up to ``through_ordinal`` leave its context for good.
+
+    The turns stay in the ledger (erasing them is a forget request's job); the
+    conversation moves to a new epoch and lineage whose base is ``through_ordinal``,
+    so no summary, checkpoint or frozen request of the old lineage is used again.
+    """
+
+    through_ordinal: Annotated[int, Meta(ge=0)]
+    reason: Text = ""
+
+
+DocId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class DocumentChunk(Strict, frozen=True):
+    index: Annotated[int, Meta(ge=0)]
+    text: Annotated[str, Meta(min_length=1, max_length=16384)]
+
+
+class DocumentIngested(Strict, frozen=True):
+    """A version of a document, as chunks, for the RAG index (appended by the context-builder).
+
+    Lives on the tenant's reserved ``_documents`` subject. Document text is evidence,
+    never instruction. ``chunking`` records how the text was cut (e.g. ``"chars:1200/200"``).
+    """
+
+    doc_id: DocId
+    version: Version
+    source: Annotated[str, Meta(max_length=1024)]
+    title: Text = ""
+    chunking: Name = "chars:1200/200"
+    chunks: Annotated[list[DocumentChunk], Meta(max_length=1000)] = []
+    content_blake3: Hash | None = None
+
+
 # ---- envelope --------------------------------------------------------------
 
 class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True,
@@ -490,6 +528,14 @@ class MemoryFeedbackEvent(EventBase, tag="memory_feedback", frozen=True):
     payload: MemoryFeedback
 
 
+class HistoryClearedEvent(EventBase, tag="history_cleared", frozen=True):
+    payload: HistoryCleared
+
+
+class DocumentIngestedEvent(EventBase, tag="document_ingested", frozen=True):
+    payload: DocumentIngested
+
+
 AnyEvent = (
     TaskCreatedEvent
     | PlanVersionedEvent
@@ -513,6 +559,8 @@ AnyEvent = (
     | MemoryProposedEvent
     | MemoryDecidedEvent
     | MemoryFeedbackEvent
+    | HistoryClearedEvent
+    | DocumentIngestedEvent
 )
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
@@ -538,6 +586,8 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     "memory_proposed": MemoryProposedEvent,
     "memory_decided": MemoryDecidedEvent,
     "memory_feedback": MemoryFeedbackEvent,
+    "history_cleared": HistoryClearedEvent,
+    "document_ingested": DocumentIngestedEvent,
 }
 
 # Kinds only the ledger-writer itself appends (through its lease endpoint); an append
@@ -551,6 +601,11 @@ MEMORY_KINDS = frozenset({"memory_proposed", "memory_decided", "memory_feedback"
 # The reserved task id of a tenant's memory ledger. Task ids that start with ``_`` belong to
 # the runtime: a tenant append to one is refused (``reserved_task``).
 MEMORY_TASK = "_memory"
+
+# Documents for the RAG index: only the context-builder appends them, only to a tenant's
+# ``DOCUMENTS_TASK`` subject.
+DOCUMENT_KINDS = frozenset({"document_ingested"})
+DOCUMENTS_TASK = "_documents"
 RESERVED_TASK_PREFIX = "_"
 
 

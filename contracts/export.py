@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts import api, artifacts, memory_api, resume
+from agentledger.contracts import api, artifacts, context_api, memory_api, resume
 from agentledger.contracts.events import AnyEvent
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -48,6 +48,15 @@ CONTRACTS: dict[str, Any] = {
     "memory_feedback_reply.schema.json": memory_api.FeedbackReply,
     "memory_receipts_request.schema.json": memory_api.ReceiptsRequest,
     "memory_receipts_reply.schema.json": memory_api.ReceiptsReply,
+    "context_build_request.schema.json": context_api.BuildRequest,
+    "context_build_reply.schema.json": context_api.BuildReply,
+    "context_generation_ref.schema.json": context_api.GenerationRef,
+    "context_commit_request.schema.json": context_api.CommitRequest,
+    "context_commit_reply.schema.json": context_api.CommitReply,
+    "context_clear_request.schema.json": context_api.ClearRequest,
+    "context_clear_reply.schema.json": context_api.ClearReply,
+    "context_ingest_request.schema.json": context_api.IngestRequest,
+    "context_ingest_reply.schema.json": context_api.IngestReply,
 }
 
 

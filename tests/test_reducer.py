@@ -230,6 +230,20 @@ def test_turns_append_in_order(run: Run) -> None:
     assert run.state.turns == 2 and run.view()["turns_total"] == 2
 
 
+def test_history_cleared_starts_a_new_epoch_and_never_moves_back(run: Run) -> None:
+    """Clearing moves the conversation to a new epoch whose lineage base is the cleared ordinal;
+    clearing past the last turn or below the base is refused."""
+    for i in range(1, 4):
+        run.ok("turn_appended", role="user", ordinal=i, content=f"turn {i}")
+    run.rejected("ordinal_mismatch", "history_cleared", through_ordinal=4)
+    run.ok("history_cleared", through_ordinal=2)
+    assert (run.state.epoch, run.state.lineage_base) == (1, 2)
+    run.rejected("lineage_regression", "history_cleared", through_ordinal=1)
+    run.ok("history_cleared", through_ordinal=3)
+    assert (run.state.epoch, run.state.lineage_base) == (2, 3)
+    assert view(run.state, [])["conversation"] == {"epoch": 2, "lineage_base": 3}
+
+
 def test_task_completed_after_all_steps_done(run: Run) -> None:
     """A task completes once every step succeeded or was cancelled; then nothing is ready."""
     run.start("S1"), run.succeed("S1"), run.start("S2"), run.succeed("S2")

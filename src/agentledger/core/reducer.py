@@ -373,10 +373,26 @@ def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int, changes: 
     state.lease = LeaseState(p.holder, seq, p.expires_at)
 
 
+def _history_cleared(state: WorkingMemory, p: ev.HistoryCleared, seq: int, changes: Changes) -> None:
+    if p.through_ordinal > state.turns:
+        raise _Reject("ordinal_mismatch", f"clearing through turn {p.through_ordinal}, but the last "
+                                          f"turn is {state.turns}")
+    if p.through_ordinal < state.lineage_base:
+        raise _Reject("lineage_regression", f"history is already cleared through turn "
+                                            f"{state.lineage_base}")
+    state.epoch += 1
+    state.lineage_base = p.through_ordinal
+
+
 def _memory_event(state: WorkingMemory, p: Any, seq: int, changes: Changes) -> None:
     # Memory events belong to the tenant's memory ledger (``_memory``), which the Working
     # Memory projection skips; one found on a task's subject changes nothing of the task.
     raise _Reject("memory_event_on_task", "memory events belong to the tenant's memory ledger")
+
+
+def _document_event(state: WorkingMemory, p: Any, seq: int, changes: Changes) -> None:
+    # Documents belong to the tenant's ``_documents`` ledger, which Working Memory skips.
+    raise _Reject("document_event_on_task", "document events belong to the tenant's document ledger")
 
 
 _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
@@ -402,5 +418,7 @@ _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "memory_proposed": _memory_event,
     "memory_decided": _memory_event,
     "memory_feedback": _memory_event,
+    "history_cleared": _history_cleared,
+    "document_ingested": _document_event,
 }
 assert set(_HANDLERS) == set(ev.EVENT_TYPES), "every event kind needs a handler"

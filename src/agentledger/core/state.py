@@ -141,6 +141,10 @@ class WorkingMemory(Struct):
     side_effects: dict[str, SideEffect] = {}
     # Ordinal of the last turn appended (the turns themselves are rows of the projection).
     turns: int = 0
+    # The conversation's epoch and its lineage base: turns up to ``lineage_base`` were cleared
+    # (``history_cleared``) and never enter a context again; each clear starts a new epoch.
+    epoch: int = 0
+    lineage_base: int = 0
     # The most recent ``RECENT_REJECTIONS`` rejections, oldest first.
     rejections: list[Rejection] = []
     # Rejections that happened before those in ``rejections`` (counted, no longer listed). A
@@ -272,6 +276,7 @@ def core_view(state: WorkingMemory) -> dict[str, Any]:
                            if q.status == "open"},
         "side_effects": msgspec.to_builtins(state.side_effects),
         "turns_total": state.turns,
+        "conversation": {"epoch": state.epoch, "lineage_base": state.lineage_base},
         "rejections": msgspec.to_builtins(state.rejections),
         "rejections_total": state.older_rejections + len(state.rejections),
         "lease": msgspec.to_builtins(state.lease) if state.lease else None,
