@@ -27,6 +27,7 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core.validate import goal_hash
 from agentledger.runtime.state import settings_env
 from agentledger.services.checkpointer.service import Checkpointer
+from agentledger.services.context_builder.service import ContextBuilder
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.projector.service import Projector
@@ -99,7 +100,7 @@ def budget_cycle(task: str, i: int) -> list[dict[str, Any]]:
 
 
 class Stack:
-    """Writer + projector (+ checkpointer) in process, and a client."""
+    """Writer + projector (+ checkpointer, memory-policy, context-builder) in process, and a client."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -107,10 +108,12 @@ class Stack:
         self.projector = Projector(settings)
         self.checkpointer: Checkpointer | None = None
         self.memory: MemoryPolicy | None = None
+        self.context: ContextBuilder | None = None
         self.client: Client | None = None
         self.db: asyncpg.Pool | None = None
 
     async def start(self, checkpointer: bool = True, projector: bool = True, memory: bool = False,
+                    context: bool = False, compactors: dict[str, Any] | None = None,
                     **checkpointer_kw: Any) -> Stack:
         await self.writer.start()
         if projector:
@@ -121,6 +124,9 @@ class Stack:
         if memory:
             self.memory = MemoryPolicy(self.settings)
             await self.memory.start()
+        if context:
+            self.context = ContextBuilder(self.settings, compactors=compactors)
+            await self.context.start()
         self.client = await connect(self.settings, timeout=30)
         self.db = await asyncpg.create_pool(self.settings.database_url, min_size=1, max_size=4)
         return self
@@ -130,7 +136,7 @@ class Stack:
             await self.db.close()
         if self.client is not None:
             await self.client.close()
-        for service in (self.memory, self.checkpointer, self.projector, self.writer):
+        for service in (self.context, self.memory, self.checkpointer, self.projector, self.writer):
             if service is not None:
                 with contextlib.suppress(Exception):
                     await service.stop()

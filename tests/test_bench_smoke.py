@@ -24,6 +24,8 @@ EXPECTED = {
     "memory_read_p50", "memory_read_p99", "memory_read_e2e_p50", "memory_read_e2e_p99",
     "memory_vector_recall_at_10", "memory_decisions_per_s", "memory_propose_latency_p50",
     "memory_propose_latency_p99",
+    "context_build_p50", "context_build_p99", "context_compaction_500_turns",
+    "context_tokens_50_turns", "context_tokens_200_turns", "context_tokens_500_turns",
     *(f"{shape}_{figure}" for shape in ("single", "batch", "one_task")
       for figure in ("throughput", "vs_ceiling", "latency_p50", "latency_p99", "cpu_per_event")),
 }
@@ -35,7 +37,7 @@ def test_bench_smoke_profile_prints_every_figure() -> None:
     # send it elsewhere.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEDGER_")}
     argv = [str(Path(sys.executable).parent / "agentledger"), "bench", "--profile", "smoke",
-            "--only", "reducer", *(a for name in SERVER_BENCHES for a in ("--only", name))]
+            "--only", "reducer", "--only", "context", *(a for name in SERVER_BENCHES for a in ("--only", name))]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
@@ -45,6 +47,8 @@ def test_bench_smoke_profile_prints_every_figure() -> None:
         if line["bench"] == "sustained_appends":
             # The highest sustained rate: 0 when none was, on a busy machine.
             assert line["value"] >= 0 and line["baseline"] is None, line
+        elif line["bench"] == "context_compaction_500_turns":
+            assert line["value"] > 0 and line["valid"] is True, line
         elif line["unit"] == "cpu-ms/event":
             # CPU is read in clock ticks: a tiny window may see none in one process.
             assert line["value"] >= 0 and line["baseline"] >= 0, line

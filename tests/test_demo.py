@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentledger.config import Settings
 from agentledger.demo import render, render_resume, run_demo
+from agentledger.demo_context import render_compaction, run_compaction
 from agentledger.demo_memory import FAKE_TOKEN, render_lab, run_lab
 from ckpt_support import running
 
@@ -43,3 +44,21 @@ async def test_policy_lab_decides_each_candidate_and_reads_with_a_receipt(settin
     assert all(FAKE_TOKEN not in str(item.value) for item in read.items)
     assert read.receipt is not None and set(read.receipt.selected) == {i.record_id for i in read.items}
     assert "policy lab" in render_lab(decided, read)
+
+
+async def test_compaction_walk_through_activates_cp30_then_cp42(settings: Settings) -> None:
+    """Seed 002 as the demo prints it: CP-30 active after turn 32; turn 49 compacts 31..42 and
+    keeps 43..48 verbatim; the committed answer (turn 50) activates CP-42 over 1..42."""
+    async with running(settings, memory=True, context=True):
+        g31, c31, g49, c49 = await run_compaction(settings)
+    assert c31.activated and c31.checkpoint is not None
+    assert (c31.checkpoint.coverage.first, c31.checkpoint.coverage.through) == (1, 30)
+    plan = g49.compaction
+    assert plan is not None and plan.outcome == "compacted" and g49.selected == "primary"
+    assert (plan.compacted.first, plan.compacted.through) == (31, 42)
+    assert (plan.recent_exact.first, plan.recent_exact.through) == (43, 48)
+    assert c49.activated and c49.checkpoint is not None
+    assert (c49.checkpoint.coverage.first, c49.checkpoint.coverage.through) == (1, 42)
+    text = render_compaction(g31, c31, g49, c49)
+    assert "turns 31…42 compacted, 43…48 verbatim, 49 current" in text
+    assert "CP-42 active (coverage 1…42)" in text

@@ -21,8 +21,9 @@ the task has, or may have, a live lease, or the append carries an
 expectation; a lease grant waits for the unlocked appends already accepted.
 
 Task ids starting with ``_`` are the runtime's: a tenant may not append to one
-(``reserved_task``), and memory events go only to a tenant's ``_memory`` task,
-from a service (``reserved_kind``); see ``core.validate.check_reserved``.
+(``reserved_task``); memory events go only to a tenant's ``_memory`` task and
+document events only to its ``_documents`` task, from a service (``reserved_kind``);
+see ``core.validate.check_reserved``.
 """
 
 from __future__ import annotations

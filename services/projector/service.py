@@ -89,7 +89,7 @@ from agentledger.services.projector.rebuild import (
     SubjectKeys,
     decode_message,
     fold_event,
-    is_memory,
+    is_service_ledger,
     rejection_row,
     replace_live_with,
     stream_seq,
@@ -711,7 +711,7 @@ class Projector:
                                    subject=subject)
             if event is not None and key is not None:
                 events.append((seq, key, event))
-            elif not is_memory(key):  # memory events only move the watermark
+            elif not is_service_ledger(key):  # memory and document events only move the watermark
                 log.info("projector.rejected", code=rejections[-1][5], tenant=key[0] if key else "",
                          task=key[1] if key else "", seq=seq)
         return events

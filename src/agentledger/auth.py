@@ -59,12 +59,12 @@ from agentledger.private_files import write_private
 
 # Service roles, each a user of the services' account with its own credentials.
 WRITER = "ledger-writer"
-SERVICE_ROLES = (WRITER, "projector", "checkpointer", "memory-policy")
+SERVICE_ROLES = (WRITER, "projector", "checkpointer", "memory-policy", "context-builder")
 OPERATOR_ROLE = "operator"
 SYS_ROLE = "sys"
 # Request subjects (after ``<prefix>.``) the services export to tenants.
 ENDPOINTS = ("writer.append", "lease.*", "wm.get", "checkpoint.save", "resume", "artifact.*",
-             "memory.*")
+             "memory.*", "context.*")
 # Subjects no one but the writer may publish to: ledger subjects of any prefix.
 LEDGER_ANY_PREFIX = "*.ledger.>"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -232,11 +232,12 @@ class AuthStore:
     def _service_permissions(role: str) -> dict[str, Any]:
         """Services trust each other, but only the writer may append to the ledger.
 
-        Projector, checkpointer and memory-policy also never write a KV bucket or an
-        object (leases, data-subject keys and artifacts are the writer's, agent
-        bindings the operator's); memory-policy appends its events through the
-        writer's endpoint like any caller. The operator keeps the tenant registry
-        and the bindings, so it may write KV, but not the ledger.
+        Projector, checkpointer, memory-policy and context-builder also never write a KV
+        bucket or an object (leases, data-subject keys and artifacts are the writer's,
+        agent bindings the operator's); memory-policy and context-builder append their
+        events and store their artifacts through the writer's endpoints like any caller.
+        The operator keeps the tenant registry and the bindings, so it may write KV, but
+        not the ledger.
         """
         if role == WRITER:
             return {}

@@ -20,6 +20,7 @@ from agentledger.cli_memory import add_bind_command, add_memory_commands
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
 from agentledger.demo import render, render_resume, run_demo
+from agentledger.demo_context import render_compaction, run_compaction
 from agentledger.demo_memory import render_lab, run_lab
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.commands import down, up
@@ -70,6 +71,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(render(wm))
     print(render_resume(resumed))
     print(render_lab(*asyncio.run(run_lab(settings))))
+    print(render_compaction(*asyncio.run(run_compaction(settings))))
     return 0
 
 

@@ -89,6 +89,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embeddings_timeout_s: float = 30.0
     # Memory-policy service: how long a read receipt is kept, in seconds.
     memory_receipt_ttl_s: float = 30 * 86400.0
+    # Context-builder: the compactor a build uses when its policy does not name one
+    # ("structured": the deterministic reducer; "openai": an OpenAI-compatible chat endpoint at
+    # context_compactor_url with context_compactor_model, its key in context_compactor_key_file).
+    context_compactor: str = "structured"
+    context_compactor_url: str = ""
+    context_compactor_model: str = ""
+    context_compactor_key_file: Path | None = None
+    # Context-builder: longest a compactor may run before the frozen fallback is selected.
+    context_compactor_timeout_s: float = 30.0
+    # Context-builder: longest a build waits for the Working Memory projection to reach its input.
+    context_catch_up_s: float = 10.0
+    # Ed25519 key signing compaction receipts; default data_dir/context-signing.key (0600).
+    context_signing_key_file: Path | None = None
     # Writer: replace secrets in every event's free text by a redaction marker before the append.
     # Off only to measure what the detector costs (`agentledger bench --only detector`).
     redact_secrets: bool = True
@@ -127,6 +140,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.kek_file or self.data_dir / "keyring.key"
 
     @property
+    def context_key_path(self) -> Path:
+        return self.context_signing_key_file or self.data_dir / "context-signing.key"
+
+    @property
     def runtime_file(self) -> Path:
         return self.data_dir / "runtime.json"
 
@@ -137,7 +154,8 @@ _INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_e
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims"}
-_FLOAT = {"dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s"}
+_FLOAT = {"dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s", "context_compactor_timeout_s",
+          "context_catch_up_s"}
 _BOOL = {"embeddings_send_dims", "redact_secrets"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -160,7 +178,8 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
             elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
-                           "ready_file", "embeddings_key_file"):
+                           "ready_file", "embeddings_key_file", "context_compactor_key_file",
+                           "context_signing_key_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

@@ -195,6 +195,109 @@ _MIGRATIONS: list[tuple[int, str]] = [
             PRIMARY KEY (tenant, record_id)
         );
     """),
+    # The context-builder's tables (services/context_builder/store.py says what each holds):
+    # frozen generations (their bytes are in the artifact store), compaction checkpoints, and
+    # each conversation's epoch, lineage and active checkpoint pointer.
+    (4, """
+        CREATE TABLE IF NOT EXISTS {s}.context_generations (
+            generation_id        text PRIMARY KEY,
+            tenant               text NOT NULL,
+            task_id              text NOT NULL,
+            digest               text NOT NULL,
+            artifact_uri         text,
+            frozen_digest        text NOT NULL,
+            frozen_uri           text NOT NULL,
+            input_ordinal        bigint NOT NULL,
+            transcript_revision  bigint NOT NULL,
+            epoch                bigint NOT NULL,
+            lineage              text NOT NULL,
+            staged_checkpoint_id text,
+            regenerated_from     text,
+            user_id              text,
+            project_id           text,
+            created_at           timestamptz NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS context_generations_task
+            ON {s}.context_generations (tenant, task_id, input_ordinal);
+        CREATE TABLE IF NOT EXISTS {s}.context_checkpoints (
+            checkpoint_id    text PRIMARY KEY,
+            tenant           text NOT NULL,
+            task_id          text NOT NULL,
+            generation_id    text NOT NULL,
+            epoch            bigint NOT NULL,
+            lineage          text NOT NULL,
+            coverage_first   bigint NOT NULL,
+            coverage_through bigint NOT NULL,
+            status           text NOT NULL,
+            reason           text NOT NULL DEFAULT '',
+            body             bytea NOT NULL,
+            created_at       timestamptz NOT NULL,
+            updated_at       timestamptz NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS context_checkpoints_task
+            ON {s}.context_checkpoints (tenant, task_id, coverage_through);
+        CREATE TABLE IF NOT EXISTS {s}.context_conversations (
+            tenant               text NOT NULL,
+            task_id              text NOT NULL,
+            epoch                bigint NOT NULL,
+            lineage              text NOT NULL,
+            lineage_base         bigint NOT NULL,
+            active_checkpoint_id text,
+            coverage_end         bigint NOT NULL,
+            version              bigint NOT NULL,
+            PRIMARY KEY (tenant, task_id)
+        );
+    """),
+    # The document index of the context-builder, a projection of the ``_documents`` subjects
+    # (services/context_builder/documents.py says what each table holds; rebuilt by replay).
+    (5, """
+        CREATE EXTENSION IF NOT EXISTS vector;
+        CREATE TABLE IF NOT EXISTS {s}.document_watermark (
+            name text PRIMARY KEY,
+            seq  bigint NOT NULL
+        );
+        INSERT INTO {s}.document_watermark(name, seq) VALUES ('documents', 0) ON CONFLICT DO NOTHING;
+        CREATE TABLE IF NOT EXISTS {s}.documents (
+            tenant         text NOT NULL,
+            doc_id         text NOT NULL,
+            version        bigint NOT NULL,
+            source         text NOT NULL,
+            title          text NOT NULL,
+            chunking       text NOT NULL,
+            content_blake3 text,
+            chunks         int NOT NULL,
+            first_seq      bigint NOT NULL,
+            last_seq       bigint NOT NULL,
+            ingested_at    timestamptz NOT NULL,
+            PRIMARY KEY (tenant, doc_id)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.document_versions (
+            tenant         text NOT NULL,
+            doc_id         text NOT NULL,
+            version        bigint NOT NULL,
+            status         text NOT NULL,
+            source         text NOT NULL,
+            chunking       text NOT NULL,
+            content_blake3 text,
+            first_seq      bigint NOT NULL,
+            superseded_seq bigint,
+            PRIMARY KEY (tenant, doc_id, version)
+        );
+        CREATE TABLE IF NOT EXISTS {s}.document_chunks (
+            tenant      text NOT NULL,
+            doc_id      text NOT NULL,
+            chunk_index int NOT NULL,
+            version     bigint NOT NULL,
+            seq         bigint NOT NULL,
+            text        text NOT NULL,
+            tsv         tsvector NOT NULL,
+            embedding   vector(256),
+            PRIMARY KEY (tenant, doc_id, chunk_index)
+        );
+        CREATE INDEX IF NOT EXISTS document_chunks_tsv ON {s}.document_chunks USING gin (tsv);
+        CREATE INDEX IF NOT EXISTS document_chunks_embedding ON {s}.document_chunks
+            USING hnsw (embedding vector_cosine_ops);
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-from agentledger.bench import appends, checkpoints, detector, ledger, memory, projection, sustained
+from agentledger.bench import appends, checkpoints, context, detector, ledger, memory, projection, sustained
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
 
@@ -34,7 +34,9 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "detector": detector.bench_detector,
     "memory": memory.bench_memory,
 }
-NAMES = [*BENCHES, "reducer"]
+NAMES = [*BENCHES, "reducer", "context"]
+# Builds timed by the in-process context benchmark, per profile.
+CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
 
 async def run_all(settings: Settings, only: list[str] | None = None, profile: str = "full") -> int:
@@ -50,6 +52,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
     sizes = PROFILES[profile]
     if "reducer" in names:
         ledger.bench_reducer(sizes.reducer_events)
+    if "context" in names:
+        context.bench_context(CONTEXT_BUILDS.get(profile, 20), repeats=3 if profile == "full" else 1)
     server_benches = [n for n in BENCHES if n in names]
     if server_benches:
         async with bench_stack(settings, sizes) as stack:

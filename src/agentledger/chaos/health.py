@@ -23,6 +23,7 @@ from agentledger.chaos.faults import SERVERS, Injected, Injector, is_stopped
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.services.checkpointer.service import SERVICE_NAME as CHECKPOINTER
+from agentledger.services.context_builder.service import SERVICE_NAME as CONTEXT_BUILDER
 from agentledger.services.ledger_writer.service import SERVICE_NAME as WRITER
 from agentledger.services.memory_policy.service import SERVICE_NAME as MEMORY_POLICY
 from agentledger.services.projector.service import SERVICE_NAME as PROJECTOR
@@ -30,7 +31,7 @@ from agentledger.services.projector.service import SERVICE_NAME as PROJECTOR
 log = structlog.get_logger(__name__)
 
 MICRO_NAMES = {"ledger-writer": WRITER, "projector": PROJECTOR, "checkpointer": CHECKPOINTER,
-               "memory-policy": MEMORY_POLICY}
+               "memory-policy": MEMORY_POLICY, "context-builder": CONTEXT_BUILDER}
 ASK_TIMEOUT_S = 0.5
 POLL_S = 0.1
 

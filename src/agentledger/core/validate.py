@@ -75,26 +75,36 @@ def _no_sealed(value: ev.Sealed | None, path: str) -> None:
                             code="sealed_not_allowed", path=path)
 
 
-def check_reserved(events: Sequence[ev.EventBase], *, operator: bool) -> None:
-    """The reserved memory ledger: task ids starting with ``RESERVED_TASK_PREFIX`` belong to
-    the runtime, and memory events are the memory-policy service's, on ``MEMORY_TASK`` only.
+# Reserved tasks that are service ledgers: task id -> (the only kinds it holds, what they are,
+# who appends them).
+_SERVICE_LEDGERS = {
+    ev.MEMORY_TASK: (ev.MEMORY_KINDS, "memory", "the memory-policy service"),
+    ev.DOCUMENTS_TASK: (ev.DOCUMENT_KINDS, "document", "the context-builder"),
+}
 
-    A tenant may not append to a reserved task (``reserved_task``) nor append a memory
-    event (``reserved_kind``); a service (an operator caller) may append memory events to
-    ``MEMORY_TASK`` and nothing else there.
+
+def check_reserved(events: Sequence[ev.EventBase], *, operator: bool) -> None:
+    """The reserved service ledgers: task ids starting with ``RESERVED_TASK_PREFIX`` belong to
+    the runtime; memory events are the memory-policy service's, on ``MEMORY_TASK`` only, and
+    document events the context-builder's, on ``DOCUMENTS_TASK`` only.
+
+    A tenant may not append to a reserved task (``reserved_task``) nor append a memory or
+    document event (``reserved_kind``); a service (an operator caller) may append memory
+    events to ``MEMORY_TASK`` and document events to ``DOCUMENTS_TASK``, and nothing else there.
     """
     for i, e in enumerate(events):
         path = f"$.events[{i}]"
-        memory = ev.kind_of(e) in ev.MEMORY_KINDS
+        kind = ev.kind_of(e)
         if e.task_id.startswith(ev.RESERVED_TASK_PREFIX) and not operator:
             raise ContractError(f"task ids starting with {ev.RESERVED_TASK_PREFIX!r} are reserved for the "
                                 "runtime", code="reserved_task", path=f"{path}.task_id")
-        if memory and not (operator and e.task_id == ev.MEMORY_TASK):
-            raise ContractError(f"{ev.kind_of(e)} events are appended by the memory-policy service, "
-                                f"to task {ev.MEMORY_TASK!r} only", code="reserved_kind", path=f"{path}.kind")
-        if e.task_id == ev.MEMORY_TASK and not memory:
-            raise ContractError(f"task {ev.MEMORY_TASK!r} holds memory events only", code="reserved_task",
-                                path=f"{path}.task_id")
+        for task, (kinds, what, owner) in _SERVICE_LEDGERS.items():
+            if kind in kinds and not (operator and e.task_id == task):
+                raise ContractError(f"{kind} events are appended by {owner}, to task {task!r} only",
+                                    code="reserved_kind", path=f"{path}.kind")
+            if e.task_id == task and kind not in kinds:
+                raise ContractError(f"task {task!r} holds {what} events only", code="reserved_task",
+                                    path=f"{path}.task_id")
 
 
 def check_batch(events: Sequence[ev.EventBase]) -> None:

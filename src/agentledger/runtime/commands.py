@@ -54,14 +54,17 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("projector", [sys.executable, "-m", "agentledger.services.projector"]),
     ("checkpointer", [sys.executable, "-m", "agentledger.services.checkpointer"]),
     ("memory-policy", [sys.executable, "-m", "agentledger.services.memory_policy"]),
+    ("context-builder", [sys.executable, "-m", "agentledger.services.context_builder"]),
 ]
 # Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
 SUPERVISOR_OPTIONS: list[str] = []
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"
-# Services whose endpoints a client calls the moment `up` returns (appends, memory proposals):
+# Services whose endpoints a client calls the moment `up` returns (appends, memory proposals,
+# context builds):
 # `up` also waits for each of these that it started to answer a PING.
-READY_PINGS = {"ledger-writer": WRITER_SERVICE, "memory-policy": "agentledger-memory-policy"}
+READY_PINGS = {"ledger-writer": WRITER_SERVICE, "memory-policy": "agentledger-memory-policy",
+               "context-builder": "agentledger-context-builder"}
 # Database created in the embedded PostgreSQL, owned by the services' role (the
 # server's `postgres` db stays empty and closed to it).
 EMBEDDED_DATABASE = "agentledger"

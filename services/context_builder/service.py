@@ -1,0 +1,262 @@
+"""The context-builder service: budgeted, explained, frozen context, and conversation compaction.
+
+NATS micro service ``agentledger-context-builder``:
+
+* ``<prefix>.context.build``: build the input of one model call (``build.py``): the task's
+  Working Memory, the turns of its conversation, memory (through the memory-policy service)
+  and documents, selected under the budget, rendered, counted, frozen as a generation
+  before any compactor runs; ``generation_id`` returns a frozen generation byte for byte;
+* ``<prefix>.context.get`` / ``trace``: a frozen generation, or its trace lines;
+* ``<prefix>.context.commit``: the answer of a generation is in the ledger: activate its
+  staged checkpoint by compare-and-swap, or refuse it with the reason (``commit.py``);
+* ``<prefix>.context.clear``: clear the conversation (a ``history_cleared`` event, a new
+  epoch and lineage);
+* ``<prefix>.context.ingest``: add a document version to the tenant's RAG index
+  (``documents.py``), when that module is installed.
+
+Every request: the caller is the authenticated connection (``TenantRegistry``), the body's
+tenant must be the caller's, user and project scopes must be bound to the agent; a body
+that does not decode is a typed ``ContractError`` naming its path. Logs carry codes, ids
+and sizes, never content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import msgspec
+import nats.errors
+import structlog
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from agentledger import artifacts, auth, db
+from agentledger.bindings import BindingRegistry
+from agentledger.config import Settings
+from agentledger.contracts.api import ErrorBody
+from agentledger.contracts.codec import check_request_depth, contract_error, encode, error_body
+from agentledger.contracts.context_api import (
+    BuildReply,
+    BuildRequest,
+    ClearReply,
+    ClearRequest,
+    CommitReply,
+    CommitRequest,
+    GenerationRef,
+    IngestReply,
+    IngestRequest,
+    TraceReply,
+)
+from agentledger.errors import AgentLedgerError
+from agentledger.identity import Caller, TenantRegistry
+from agentledger.natsclient import reader_alive
+from agentledger.services.context_builder.build import Builder
+from agentledger.services.context_builder.commit import Committer
+from agentledger.services.context_builder.keys import load_signing_key
+from agentledger.services.context_builder.store import ContextStore
+
+log = structlog.get_logger()
+
+SERVICE_NAME = "agentledger-context-builder"
+SERVICE_VERSION = "0.1.0"
+ROLE = "context-builder"
+
+
+def context_subject(prefix: str, action: str) -> str:
+    return f"{prefix}.context.{action}"
+
+
+class _Endpoint(msgspec.Struct, frozen=True):
+    decoder: msgspec.json.Decoder[Any]
+    reply: type[Any]
+    handle: Callable[[Caller, Any], Awaitable[Any]]
+
+
+def _documents_module() -> Any:
+    """C3's document index, when it is installed (``services/context_builder/documents.py``)."""
+    try:
+        return importlib.import_module("agentledger.services.context_builder.documents")
+    except ImportError:
+        return None
+
+
+class ContextBuilder:
+    """The service; see the module docstring."""
+
+    name = "context-builder"
+
+    def __init__(self, settings: Settings, *, compactors: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        # Extra compactors by name (tests register failing ones here); see ``compactors.py``.
+        self._extra_compactors = dict(compactors or {})
+        self._nc: Client | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._tenants: TenantRegistry | None = None
+        self._bindings: BindingRegistry | None = None
+        self._service: Service | None = None
+        self.store: ContextStore | None = None
+        self.builder: Builder | None = None
+        self.committer: Committer | None = None
+        self.documents: Any = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._failed: asyncio.Future[None] | None = None
+        self._stopped = False
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        key = load_signing_key(s.context_key_path)
+        self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
+                                      closed_cb=self._nats_closed)
+        self._tenants = TenantRegistry(self._nc, s.prefix)
+        await self._tenants.start()
+        self._bindings = BindingRegistry(self._nc, s.prefix)
+        await self._bindings.start()
+        await db.migrate(s.database_url)
+        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
+        self.store = ContextStore(self._pool)
+        store = await artifacts.open(self._nc, s)
+        module = _documents_module()
+        if module is not None and hasattr(module, "DocumentIndex"):
+            self.documents = module.DocumentIndex(s, self._nc, self._pool)
+            if hasattr(self.documents, "start"):
+                await self.documents.start()
+        self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
+                               documents=self.documents, compactors=self._extra_compactors)
+        self.committer = Committer(s, self._nc, self.store, self.builder, key)
+        endpoints = {
+            "build": _Endpoint(msgspec.json.Decoder(BuildRequest), BuildReply, self.builder.build),
+            "get": _Endpoint(msgspec.json.Decoder(GenerationRef), BuildReply, self.builder.get),
+            "trace": _Endpoint(msgspec.json.Decoder(GenerationRef), TraceReply, self.builder.trace),
+            "commit": _Endpoint(msgspec.json.Decoder(CommitRequest), CommitReply, self.committer.commit),
+            "clear": _Endpoint(msgspec.json.Decoder(ClearRequest), ClearReply, self.committer.clear),
+        }
+        if self.documents is not None and hasattr(self.documents, "ingest"):
+            endpoints["ingest"] = _Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply,
+                                            self.documents.ingest)
+        self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
+                                          description="agentledger context builder: budgeted, frozen "
+                                                      "context and conversation compaction")
+        for action, endpoint in endpoints.items():
+            await self._service.add_endpoint(name=f"context-{action}", subject=context_subject(s.prefix, action),
+                                             handler=self._spawn(action, endpoint))
+        await self._nc.flush()
+        log.info("context.ready", endpoints=sorted(endpoints), key_id=key.key_id)
+
+    async def wait_failed(self) -> None:
+        if self._failed is None:
+            self._failed = asyncio.get_running_loop().create_future()
+        waits = [asyncio.ensure_future(asyncio.shield(self._failed))]
+        failed = getattr(self.documents, "failed", None)
+        if failed is not None:
+            waits.append(asyncio.ensure_future(asyncio.shield(failed)))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+        finally:
+            for task in waits:
+                task.cancel()
+
+    def alive(self) -> bool:
+        """NATS read loop alive, the bindings mirror following, the document projection turning."""
+        return (self._nc is not None and reader_alive(self._nc)
+                and self._bindings is not None and self._bindings.alive()
+                and (self.documents is None or not hasattr(self.documents, "alive") or self.documents.alive()))
+
+    async def stop(self) -> None:
+        """Stop answering, finish in-flight requests, close; idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._service is not None:
+            with contextlib.suppress(Exception):
+                await self._service.stop()
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self.documents is not None and hasattr(self.documents, "stop"):
+            with contextlib.suppress(Exception):
+                await self.documents.stop()
+        for registry in (self._bindings, self._tenants):
+            if registry is not None:
+                await registry.stop()
+        if self._nc is not None and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except Exception:  # noqa: BLE001
+                await self._nc.close()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _spawn(self, action: str, endpoint: _Endpoint) -> Callable[[Request], Awaitable[None]]:
+        async def on_request(req: Request) -> None:
+            task = asyncio.create_task(self._handle(action, endpoint, req))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        return on_request
+
+    async def _handle(self, action: str, endpoint: _Endpoint, req: Request) -> None:
+        started = time.perf_counter()
+        try:
+            check_request_depth(req.data)
+            try:
+                body = endpoint.decoder.decode(req.data)
+            except msgspec.MsgspecError as exc:
+                raise contract_error(exc) from exc
+            assert self._tenants is not None
+            caller = await self._tenants.caller(req.headers)
+            caller.require_tenant(body.tenant, "$.tenant")
+            with structlog.contextvars.bound_contextvars(tenant=body.tenant, endpoint=action,
+                                                         task=getattr(body, "task_id", None)):
+                reply = await endpoint.handle(caller, body)
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            reply = endpoint.reply(ok=False, error=_error_body(exc))
+            if reply.error.code not in ("internal", "unavailable"):
+                log.info("context.refused", endpoint=action, code=reply.error.code, path=reply.error.path)
+        else:
+            log.debug("context.answered", endpoint=action, ms=round((time.perf_counter() - started) * 1000, 2))
+        try:
+            await req.respond(reply if isinstance(reply, bytes) else encode(reply))
+        except Exception:  # noqa: BLE001 - the caller went away
+            log.warning("context.respond_failed", endpoint=action)
+
+    # ---- NATS callbacks -------------------------------------------------------------------------
+
+    async def _nats_error(self, exc: Exception) -> None:
+        log.warning("context.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
+
+    async def _nats_closed(self) -> None:
+        if not self._stopped and self._failed is not None and not self._failed.done():
+            self._failed.set_exception(ConnectionError("the NATS connection closed"))
+
+
+def _error_body(exc: Exception) -> ErrorBody:
+    if isinstance(exc, AgentLedgerError):
+        return error_body(exc)
+    # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
+    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError,
+                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
+        log.warning("context.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+        return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
+    log.error("context.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
+    return ErrorBody(code="internal", message="the context-builder failed to answer", retryable=True)

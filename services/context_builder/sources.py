@@ -1,0 +1,153 @@
+"""Where a build's material comes from: the ledger's head, the Working Memory projection, sealed
+turns, the memory-policy service, and the writer (for the events the builder appends).
+
+All of it is I/O; nothing here decides what enters a context (``core.context`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import msgspec
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+
+from agentledger.artifacts import hash_content
+from agentledger.client import raise_error
+from agentledger.config import Settings
+from agentledger.contracts.api import AppendReply
+from agentledger.contracts.artifacts import H_BLAKE3, H_PRODUCER, H_SCHEMA, H_TENANT, H_VERSION, ArtifactReply
+from agentledger.contracts.codec import encode
+from agentledger.contracts.events import ArtifactRef, EventBase
+from agentledger.contracts.memory_api import ReadReply, ReadRequest
+from agentledger.core.state import Turn, WorkingMemory
+from agentledger.errors import NotFoundError, UnavailableError
+from agentledger.ledger import ledger_subject
+from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.services.context_builder.store import ContextStore
+
+log = structlog.get_logger()
+
+_append_reply = msgspec.json.Decoder(AppendReply)
+_read_reply = msgspec.json.Decoder(ReadReply)
+_artifact_reply = msgspec.json.Decoder(ArtifactReply)
+# How long the builder waits for the memory-policy service to answer a read.
+MEMORY_TIMEOUT_S = 10.0
+APPEND_TIMEOUT_S = 30.0
+
+
+class Sources:
+    """The builder's reads and the one kind of write it does (an append through the writer)."""
+
+    def __init__(self, settings: Settings, nc: Client, store: ContextStore) -> None:
+        self.settings = settings
+        self._nc = nc
+        self.store = store
+        self._keys: Keyring | None = None
+
+    # ---- the projection -------------------------------------------------------------------------
+
+    async def ledger_last(self, tenant: str, task_id: str) -> int:
+        """Sequence of the task's last ledger message (0: none)."""
+        try:
+            msg = await self._nc.jetstream().get_msg(
+                self.settings.stream, subject=ledger_subject(self.settings.prefix, tenant, task_id),
+                direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise UnavailableError("JetStream did not answer") from exc
+        return int(msg.seq or 0)
+
+    async def caught_up(self, tenant: str, task_id: str, target: int | None = None) -> WorkingMemory:
+        """The task's projected state once the projection covers the ledger up to ``target``
+        (default: the task's last ledger message), waiting at most ``context_catch_up_s``."""
+        if target is None:
+            target = await self.ledger_last(tenant, task_id)
+            if target == 0:
+                raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}",
+                                    path="$.task_id")
+        deadline = time.monotonic() + self.settings.context_catch_up_s
+        delay = 0.002
+        while True:
+            watermark = await self.store.watermark()
+            if watermark >= target:
+                state = await self.store.state(tenant, task_id)
+                if state is None:
+                    raise NotFoundError(f"no projected task {task_id!r} of tenant {tenant!r}",
+                                        path="$.task_id")
+                return state
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"the projection is at seq {watermark}, the task's ledger at "
+                                       f"{target}; is the projector running?", code="projection_behind")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    async def turn_texts(self, tenant: str, task_id: str, turns: Sequence[Turn]) -> dict[int, str | None]:
+        """Each turn's text by ordinal, sealed ones opened (None: its subject's key is destroyed)."""
+        aad = aad_for(tenant, task_id)
+        out: dict[int, str | None] = {}
+        for turn in turns:
+            if turn.sealed is None:
+                out[turn.ordinal] = turn.content or ""
+                continue
+            plain = await unseal(turn.sealed, aad, self.keyring())
+            out[turn.ordinal] = None if plain is None else plain.decode()
+        return out
+
+    def keyring(self) -> Keyring:
+        if self._keys is None:
+            self._keys = Keyring(self._nc, self.settings.keys_bucket,
+                                 load_kek(self.settings.kek_path, create=False),
+                                 cache_bytes=self.settings.key_cache_bytes)
+        return self._keys
+
+    # ---- memory -----------------------------------------------------------------------------------
+
+    async def memory(self, request: ReadRequest) -> ReadReply | None:
+        """A gated read through the memory-policy service, as a service caller (the scopes were
+        checked against the agent's bindings before); None when the service does not answer."""
+        try:
+            msg = await self._nc.request(f"{self.settings.prefix}.memory.read", encode(request),
+                                         timeout=MEMORY_TIMEOUT_S)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            log.warning("context.memory_unavailable")
+            return None
+        reply = _read_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
+
+    # ---- appends ----------------------------------------------------------------------------------
+
+    async def append(self, event: EventBase) -> int:
+        """Append one event through the writer (as a service caller); its sequence."""
+        body = b'{"events":[' + encode(event) + b"]}"
+        try:
+            msg = await self._nc.request(f"{self.settings.prefix}.writer.append", body,
+                                         timeout=APPEND_TIMEOUT_S)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+            raise UnavailableError("the ledger-writer did not answer; retry") from exc
+        reply = _append_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        return int(reply.results[0].seq)
+
+    async def put_artifact(self, data: bytes, *, tenant: str, schema: str) -> ArtifactRef:
+        """Store bytes in the tenant's artifact store through the writer's ``artifact.put``."""
+        headers = {H_SCHEMA: schema, H_PRODUCER: "context-builder", H_VERSION: "1",
+                   H_BLAKE3: await hash_content(data), H_TENANT: tenant}
+        try:
+            msg = await self._nc.request(f"{self.settings.prefix}.artifact.put", data, timeout=APPEND_TIMEOUT_S,
+                                         headers=headers)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+            raise UnavailableError("the ledger-writer's artifact store did not answer; retry") from exc
+        reply = _artifact_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        assert reply.artifact is not None
+        return reply.artifact

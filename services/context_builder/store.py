@@ -1,0 +1,219 @@
+"""PostgreSQL I/O of the context-builder: its own tables, and the Working Memory projection it reads.
+
+Tables (migration 4 in ``agentledger.db``):
+
+* ``context_generations``: one row per frozen generation. The generation itself is an
+  artifact (schema ``context-generation/v1``) in the artifact store; the row indexes it
+  (``artifact_uri`` and ``digest`` of the final generation, ``frozen_uri`` /
+  ``frozen_digest`` of what was frozen before any compactor ran), with the input turn,
+  the transcript revision, epoch and lineage it was built on and the checkpoint it
+  staged. ``artifact_uri`` is NULL only between the freeze and the end of the build.
+* ``context_checkpoints``: compaction checkpoints (``CompactionCheckpoint`` JSON in
+  ``body``), staged by a build, activated / refused / superseded by ``context.commit``.
+* ``context_conversations``: one row per (tenant, task): the epoch and lineage the
+  builder last saw, the active checkpoint and how far it covers. Only a commit's
+  compare-and-swap (``FOR UPDATE`` on this row) moves the pointer.
+
+The Working Memory projection (the projector's ``task_state`` / ``task_turns``) is read
+directly, never written.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+import asyncpg
+import msgspec
+
+from agentledger.contracts.context_api import CompactionCheckpoint
+from agentledger.core.state import Turn, WorkingMemory, decode_state, decode_turn
+from agentledger.services.projector.rebuild import LIVE_SCHEMA
+from agentledger.services.projector.store import Store as ProjectionStore
+
+_checkpoint = msgspec.json.Decoder(CompactionCheckpoint)
+
+
+class GenerationRow(NamedTuple):
+    generation_id: str
+    tenant: str
+    task_id: str
+    digest: str
+    artifact_uri: str | None
+    frozen_digest: str
+    frozen_uri: str
+    input_ordinal: int
+    transcript_revision: int
+    epoch: int
+    lineage: str
+    staged_checkpoint_id: str | None
+    regenerated_from: str | None
+    # The user and project scopes the build read memory in: a reader must be allowed them too.
+    user_id: str | None
+    project_id: str | None
+
+
+class Conversation(NamedTuple):
+    tenant: str
+    task_id: str
+    epoch: int
+    lineage: str
+    lineage_base: int
+    active_checkpoint_id: str | None
+    coverage_end: int
+    version: int
+
+
+class TaskHead(NamedTuple):
+    """What a commit re-reads of the projection: the last turn, the epoch, the lineage base."""
+
+    turns: int
+    epoch: int
+    lineage_base: int
+
+
+_GEN_COLUMNS = ("generation_id, tenant, task_id, digest, artifact_uri, frozen_digest, frozen_uri,"
+                " input_ordinal, transcript_revision, epoch, lineage, staged_checkpoint_id,"
+                " regenerated_from, user_id, project_id")
+_INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at)"
+               " VALUES ($1, $2, $3, $4, NULL, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13)"
+               " ON CONFLICT (generation_id) DO NOTHING").replace("{columns}", _GEN_COLUMNS)
+_FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4"
+               " WHERE generation_id = $1 AND artifact_uri IS NULL")
+_GET_GEN = ("SELECT {columns} FROM context_generations WHERE generation_id = $1 AND tenant = $2"
+            ).replace("{columns}", _GEN_COLUMNS)
+_CONV_COLUMNS = "tenant, task_id, epoch, lineage, lineage_base, active_checkpoint_id, coverage_end, version"
+_GET_CONV = ("SELECT {columns} FROM context_conversations WHERE tenant = $1 AND task_id = $2"
+             ).replace("{columns}", _CONV_COLUMNS)
+_LOCK_CONV = _GET_CONV + " FOR UPDATE"
+_ENSURE_CONV = ("INSERT INTO context_conversations (tenant, task_id, epoch, lineage, lineage_base,"
+                " active_checkpoint_id, coverage_end, version) VALUES ($1, $2, $3, $4, $5, NULL, $5, 1)"
+                " ON CONFLICT (tenant, task_id) DO NOTHING")
+# A conversation whose projection moved to a newer epoch starts its new lineage with no
+# checkpoint (the old ones belong to a lineage that no longer exists).
+_NEW_EPOCH = ("UPDATE context_conversations SET epoch = $3, lineage = $4, lineage_base = $5,"
+              " active_checkpoint_id = NULL, coverage_end = $5, version = version + 1"
+              " WHERE tenant = $1 AND task_id = $2 AND epoch < $3")
+# The old lineage's active checkpoint is superseded; its staged candidates stay staged, and
+# a commit refuses them (``stale_epoch``), so the refusal says why.
+_RETIRE_LINEAGE = ("UPDATE context_checkpoints SET status = 'superseded', reason = $4, updated_at = $5"
+                   " WHERE tenant = $1 AND task_id = $2 AND epoch < $3 AND status = 'active'")
+_MOVE_POINTER = ("UPDATE context_conversations SET active_checkpoint_id = $3, coverage_end = $4,"
+                 " version = version + 1 WHERE tenant = $1 AND task_id = $2 AND version = $5")
+_INSERT_CP = ("INSERT INTO context_checkpoints (checkpoint_id, tenant, task_id, generation_id, epoch, lineage,"
+              " coverage_first, coverage_through, status, reason, body, created_at, updated_at)"
+              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)"
+              " ON CONFLICT (checkpoint_id) DO NOTHING")
+_GET_CP = "SELECT body, status, reason FROM context_checkpoints WHERE checkpoint_id = $1 AND tenant = $2"
+_SET_CP_STATUS = ("UPDATE context_checkpoints SET status = $3, reason = $4, updated_at = $5"
+                  " WHERE checkpoint_id = $1 AND tenant = $2")
+_TURNS = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal > $3"
+          " AND ordinal <= $4 ORDER BY ordinal")
+# FOR SHARE: the projector cannot move the task on between the CAS's check and its commit.
+_HEAD = "SELECT state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2 FOR SHARE"
+
+
+class ContextStore:
+    """SQL of the context-builder; see the module docstring."""
+
+    def __init__(self, pool: asyncpg.Pool, schema: str = LIVE_SCHEMA) -> None:
+        self.pool = pool
+        self.projection = ProjectionStore(schema)
+        quoted = f'"{schema}"'
+        self._turns = _TURNS.replace("{s}", quoted)
+        self._head = _HEAD.replace("{s}", quoted)
+
+    # ---- the Working Memory projection --------------------------------------------------------
+
+    async def watermark(self) -> int:
+        return await self.projection.watermark(self.pool) or 0
+
+    async def state(self, tenant: str, task_id: str) -> WorkingMemory | None:
+        loaded = await self.projection.load_state(self.pool, tenant, task_id)
+        return None if loaded is None else loaded.state
+
+    async def turns(self, tenant: str, task_id: str, after: int, through: int) -> list[Turn]:
+        """Turns ``after`` < ordinal <= ``through``, in order (their content still sealed)."""
+        rows = await self.pool.fetch(self._turns, tenant, task_id, after, through)
+        return [decode_turn(bytes(r[0])) for r in rows]
+
+    async def head(self, conn: asyncpg.Connection, tenant: str, task_id: str) -> TaskHead | None:
+        data = await conn.fetchval(self._head, tenant, task_id)
+        if data is None:
+            return None
+        state = decode_state(bytes(data))
+        return TaskHead(state.turns, state.epoch, state.lineage_base)
+
+    # ---- generations --------------------------------------------------------------------------
+
+    async def freeze(self, *, generation_id: str, tenant: str, task_id: str, frozen_digest: str,
+                     frozen_uri: str, input_ordinal: int, transcript_revision: int, epoch: int,
+                     lineage: str, regenerated_from: str | None, user_id: str | None = None,
+                     project_id: str | None = None) -> bool:
+        """Index a frozen generation; False when that id was frozen already (a concurrent twin)."""
+        status = await self.pool.execute(
+            _INSERT_GEN, generation_id, tenant, task_id, frozen_digest, frozen_uri, input_ordinal,
+            transcript_revision, epoch, lineage, regenerated_from, user_id, project_id, datetime.now(UTC))
+        return bool(status.endswith(" 1"))
+
+    async def finish(self, generation_id: str, *, digest: str, uri: str, staged: str | None) -> None:
+        await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged)
+
+    async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:
+        row = await self.pool.fetchrow(_GET_GEN, generation_id, tenant)
+        return None if row is None else GenerationRow(*row)
+
+    # ---- conversations and checkpoints ----------------------------------------------------------
+
+    async def conversation(self, tenant: str, task_id: str, *, epoch: int, lineage: str,
+                           lineage_base: int) -> Conversation:
+        """The conversation row, created or moved to ``epoch`` (the projection's) when behind."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_ENSURE_CONV, tenant, task_id, epoch, lineage, lineage_base)
+            await self._sync_epoch(conn, tenant, task_id, epoch=epoch, lineage=lineage, lineage_base=lineage_base)
+            row = await conn.fetchrow(_GET_CONV, tenant, task_id)
+        return Conversation(*row)
+
+    async def _sync_epoch(self, conn: asyncpg.Connection, tenant: str, task_id: str, *, epoch: int,
+                          lineage: str, lineage_base: int) -> None:
+        moved = await conn.execute(_NEW_EPOCH, tenant, task_id, epoch, lineage, lineage_base)
+        if moved.endswith(" 1"):
+            await conn.execute(_RETIRE_LINEAGE, tenant, task_id, epoch,
+                               f"history cleared: epoch {epoch} began", datetime.now(UTC))
+
+    async def lock_conversation(self, conn: asyncpg.Connection, tenant: str,
+                                task_id: str) -> Conversation | None:
+        row = await conn.fetchrow(_LOCK_CONV, tenant, task_id)
+        return None if row is None else Conversation(*row)
+
+    async def sync_locked(self, conn: asyncpg.Connection, tenant: str, task_id: str, *, epoch: int,
+                          lineage: str, lineage_base: int) -> Conversation:
+        """In a commit's transaction (conversation row locked): follow the projection's epoch."""
+        await self._sync_epoch(conn, tenant, task_id, epoch=epoch, lineage=lineage, lineage_base=lineage_base)
+        row = await conn.fetchrow(_GET_CONV, tenant, task_id)
+        return Conversation(*row)
+
+    async def move_pointer(self, conn: asyncpg.Connection, conv: Conversation, checkpoint_id: str,
+                           coverage_end: int) -> None:
+        status = await conn.execute(_MOVE_POINTER, conv.tenant, conv.task_id, checkpoint_id,
+                                    coverage_end, conv.version)
+        # The row is locked FOR UPDATE by the caller: its version cannot have moved.
+        assert status.endswith(" 1"), status
+
+    async def stage(self, cp: CompactionCheckpoint) -> None:
+        await self.pool.execute(_INSERT_CP, cp.checkpoint_id, cp.tenant, cp.task_id, cp.generation_id,
+                                cp.epoch, cp.lineage, cp.coverage.first, cp.coverage.through, cp.status,
+                                cp.reason, msgspec.json.encode(cp), datetime.now(UTC))
+
+    async def checkpoint(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                         checkpoint_id: str) -> CompactionCheckpoint | None:
+        """A checkpoint with its current status (the body keeps the status it was staged with)."""
+        row = await conn.fetchrow(_GET_CP, checkpoint_id, tenant)
+        if row is None:
+            return None
+        cp = _checkpoint.decode(bytes(row[0]))
+        return msgspec.structs.replace(cp, status=row[1], reason=row[2])
+
+    async def set_status(self, conn: asyncpg.Connection, tenant: str, checkpoint_id: str, status: str,
+                         reason: str = "") -> None:
+        await conn.execute(_SET_CP_STATUS, checkpoint_id, tenant, status, reason, datetime.now(UTC))
