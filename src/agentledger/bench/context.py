@@ -17,13 +17,28 @@ from dataclasses import dataclass
 
 from agentledger import tokens
 from agentledger.bench.common import emit, pct
-from agentledger.contracts.context_api import Coverage
-from agentledger.core.context import compact_structured, counter_for, plan, select
-from agentledger.core.context.compaction import summary_digest, summary_text, validate_summary
+from agentledger.contracts.context_api import CompactionPlan, Coverage
+from agentledger.core.context import BudgetTooSmallError, compact_structured, counter_for, plan, select
+from agentledger.core.context.accounting import Count
+from agentledger.core.context.compaction import (
+    summary_digest,
+    summary_text,
+    turn_tokens,
+    turn_unit,
+    validate_summary,
+)
 from agentledger.core.context.units import Unit
 
 _WORDS = ("deploy", "billing", "region", "eu-west-1", "error", "E1043", "retry", "the", "user", "wants",
           "never", "on", "fridays", "version", "2.4.1", "approved", "budget", "tokens", "must", "keep")
+# Conversation turns: mostly working chatter; every tenth carries a decision, a fact or a question,
+# which is what a compactor keeps (random cue words in every turn would make it keep everything).
+_CHATTER = ("we", "looked", "at", "the", "log", "output", "again", "and", "checked", "step", "three",
+            "with", "a", "longer", "sample", "from", "yesterday", "run", "it", "shows", "same", "pattern")
+_CUES = ("We decided the deploy must wait for the billing migration {n}.",
+         "Confirmed: error E{n} comes from the retry path in eu-west-1.",
+         "Which region should release {n} go to first?",
+         "The user prefers summaries with the numbers of run {n} kept verbatim.")
 
 
 @dataclass(frozen=True)
@@ -50,7 +65,28 @@ def _units(n: int, rng: random.Random) -> list[Unit]:
 
 
 def _turns(n: int, rng: random.Random) -> list[_Turn]:
-    return [_Turn(i, "user" if i % 2 else "assistant", _text(rng, rng.randint(20, 120))) for i in range(1, n + 1)]
+    def text(i: int) -> str:
+        chatter = " ".join(rng.choice(_CHATTER) for _ in range(rng.randint(20, 120))) + "."
+        return f"{_CUES[i // 10 % len(_CUES)].format(n=i)} {chatter}" if i % 10 == 0 else chatter
+    return [_Turn(i, "user" if i % 2 else "assistant", text(i)) for i in range(1, n + 1)]
+
+
+def _sent(conv: list[_Turn], p: CompactionPlan, count: Count, budget: int) -> tuple[int, str]:
+    """Tokens the builder would send for the last turn as input: the checkpoint (a summary of the
+    compacted prefix) + the recent exact turns + the input, selected and rendered under the
+    budget like the service does; a summary that does not fit means the recent-only fallback."""
+    *history, current = conv
+    if p.compacted is None or p.recent_exact is None:
+        units = [turn_unit(t) for t in history] + [turn_unit(current, mandatory=True, source="input")]
+        return select(units, budget, count).rendered.budgeted_tokens, "direct"
+    recent = [turn_unit(t) for t in history if t.ordinal >= p.recent_exact.first]
+    current_unit = turn_unit(current, mandatory=True, source="input")
+    summary = compact_structured(None, [t for t in history if t.ordinal <= p.compacted.through])
+    checkpoint = Unit(id="checkpoint", source="checkpoint", text=summary_text(summary), mandatory=True)
+    try:
+        return select([checkpoint, *recent, current_unit], budget, count).rendered.budgeted_tokens, "primary"
+    except BudgetTooSmallError:
+        return select([*recent, current_unit], budget, count).rendered.budgeted_tokens, "fallback"
 
 
 def bench_context(build_runs: int, repeats: int = 3) -> None:
@@ -95,14 +131,9 @@ def bench_context(build_runs: int, repeats: int = 3) -> None:
 
     for n in (50, 200, 500):
         conv = turns[:n]
-        full = sum(count(t.content or "") for t in conv)
-        p = plan(conv, lineage_base=0, active_checkpoint_coverage_end=None, measured_tokens=full, cap=budget,
-                 high_watermark=0.75, recent_exact_tokens=4000, count=count)
-        if p.compacted is None or p.recent_exact is None:
-            sent = full
-        else:
-            old = [t for t in conv if t.ordinal <= p.compacted.through]
-            recent = sum(count(t.content or "") for t in conv if t.ordinal >= p.recent_exact.first)
-            sent = count(summary_text(compact_structured(None, old))) + recent
+        full = sum(turn_tokens(t, count) for t in conv)
+        p = plan(conv[:-1], lineage_base=0, active_checkpoint_coverage_end=None, measured_tokens=full,
+                 cap=budget, high_watermark=0.75, recent_exact_tokens=4000, count=count)
+        sent, branch = _sent(conv, p, count, budget)
         emit(f"context_tokens_{n}_turns", sent, "tokens", full, sent / full, turns=n, outcome=p.outcome,
-             baseline_is="the full history's tokens")
+             branch=branch, budget=budget, baseline_is="the full history's tokens (every turn as rendered)")
