@@ -51,6 +51,7 @@ CONTRACTS: dict[str, Any] = {
     "context_build_request.schema.json": context_api.BuildRequest,
     "context_build_reply.schema.json": context_api.BuildReply,
     "context_generation_ref.schema.json": context_api.GenerationRef,
+    "context_trace_reply.schema.json": context_api.TraceReply,
     "context_commit_request.schema.json": context_api.CommitRequest,
     "context_commit_reply.schema.json": context_api.CommitReply,
     "context_clear_request.schema.json": context_api.ClearRequest,

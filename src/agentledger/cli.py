@@ -25,6 +25,7 @@ from agentledger.demo_memory import render_lab, run_lab
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
+from agentledger.services.context_builder import docs_replay
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.projector import rebuild
 
@@ -142,18 +143,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.verify:
         report = asyncio.run(rebuild.verify(settings, progress=_progress))
         print(report.summary())
-        problems = asyncio.run(memory_replay.verify_memory(settings))
-        for line in problems[:50]:
-            print(f"  memory: {line}")
-        print("memory projection: " + (f"{len(problems)} difference(s)" if problems
-                                       else "equal to a fold of the ledger"))
+        problems = []
+        for name, check in (("memory", memory_replay.verify_memory),
+                            ("documents", docs_replay.verify_documents)):
+            found = asyncio.run(check(settings))
+            for line in found[:50]:
+                print(f"  {name}: {line}")
+            print(f"{name} projection: " + (f"{len(found)} difference(s)" if found
+                                            else "equal to a fold of the ledger"))
+            problems += found
         return 0 if report.ok and not problems else 1
     report = asyncio.run(rebuild.replace_live(settings, progress=_progress))
     print(f"rebuilt {report.events} events into {report.tasks} tasks up to seq {report.last_seq}"
           f" beside the live projection and switched to it; {report.spills} spill(s), at most"
           f" {report.peak_bytes} of {report.budget_bytes} bytes held; {report.seconds}s")
-    counts = asyncio.run(memory_replay.rebuild_memory(settings))
-    print(f"rebuilt the memory projection: {counts}")
+    print(f"rebuilt the memory projection: {asyncio.run(memory_replay.rebuild_memory(settings))}")
+    print(f"rebuilt the document index: {asyncio.run(docs_replay.rebuild_documents(settings))}")
     return 0
 
 
