@@ -13,7 +13,7 @@ import pytest
 from agentledger.config import Settings
 from agentledger.services.memory_policy.replay import rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
-from ckpt_support import Stack
+from ckpt_support import Stack, created
 from helpers import assert_eventually
 from test_memory_service import EVIDENCE, TENANT, Mem, proposal
 
@@ -94,3 +94,11 @@ async def test_the_live_projection_follows_a_rebuild(mem: Mem) -> None:
     async def applied() -> bool:
         return await verify_memory(mem.stack.settings) == []
     await assert_eventually(applied, timeout=20)
+
+
+async def test_verify_does_not_wait_for_task_events_after_the_last_memory_event(mem: Mem) -> None:
+    """The memory projection only sees memory subjects: verify waits for the last memory message,
+    not the stream's last message (a task event appended after it), and finds the rows equal."""
+    await _history(mem)
+    await mem.stack.append([created("after-memory")])
+    assert await verify_memory(mem.stack.settings, wait_s=5.0) == []

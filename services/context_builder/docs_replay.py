@@ -12,27 +12,32 @@ rows or the new ones).
 ``verify_documents`` waits for the live projection to reach the stream's end,
 folds every tenant up to the live watermark, and compares documents, versions
 and chunks (text, full-text vector and embedding) in one snapshot.
+
+The ledger side (connecting, the tenants, reading a subject, waiting for the
+live projection) is ``agentledger.projection_replay``, shared by both replays.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import math
 import time
-from typing import Any
 
 import asyncpg
 import structlog
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from agentledger import auth, db
+from agentledger import db
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.embedding import load_embedder
-from agentledger.errors import UnavailableError
-from agentledger.ledger import ledger_subject
+from agentledger.projection_replay import (
+    connect,
+    diff,
+    read_subject,
+    same_vector,
+    subject_last_seq,
+    subject_tenants,
+    wait_live,
+)
 from agentledger.services.context_builder.documents import (
     PROJECTION_TABLES,
     DocFold,
@@ -43,51 +48,15 @@ from agentledger.services.context_builder.documents import (
 )
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.store import parse_vector
+from agentledger.services.projector.rebuild import stream_last_seq
 
 log = structlog.get_logger()
-
-IDLE_TIMEOUT_S = 30.0
-# Embeddings equal within this (they are stored as float4).
-VECTOR_TOLERANCE = 1e-5
-
-
-async def document_tenants(nc: Client, settings: Settings) -> list[str]:
-    """Tenants with at least one message on their documents subject."""
-    info = await nc.jetstream().stream_info(settings.stream, subjects_filter=documents_filter(settings.prefix))
-    head = f"{settings.prefix}.ledger."
-    return sorted({s[len(head):].split(".", 1)[0] for s in (info.state.subjects or {})})
 
 
 async def read_tenant(nc: Client, settings: Settings, tenant: str,
                       upto: int) -> list[tuple[int, ev.EventBase]]:
     """The document events of one tenant with sequence at most ``upto``, in ledger order."""
-    subject = ledger_subject(settings.prefix, tenant, ev.DOCUMENTS_TASK)
-    out: list[tuple[int, ev.EventBase]] = []
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def on_msg(msg: Any) -> None:
-        if done.done():
-            return
-        md = msg.metadata
-        seq, pending = int(md.sequence.stream), int(md.num_pending)
-        if seq <= upto:
-            event = decode_document(settings.prefix, msg.subject, msg.data, seq)
-            if event is not None:
-                out.append((seq, event))
-        if seq >= upto or pending == 0:
-            done.set_result(None)
-
-    sub = await nc.jetstream().subscribe(subject, stream=settings.stream, cb=on_msg, ordered_consumer=True,
-                                         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-                                         pending_msgs_limit=0, pending_bytes_limit=0)
-    try:
-        await asyncio.wait_for(done, IDLE_TIMEOUT_S)
-    except TimeoutError as exc:
-        raise UnavailableError(f"no document message of tenant {tenant!r} for {IDLE_TIMEOUT_S}s") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return out
+    return await read_subject(nc, settings, tenant, ev.DOCUMENTS_TASK, upto, decode=decode_document, noun="document")
 
 
 def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> dict[str, DocFold]:
@@ -97,35 +66,20 @@ def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> dict[str, DocFold]:
     return docs
 
 
-async def _connect(settings: Settings) -> tuple[Client, asyncpg.Connection]:
-    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
-    try:
-        conn = await db.connect(settings.database_url)
-    except BaseException:
-        await nc.close()
-        raise
-    return nc, conn
-
-
-async def _last_seq(nc: Client, settings: Settings) -> int:
-    info = await nc.jetstream().stream_info(settings.stream)
-    return int(info.state.last_seq) if info.state.messages else 0
-
-
 async def rebuild_documents(settings: Settings) -> dict[str, int]:
     """Drop and rebuild the document index from the ledger; what it wrote."""
     started = time.perf_counter()
     vectors = Vectors(load_embedder(settings))
-    nc, conn = await _connect(settings)
+    nc, conn = await connect(settings)
     store = DocumentStore()
     counts = {"tenants": 0, "events": 0, "documents": 0, "chunks": 0}
     try:
         await db.migrate_conn(conn)
         async with conn.transaction():
             await store.lock_watermark(conn)  # the live projection waits for the switch
-            upto = await _last_seq(nc, settings)
+            upto = await stream_last_seq(nc, settings)
             await conn.execute("TRUNCATE " + ", ".join(PROJECTION_TABLES))
-            for tenant in await document_tenants(nc, settings):
+            for tenant in await subject_tenants(nc, settings, documents_filter(settings.prefix)):
                 events = await read_tenant(nc, settings, tenant, upto)
                 docs = fold_tenant(events)
                 counts["chunks"] += await store.write(conn, tenant, docs, vectors)
@@ -141,26 +95,19 @@ async def rebuild_documents(settings: Settings) -> dict[str, int]:
     return counts
 
 
-async def _wait_live(conn: asyncpg.Connection, store: DocumentStore, target: int, wait_s: float) -> None:
-    deadline = time.monotonic() + wait_s
-    while (await store.watermark(conn) or 0) < target:
-        if time.monotonic() > deadline:
-            raise UnavailableError(f"the document projection did not reach seq {target} within {wait_s}s; "
-                                   "is the context-builder running?", code="projection_behind")
-        await asyncio.sleep(0.1)
-
-
 async def verify_documents(settings: Settings, wait_s: float = 60.0) -> list[str]:
     """Fold the ledger's documents subjects and compare with the live tables; the differences."""
     vectors = Vectors(load_embedder(settings))
-    nc, conn = await _connect(settings)
+    nc, conn = await connect(settings)
     store = DocumentStore()
     problems: list[str] = []
     try:
-        await _wait_live(conn, store, await _last_seq(nc, settings), wait_s)
+        target = await subject_last_seq(nc, settings, documents_filter(settings.prefix))
+        await wait_live(conn, store, target, wait_s, noun="document",
+                        runner="the context-builder")
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             upto = await store.watermark(conn) or 0
-            tenants = set(await document_tenants(nc, settings))
+            tenants = set(await subject_tenants(nc, settings, documents_filter(settings.prefix)))
             tenants |= {r[0] for r in await conn.fetch(
                 "SELECT DISTINCT tenant FROM documents UNION SELECT DISTINCT tenant FROM document_chunks"
                 " UNION SELECT DISTINCT tenant FROM document_versions")}
@@ -174,14 +121,6 @@ async def verify_documents(settings: Settings, wait_s: float = 60.0) -> list[str
     return problems
 
 
-def _diff(tenant: str, what: str, want: dict[Any, Any], got: dict[Any, Any]) -> list[str]:
-    out = [f"{tenant}: {what} {k} missing" for k in sorted(want.keys() - got.keys(), key=str)]
-    out += [f"{tenant}: {what} {k} extra" for k in sorted(got.keys() - want.keys(), key=str)]
-    out += [f"{tenant}: {what} {k} different" for k in sorted(want.keys() & got.keys(), key=str)
-            if want[k] != got[k]]
-    return out
-
-
 async def _compare(conn: asyncpg.Connection, tenant: str, docs: dict[str, DocFold],
                    vectors: Vectors) -> list[str]:
     heads = {d: (h.version, h.source, h.title, h.chunking, h.content_blake3, h.chunks, h.first_seq, h.last_seq,
@@ -190,7 +129,7 @@ async def _compare(conn: asyncpg.Connection, tenant: str, docs: dict[str, DocFol
                   for r in await conn.fetch(
         "SELECT doc_id, version, source, title, chunking, content_blake3, chunks, first_seq, last_seq, ingested_at"
         " FROM documents WHERE tenant = $1", tenant)}
-    problems = _diff(tenant, "document", heads, live_heads)
+    problems = diff(tenant, "document", heads, live_heads)
     versions = {}
     for d, f in docs.items():
         for ver, v in f.new_versions.items():
@@ -202,12 +141,12 @@ async def _compare(conn: asyncpg.Connection, tenant: str, docs: dict[str, DocFol
                      for r in await conn.fetch(
         "SELECT doc_id, version, status, source, chunking, content_blake3, first_seq, superseded_seq"
         " FROM document_versions WHERE tenant = $1", tenant)}
-    problems += _diff(tenant, "document version", versions, live_versions)
+    problems += diff(tenant, "document version", versions, live_versions)
     chunks = {(d, i): c for d, f in docs.items() for i, c in f.new_chunks.items()}
     live = {(r[0], int(r[1])): (int(r[2]), int(r[3]), r[4], r[5], r[6]) for r in await conn.fetch(
         "SELECT doc_id, chunk_index, version, seq, text, tsv::text, embedding::text FROM document_chunks"
         " WHERE tenant = $1", tenant)}
-    problems += _diff(tenant, "chunk", {k: (c.version, c.seq, c.text) for k, c in chunks.items()},
+    problems += diff(tenant, "chunk", {k: (c.version, c.seq, c.text) for k, c in chunks.items()},
                       {k: v[:3] for k, v in live.items()})
     both = sorted(chunks.keys() & live.keys())
     if not both:
@@ -220,13 +159,6 @@ async def _compare(conn: asyncpg.Connection, tenant: str, docs: dict[str, DocFol
     for key, tsv, embedding in zip(both, expected_tsv, embeddings, strict=True):
         if live[key][3] != tsv:
             problems.append(f"{tenant}: chunk {key} full-text vector different")
-        if not _same_vector(embedding, parse_vector(live[key][4])):
+        if not same_vector(embedding, parse_vector(live[key][4])):
             problems.append(f"{tenant}: chunk {key} embedding different")
     return problems
-
-
-def _same_vector(want: list[float] | None, got: list[float] | None) -> bool:
-    if want is None or got is None:
-        return want is got
-    return len(want) == len(got) and all(math.isclose(a, b, abs_tol=VECTOR_TOLERANCE)
-                                         for a, b in zip(want, got, strict=True))

@@ -13,10 +13,11 @@ usually one. The call returns once the projection holds the version
 (read-your-writes), so a build right after an ingest finds it.
 
 ``DocumentProjection`` folds those subjects into PostgreSQL (tables: ``db``
-migration 5), exactly like the memory projection (``services/memory_policy``):
-a durable pull consumer ``context-documents`` positioned from the watermark,
-each batch applied in ONE transaction that row-locks the watermark, skips what
-it already holds and moves it. Tables:
+migration 5) with the loop the memory projection runs too
+(``agentledger.ledger_projection``): a durable pull consumer
+``context-documents`` positioned from the watermark, each batch applied in ONE
+transaction that row-locks the watermark, skips what it already holds and
+moves it. Tables:
 
 * ``document_watermark``: the last ledger sequence folded.
 * ``documents``: one row per (tenant, doc_id): its current version, source,
@@ -41,9 +42,7 @@ the builder renders hits as data blocks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,12 +52,9 @@ from typing import Any
 import asyncpg
 import blake3
 import msgspec
-import nats.js.errors
 import structlog
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from agentledger import db
 from agentledger.client import raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -70,11 +66,9 @@ from agentledger.embedding import load_embedder
 from agentledger.errors import ConflictError, ContractError, UnavailableError
 from agentledger.identity import Caller
 from agentledger.ledger import subject_key
-from agentledger.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.ledger_projection import LedgerProjection
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.store import vector_text
-from agentledger.services.projector.puller import Puller
-from agentledger.services.projector.rebuild import stream_seq
 
 log = structlog.get_logger()
 
@@ -82,11 +76,6 @@ DURABLE = "context-documents"
 WATERMARK = "documents"
 # Tables the projection consists of (what a rebuild empties and refills).
 PROJECTION_TABLES = ("documents", "document_versions", "document_chunks")
-FETCH_TIMEOUT = 1.0
-ACK_WAIT = 60.0
-LOOP_STALL_S = 30.0
-OUTAGE_RETRY_S = 0.5
-MAX_FAILURES = 30
 # How long an ingest waits for the projection to hold what it appended.
 CATCH_UP_S = 30.0
 # Chunks per event (the contract's limit) and room kept in a writer request for its framing.
@@ -599,217 +588,29 @@ async def fold_batch(conn: asyncpg.Connection, index: DocumentStore, vectors: Ve
 
 # ---- the live projection ---------------------------------------------------------------------------
 
-class ProjectionChangedError(Exception):
-    """The watermark is not the one this process committed: a rebuild replaced the projection."""
+class DocumentProjection(LedgerProjection[DocumentStore]):
+    """Folds the ``_documents`` subjects into PostgreSQL with the memory projection's loop
+    (``agentledger.ledger_projection``): a durable consumer positioned from the watermark, one
+    transaction per batch, rebinding when a replay moved the watermark. ``start()``, ``stop()``,
+    ``alive()``, ``wait_for(seq)``, ``failed``."""
 
-
-class DocumentProjection:
-    """Folds the ``_documents`` subjects into PostgreSQL (the memory projection's loop: a durable
-    consumer positioned from the watermark, one transaction per batch, rebinding when a replay
-    moved the watermark). ``start()``, ``stop()``, ``alive()``, ``wait_for(seq)``, ``failed``."""
+    durable = DURABLE
+    log_name = "documents"
+    noun = "document"
+    description = "agentledger document index (position follows PostgreSQL)"
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
-        self.settings = settings
-        self.store = DocumentStore()
-        self._nc = nc
-        self._pool = pool
+        super().__init__(settings, nc, pool, DocumentStore())
         self._vectors = vectors
-        self._sub: Puller | None = None
-        self._writer: asyncpg.Connection | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._busy = False
-        self._committed: int | None = None
-        self._projection: int | None = None
-        self._progress = asyncio.Event()
-        self._turned = time.monotonic()
-        self._outage: str | None = None
-        self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.applied = 0
 
-    async def start(self) -> None:
-        await self._initialize()
-        self._task = asyncio.create_task(self._run(), name="document-projection")
+    def filter_subject(self) -> str:
+        return documents_filter(self.settings.prefix)
 
-    async def stop(self) -> None:
-        self._stopping = True
-        if self._task is not None:
-            if not self._busy:
-                self._task.cancel()
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=15)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
-            except Exception as exc:  # noqa: BLE001 - reported through ``failed`` already
-                log.debug("documents.projection_ended", error=type(exc).__name__)
-        if self._sub is not None:
-            await self._sub.close()
-        self._drop_writer()
-
-    def alive(self) -> bool:
-        return (self._task is not None and not self._task.done()
-                and time.monotonic() - self._turned < LOOP_STALL_S)
-
-    async def wait_for(self, seq: int, timeout_s: float) -> None:
-        """Return once the projection has applied ``seq``; ``UnavailableError`` after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while self.applied < seq:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise UnavailableError(f"the document projection is at seq {self.applied}, not yet at "
-                                       f"{seq}; retry", code="projection_behind")
-            self._progress.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._progress.wait(), timeout=min(left, 0.05))
-            if self.applied < seq:  # a standby process: read the committed watermark
-                wm = await self.store.watermark(self._pool)
-                self.applied = max(self.applied, wm or 0)
-
-    async def _initialize(self) -> None:
-        await db.migrate(self.settings.database_url)
-        conn = await self._conn()
-        async with conn.transaction():
-            position = await self.store.lock_watermark(conn)
-        if position is None:
-            raise ProjectionChangedError("the document watermark row is missing")
-        await self._bind(position[0])
-        self._committed, self._projection = position
-        self.applied = max(self.applied, position[0])
-        log.info("documents.projection_initialized", watermark=position[0])
-
-    async def _bind(self, wm: int) -> None:
-        js = self._nc.jetstream()
-        stream = self.settings.stream
-        if self._sub is not None:
-            await self._sub.close()
-            self._sub = None
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await js.delete_consumer(stream, DURABLE)
-        await js.add_consumer(stream, ConsumerConfig(
-            name=DURABLE, durable_name=DURABLE, filter_subject=documents_filter(self.settings.prefix),
-            ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=100_000, max_waiting=16,
-            description="agentledger document index (position follows PostgreSQL)"))
-        self._sub = Puller(self._nc, stream, DURABLE)
-        await self._sub.start()
-
-    async def _run(self) -> None:
-        failures = 0
-        try:
-            while not self._stopping:
-                self._turned = time.monotonic()
-                try:
-                    await self._step()
-                    failures = 0
-                    if self._outage is not None:
-                        log.info("documents.servers_back", watermark=self._committed)
-                        self._outage = None
-                except asyncio.CancelledError:
-                    raise
-                except SERVER_AWAY_ERRORS as exc:
-                    if self._stopping:
-                        break
-                    await self._wait_out(exc)
-                except ProjectionChangedError as exc:
-                    log.info("documents.projection_reset", reason=str(exc))
-                    self._reset()
-                except Exception as exc:
-                    if self._stopping:
-                        break
-                    failures += 1
-                    log.warning("documents.batch_failed", failures=failures, error=type(exc).__name__,
-                                detail=str(exc)[:300], watermark=self._committed)
-                    self._reset()
-                    if failures >= MAX_FAILURES:
-                        raise
-                    await asyncio.sleep(min(0.05 * 2 ** failures, 5.0))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            log.error("documents.projection_failed", error=type(exc).__name__, detail=str(exc)[:300])
-            if not self.failed.done():
-                self.failed.set_exception(exc)
-            raise
-
-    async def _wait_out(self, exc: BaseException) -> None:
-        """A server is away: wait without counting failures, then start over from PostgreSQL."""
-        reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-        if reason != self._outage:
-            log.warning("documents.waiting_for_servers", reason=reason)
-            self._outage = reason
-        self._reset()
-        await asyncio.sleep(OUTAGE_RETRY_S)
-
-    def _reset(self) -> None:
-        self._committed = self._projection = None
-        self._drop_writer()
-
-    async def _step(self) -> None:
-        if self._committed is None or self._sub is None:
-            await self._initialize()
-        assert self._sub is not None
-        try:
-            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
-        except TimeoutError:
-            async with self._pool.acquire() as conn, conn.transaction():
-                self._check(await self.store.lock_watermark(conn))
-            return
-        self._busy = True
-        try:
-            await self._commit({stream_seq(m): m for m in msgs})
-        finally:
-            self._busy = False
-
-    def _check(self, position: tuple[int, int] | None) -> int:
-        if position is None or position != (self._committed, self._projection):
-            raise ProjectionChangedError(f"document watermark is {position}, this process committed "
-                                         f"{(self._committed, self._projection)}")
-        return position[0]
-
-    async def _commit(self, batch: dict[int, Any]) -> None:
-        conn = await self._conn()
+    async def apply(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]]) -> dict[str, int]:
         prefix = self.settings.prefix
-        async with conn.transaction():
-            wm = self._check(await self.store.lock_watermark(conn))
-            fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
-            if fresh:
-                await self._check_contiguous(wm, fresh[0][0])
-                events = [(seq, e) for seq, msg in fresh
-                          if (e := decode_document(prefix, msg.subject, msg.data, seq)) is not None]
-                rows = await fold_batch(conn, self.store, self._vectors, events)
-                await self.store.set_watermark(conn, fresh[-1][0])
-                log.debug("documents.batch", events=len(fresh), chunks=rows, watermark=fresh[-1][0])
-        if fresh:
-            self._committed = fresh[-1][0]
-            self.applied = max(self.applied, self._committed)
-        try:
-            await batch[max(batch)].ack()
-        except Exception:  # noqa: BLE001 - a lost ack is a redelivery, which the watermark skips
-            log.warning("documents.ack_failed")
-        self._progress.set()
-
-    async def _check_contiguous(self, wm: int, first: int) -> None:
-        """Refuse a batch that starts after a document message the consumer never delivered."""
-        if first == wm + 1:
-            return
-        try:
-            nxt = await self._nc.jetstream().get_msg(
-                self.settings.stream, seq=wm + 1, subject=documents_filter(self.settings.prefix), next=True)
-        except nats.js.errors.NotFoundError:
-            return
-        if nxt.seq is not None and nxt.seq < first:
-            raise ProjectionChangedError(f"document message {nxt.seq} was not delivered before {first}")
-
-    async def _conn(self) -> asyncpg.Connection:
-        if self._writer is None or self._writer.is_closed():
-            self._writer = await db.connect(self.settings.database_url)
-        return self._writer
-
-    def _drop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None and not writer.is_closed():
-            writer.terminate()
+        events = [(seq, e) for seq, msg in fresh
+                  if (e := decode_document(prefix, msg.subject, msg.data, seq)) is not None]
+        return {"chunks": await fold_batch(conn, self.store, self._vectors, events)}
 
 
 # ---- ingest ------------------------------------------------------------------------------------------

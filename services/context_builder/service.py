@@ -25,24 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import msgspec
-import nats.errors
 import structlog
 from nats.aio.client import Client
 from nats.micro import add_service
-from nats.micro.request import Request
 from nats.micro.service import Service
 
 from agentledger import artifacts, auth, db
 from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
-from agentledger.contracts.api import ErrorBody
-from agentledger.contracts.codec import check_request_depth, contract_error, encode, error_body
 from agentledger.contracts.context_api import (
     BuildReply,
     BuildRequest,
@@ -55,9 +49,9 @@ from agentledger.contracts.context_api import (
     IngestRequest,
     TraceReply,
 )
-from agentledger.errors import AgentLedgerError
-from agentledger.identity import Caller, TenantRegistry
+from agentledger.identity import TenantRegistry
 from agentledger.natsclient import reader_alive
+from agentledger.service_endpoints import Endpoint, Endpoints
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
 from agentledger.services.context_builder.keys import load_signing_key
@@ -72,12 +66,6 @@ ROLE = "context-builder"
 
 def context_subject(prefix: str, action: str) -> str:
     return f"{prefix}.context.{action}"
-
-
-class _Endpoint(msgspec.Struct, frozen=True):
-    decoder: msgspec.json.Decoder[Any]
-    reply: type[Any]
-    handle: Callable[[Caller, Any], Awaitable[Any]]
 
 
 def _documents_module() -> Any:
@@ -106,7 +94,7 @@ class ContextBuilder:
         self.builder: Builder | None = None
         self.committer: Committer | None = None
         self.documents: Any = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._requests: Endpoints | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
 
@@ -142,22 +130,23 @@ class ContextBuilder:
         self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
                                documents=self.documents, compactors=self._extra_compactors)
         self.committer = Committer(s, self._nc, self.store, self.builder, key)
+        self._requests = Endpoints(self._tenants, log_name="context", who="context-builder", bind_task=True)
         endpoints = {
-            "build": _Endpoint(msgspec.json.Decoder(BuildRequest), BuildReply, self.builder.build),
-            "get": _Endpoint(msgspec.json.Decoder(GenerationRef), BuildReply, self.builder.get),
-            "trace": _Endpoint(msgspec.json.Decoder(GenerationRef), TraceReply, self.builder.trace),
-            "commit": _Endpoint(msgspec.json.Decoder(CommitRequest), CommitReply, self.committer.commit),
-            "clear": _Endpoint(msgspec.json.Decoder(ClearRequest), ClearReply, self.committer.clear),
+            "build": Endpoint(msgspec.json.Decoder(BuildRequest), BuildReply, self.builder.build),
+            "get": Endpoint(msgspec.json.Decoder(GenerationRef), BuildReply, self.builder.get),
+            "trace": Endpoint(msgspec.json.Decoder(GenerationRef), TraceReply, self.builder.trace),
+            "commit": Endpoint(msgspec.json.Decoder(CommitRequest), CommitReply, self.committer.commit),
+            "clear": Endpoint(msgspec.json.Decoder(ClearRequest), ClearReply, self.committer.clear),
         }
         if self.documents is not None and hasattr(self.documents, "ingest"):
-            endpoints["ingest"] = _Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply,
-                                            self.documents.ingest)
+            endpoints["ingest"] = Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply,
+                                           self.documents.ingest)
         self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
                                           description="agentledger context builder: budgeted, frozen "
                                                       "context and conversation compaction")
         for action, endpoint in endpoints.items():
             await self._service.add_endpoint(name=f"context-{action}", subject=context_subject(s.prefix, action),
-                                             handler=self._spawn(action, endpoint))
+                                             handler=self._requests.handler(action, endpoint))
         await self._nc.flush()
         log.info("context.ready", endpoints=sorted(endpoints), key_id=key.key_id)
 
@@ -190,8 +179,8 @@ class ContextBuilder:
         if self._service is not None:
             with contextlib.suppress(Exception):
                 await self._service.stop()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._requests is not None:
+            await self._requests.drain()
         if self.documents is not None and hasattr(self.documents, "stop"):
             with contextlib.suppress(Exception):
                 await self.documents.stop()
@@ -206,40 +195,6 @@ class ContextBuilder:
         if self._pool is not None:
             await self._pool.close()
 
-    # ---- requests -------------------------------------------------------------------------------
-
-    def _spawn(self, action: str, endpoint: _Endpoint) -> Callable[[Request], Awaitable[None]]:
-        async def on_request(req: Request) -> None:
-            task = asyncio.create_task(self._handle(action, endpoint, req))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
-        return on_request
-
-    async def _handle(self, action: str, endpoint: _Endpoint, req: Request) -> None:
-        started = time.perf_counter()
-        try:
-            check_request_depth(req.data)
-            try:
-                body = endpoint.decoder.decode(req.data)
-            except msgspec.MsgspecError as exc:
-                raise contract_error(exc) from exc
-            assert self._tenants is not None
-            caller = await self._tenants.caller(req.headers)
-            caller.require_tenant(body.tenant, "$.tenant")
-            with structlog.contextvars.bound_contextvars(tenant=body.tenant, endpoint=action,
-                                                         task=getattr(body, "task_id", None)):
-                reply = await endpoint.handle(caller, body)
-        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
-            reply = endpoint.reply(ok=False, error=_error_body(exc))
-            if reply.error.code not in ("internal", "unavailable"):
-                log.info("context.refused", endpoint=action, code=reply.error.code, path=reply.error.path)
-        else:
-            log.debug("context.answered", endpoint=action, ms=round((time.perf_counter() - started) * 1000, 2))
-        try:
-            await req.respond(reply if isinstance(reply, bytes) else encode(reply))
-        except Exception:  # noqa: BLE001 - the caller went away
-            log.warning("context.respond_failed", endpoint=action)
-
     # ---- NATS callbacks -------------------------------------------------------------------------
 
     async def _nats_error(self, exc: Exception) -> None:
@@ -248,15 +203,3 @@ class ContextBuilder:
     async def _nats_closed(self) -> None:
         if not self._stopped and self._failed is not None and not self._failed.done():
             self._failed.set_exception(ConnectionError("the NATS connection closed"))
-
-
-def _error_body(exc: Exception) -> ErrorBody:
-    if isinstance(exc, AgentLedgerError):
-        return error_body(exc)
-    # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
-    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError,
-                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
-        log.warning("context.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-        return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
-    log.error("context.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
-    return ErrorBody(code="internal", message="the context-builder failed to answer", retryable=True)

@@ -21,24 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import asyncpg
 import msgspec
-import nats.errors
 import structlog
 from nats.aio.client import Client
 from nats.micro import add_service
-from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import auth, db
+from agentledger import auth, db, tokens
 from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
-from agentledger.contracts.api import ErrorBody
-from agentledger.contracts.codec import check_request_depth, contract_error, encode, error_body
 from agentledger.contracts.memory_api import (
     FeedbackReply,
     FeedbackRequest,
@@ -52,9 +45,9 @@ from agentledger.contracts.memory_api import (
     ReceiptsRequest,
 )
 from agentledger.embedding import load_embedder
-from agentledger.errors import AgentLedgerError
-from agentledger.identity import Caller, TenantRegistry
+from agentledger.identity import TenantRegistry
 from agentledger.natsclient import reader_alive
+from agentledger.service_endpoints import Endpoint, Endpoints
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.propose import Decider
@@ -73,12 +66,6 @@ def memory_subject(prefix: str, action: str) -> str:
     return f"{prefix}.memory.{action}"
 
 
-class _Endpoint(msgspec.Struct, frozen=True):
-    decoder: msgspec.json.Decoder[Any]
-    reply: type[Any]
-    handle: Callable[[Caller, Any], Awaitable[Any]]
-
-
 class MemoryPolicy:
     """The service; see the module docstring."""
 
@@ -94,7 +81,7 @@ class MemoryPolicy:
         self.projection: MemoryProjection | None = None
         self.decider: Decider | None = None
         self.reader: Reader | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
+        self._requests: Endpoints | None = None
         self._expiry: asyncio.Task[None] | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
@@ -113,6 +100,9 @@ class MemoryPolicy:
     async def _start(self) -> None:
         s = self.settings
         vectors = Vectors(load_embedder(s))
+        # Load the model and the default encoding now, so the first read does not pay for them.
+        await vectors.embedder.embed(["warm up"])
+        tokens.encoding(tokens.DEFAULT_ENCODING)
         self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
         self._tenants = TenantRegistry(self._nc, s.prefix)
@@ -128,22 +118,23 @@ class MemoryPolicy:
         await self.projection.start()
         self.decider = Decider(s, self._nc, self._pool, self.projection, self._bindings)
         self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings)
+        self._requests = Endpoints(self._tenants, log_name="memory", who="memory-policy service")
         endpoints = {
-            "propose": _Endpoint(msgspec.json.Decoder(ProposeRequest), ProposeReply, self.decider.propose),
-            "feedback": _Endpoint(msgspec.json.Decoder(FeedbackRequest), FeedbackReply,
-                                  self.decider.feedback),
-            "read": _Endpoint(msgspec.json.Decoder(ReadRequest), ReadReply, self.reader.read),
-            "get": _Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.get),
-            "history": _Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.history),
-            "receipts": _Endpoint(msgspec.json.Decoder(ReceiptsRequest), ReceiptsReply,
-                                  self.reader.receipts),
+            "propose": Endpoint(msgspec.json.Decoder(ProposeRequest), ProposeReply, self.decider.propose),
+            "feedback": Endpoint(msgspec.json.Decoder(FeedbackRequest), FeedbackReply,
+                                 self.decider.feedback),
+            "read": Endpoint(msgspec.json.Decoder(ReadRequest), ReadReply, self.reader.read),
+            "get": Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.get),
+            "history": Endpoint(msgspec.json.Decoder(KeyRequest), KeyReply, self.reader.history),
+            "receipts": Endpoint(msgspec.json.Decoder(ReceiptsRequest), ReceiptsReply,
+                                 self.reader.receipts),
         }
         self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
                                           description="agentledger memory policy: propose, decide, "
                                                       "gated reads with receipts")
         for action, endpoint in endpoints.items():
             await self._service.add_endpoint(name=f"memory-{action}", subject=memory_subject(s.prefix, action),
-                                             handler=self._spawn(action, endpoint))
+                                             handler=self._requests.handler(action, endpoint))
         self._expiry = asyncio.create_task(self._expire(), name="memory-receipt-expiry")
         await self._nc.flush()
 
@@ -175,8 +166,8 @@ class MemoryPolicy:
         if self._service is not None:
             with contextlib.suppress(Exception):
                 await self._service.stop()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._requests is not None:
+            await self._requests.drain()
         if self._expiry is not None:
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
@@ -192,39 +183,6 @@ class MemoryPolicy:
                 await self._nc.close()
         if self._pool is not None:
             await self._pool.close()
-
-    # ---- requests -------------------------------------------------------------------------------
-
-    def _spawn(self, action: str, endpoint: _Endpoint) -> Callable[[Request], Awaitable[None]]:
-        async def on_request(req: Request) -> None:
-            task = asyncio.create_task(self._handle(action, endpoint, req))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
-        return on_request
-
-    async def _handle(self, action: str, endpoint: _Endpoint, req: Request) -> None:
-        started = time.perf_counter()
-        try:
-            check_request_depth(req.data)
-            try:
-                body = endpoint.decoder.decode(req.data)
-            except msgspec.MsgspecError as exc:
-                raise contract_error(exc) from exc
-            assert self._tenants is not None
-            caller = await self._tenants.caller(req.headers)
-            caller.require_tenant(body.tenant, "$.tenant")
-            with structlog.contextvars.bound_contextvars(tenant=body.tenant, endpoint=action):
-                reply = await endpoint.handle(caller, body)
-        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
-            reply = endpoint.reply(ok=False, error=_error_body(exc))
-            if reply.error.code not in ("internal", "unavailable"):
-                log.info("memory.refused", endpoint=action, code=reply.error.code, path=reply.error.path)
-        else:
-            log.debug("memory.answered", endpoint=action, ms=round((time.perf_counter() - started) * 1000, 2))
-        try:
-            await req.respond(encode(reply))
-        except Exception:  # noqa: BLE001 - the caller went away
-            log.warning("memory.respond_failed", endpoint=action)
 
     async def _expire(self) -> None:
         while True:
@@ -245,15 +203,3 @@ class MemoryPolicy:
     async def _nats_closed(self) -> None:
         if not self._stopped and self._failed is not None and not self._failed.done():
             self._failed.set_exception(ConnectionError("the NATS connection closed"))
-
-
-def _error_body(exc: Exception) -> ErrorBody:
-    if isinstance(exc, AgentLedgerError):
-        return error_body(exc)
-    # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
-    if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError,
-                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
-        log.warning("memory.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-        return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
-    log.error("memory.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
-    return ErrorBody(code="internal", message="the memory-policy service failed to answer", retryable=True)

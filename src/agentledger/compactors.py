@@ -13,27 +13,24 @@ typed error: ``CompactorUnavailableError`` (cannot connect, timeout, 429 or
 part that was wrong).
 
 Turns and summaries are sent as data inside the user message, each turn a JSON
-object, never as instructions. Standard library HTTP in a worker thread, like
-``embedding.OpenAIEmbedder``; the API key is read from a file, sent as a bearer
-token and appears in no message, repr or log.
+object, never as instructions. The HTTP is ``http_json``'s, shared with
+``embedding.OpenAIEmbedder``: the standard library in a worker thread; the API
+key is read from a file, sent as a bearer token and appears in no message,
+repr or log.
 """
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import json
-import ssl
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 import msgspec
 
 from agentledger.config import Settings
 from agentledger.contracts.context_api import Summary
 from agentledger.errors import AgentLedgerError, ContractError, UnavailableError
+from agentledger.http_json import JsonEndpoint, read_key
 
 
 class CompactorError(AgentLedgerError):
@@ -101,28 +98,19 @@ class OpenAICompactor:
     json_object`` (servers that do not know it may refuse it: turn it off).
     """
 
-    _quote = 200
-
     def __init__(self, base_url: str, model: str, api_key: str | None = None, *, timeout_s: float = 30.0,
                  max_tokens: int = 4096, json_mode: bool = True) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ContractError(f"compactor url {base_url!r} must be http(s)://host[:port]/path",
-                                code="invalid_config", path="AGENTLEDGER_CONTEXT_COMPACTOR_URL")
+        self._endpoint = JsonEndpoint(base_url, "/chat/completions", api_key, timeout_s=timeout_s,
+                                      what="compactor", url_setting="AGENTLEDGER_CONTEXT_COMPACTOR_URL",
+                                      unavailable=CompactorUnavailableError, rejected=CompactorError)
         if not model:
             raise ContractError("a compactor model is required", code="invalid_config",
                                 path="AGENTLEDGER_CONTEXT_COMPACTOR_MODEL")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = parts.path.rstrip("/") + "/chat/completions"
-        self._key = api_key or None
-        self._timeout_s = timeout_s
         self._max_tokens = max_tokens
         self._json_mode = json_mode
         self.model = model
         self.name = f"openai/{model}"
-        self.url = f"{parts.scheme}://{parts.netloc}{self._path}"
+        self.url = self._endpoint.url
 
     def __repr__(self) -> str:
         return f"OpenAICompactor(url={self.url!r}, model={self.model!r})"
@@ -145,13 +133,7 @@ class OpenAICompactor:
                                 "max_tokens": self._max_tokens}
         if self._json_mode:
             body["response_format"] = {"type": "json_object"}
-        status, payload = await asyncio.to_thread(self._post, json.dumps(body).encode())
-        if status == 429 or status >= 500:
-            raise CompactorUnavailableError(f"compactor endpoint {self.url} answered {status}: "
-                                            f"{self._scrub(payload)}")
-        if status != 200:
-            raise CompactorError(f"compactor endpoint {self.url} answered {status}: {self._scrub(payload)}")
-        return self.parse(payload)
+        return self.parse(await self._endpoint.post(body))
 
     def parse(self, payload: bytes) -> Summary:
         """The summary in a chat-completions reply; ``CompactorReplyError`` naming what is wrong."""
@@ -160,7 +142,7 @@ class OpenAICompactor:
             content = choice["message"]["content"]
             finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise CompactorReplyError(f"not a chat completion ({type(exc).__name__}): {self._scrub(payload)}",
+            raise CompactorReplyError(f"not a chat completion ({type(exc).__name__}): {self._endpoint.scrub(payload)}",
                                       path="$.choices[0].message.content") from None
         if finish == "length":
             raise CompactorReplyError("the summary was cut off (finish_reason: length); raise max_tokens",
@@ -178,46 +160,10 @@ class OpenAICompactor:
             raise CompactorReplyError(f"the reply is not one JSON object (truncated?): {exc}",
                                       code="compactor_not_json", path="$.choices[0].message.content") from None
 
-    def _post(self, body: bytes) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        conn: http.client.HTTPConnection
-        if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
-        try:
-            conn.request("POST", self._path, body=body, headers=headers)
-            reply = conn.getresponse()
-            return reply.status, reply.read()
-        except (OSError, http.client.HTTPException) as exc:
-            # TimeoutError and ConnectionError are OSErrors; the key is in no part of these.
-            raise CompactorUnavailableError(f"compactor endpoint {self.url} failed: "
-                                            f"{type(exc).__name__}: {exc}") from None
-        finally:
-            conn.close()
-
-    def _scrub(self, payload: bytes) -> str:
-        text = payload[:self._quote].decode("utf-8", "replace")
-        return text.replace(self._key, "[key]") if self._key else text
-
-
-def read_key(path: Path) -> str:
-    try:
-        key = path.read_text().strip()
-    except OSError as exc:
-        raise ContractError(f"cannot read the compactor key file {path}: {exc.strerror}", code="invalid_config",
-                            path="AGENTLEDGER_CONTEXT_COMPACTOR_KEY_FILE") from None
-    if not key or any(c.isspace() for c in key):
-        raise ContractError(f"the compactor key file {path} must hold one key on one line", code="invalid_config",
-                            path="AGENTLEDGER_CONTEXT_COMPACTOR_KEY_FILE")
-    return key
-
 
 def make_compactor(settings: Settings) -> OpenAICompactor:
     """The compactor ``settings`` configure (``context_compactor_url`` / ``_model`` / ``_key_file``)."""
-    key = read_key(settings.context_compactor_key_file) if settings.context_compactor_key_file else None
+    key_file = settings.context_compactor_key_file
+    key = read_key(key_file, "compactor", "AGENTLEDGER_CONTEXT_COMPACTOR_KEY_FILE") if key_file else None
     return OpenAICompactor(settings.context_compactor_url, settings.context_compactor_model, key,
                            timeout_s=settings.context_compactor_timeout_s)

@@ -3,7 +3,7 @@
 The service calls an embedder from asyncio, so the one method of the protocol is
 ``async def embed(texts)``. WordLlama is a table lookup and a mean (~20 µs per short text), so
 it runs inline, yielding to the loop between chunks; the HTTP adapter does its blocking I/O in
-a worker thread with the standard library only.
+a worker thread with the standard library only (``http_json``, shared with the compactor).
 
 Every vector returned has unit length (dot product = cosine), so vectors from different
 embedders can be compared with the same SQL. ``name`` identifies the model that made a vector:
@@ -13,20 +13,19 @@ stored vectors are tagged with it and re-embedded when the configured embedder c
 from __future__ import annotations
 
 import asyncio
-import http.client
+import functools
 import json
 import math
-import ssl
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast, runtime_checkable
-from urllib.parse import urlsplit
 
 import numpy as np
 
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError, ContractError, UnavailableError
+from agentledger.http_json import JsonEndpoint, read_key
 
 
 class EmbedderError(AgentLedgerError):
@@ -104,15 +103,12 @@ class OpenAIEmbedder:
 
     # Inputs per request; OpenAI accepts up to 2048, smaller servers less.
     max_batch = 256
-    # Bytes of an error reply quoted in the exception.
-    _quote = 200
 
     def __init__(self, base_url: str, model: str, api_key: str | None = None, dims: int | None = None,
                  *, timeout_s: float = 30.0, send_dimensions: bool = False) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ContractError(f"embeddings url {base_url!r} must be http(s)://host[:port]/path",
-                                code="invalid_config", path="AGENTLEDGER_EMBEDDINGS_URL")
+        self._endpoint = JsonEndpoint(base_url, "/embeddings", api_key, timeout_s=timeout_s, what="embeddings",
+                                      url_setting="AGENTLEDGER_EMBEDDINGS_URL", unavailable=EmbedderUnavailableError,
+                                      rejected=functools.partial(EmbedderError, code="embedder_rejected"))
         if not model:
             raise ContractError("an embeddings model is required", code="invalid_config",
                                 path="AGENTLEDGER_EMBEDDINGS_MODEL")
@@ -122,18 +118,12 @@ class OpenAIEmbedder:
         if send_dimensions and dims is None:
             raise ContractError("send_dimensions needs dims", code="invalid_config",
                                 path="AGENTLEDGER_EMBEDDINGS_SEND_DIMS")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = parts.path.rstrip("/") + "/embeddings"
-        self._key = api_key or None
-        self._timeout_s = timeout_s
         self._send_dimensions = send_dimensions
         self.model = model
         self.name = f"openai/{model}"
         # 0 until the first reply when not configured.
         self.dims = dims or 0
-        self.url = f"{parts.scheme}://{parts.netloc}{self._path}"
+        self.url = self._endpoint.url
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(url={self.url!r}, model={self.model!r}, dims={self.dims})"
@@ -148,35 +138,7 @@ class OpenAIEmbedder:
         body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self._send_dimensions:
             body["dimensions"] = self.dims
-        status, payload = await asyncio.to_thread(self._post, json.dumps(body).encode())
-        if status == 429 or status >= 500:
-            raise EmbedderUnavailableError(f"embeddings endpoint {self.url} answered {status}: "
-                                           f"{self._scrub(payload)}")
-        if status != 200:
-            raise EmbedderError(f"embeddings endpoint {self.url} answered {status}: {self._scrub(payload)}",
-                                code="embedder_rejected")
-        return self._vectors(payload, len(texts))
-
-    def _post(self, body: bytes) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        conn: http.client.HTTPConnection
-        if self._https:
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout_s,
-                                               context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
-        try:
-            conn.request("POST", self._path, body=body, headers=headers)
-            reply = conn.getresponse()
-            return reply.status, reply.read()
-        except (OSError, http.client.HTTPException) as exc:
-            # TimeoutError and ConnectionError are OSErrors; the key is in no part of these.
-            raise EmbedderUnavailableError(f"embeddings endpoint {self.url} failed: "
-                                           f"{type(exc).__name__}: {exc}") from None
-        finally:
-            conn.close()
+        return self._vectors(await self._endpoint.post(body), len(texts))
 
     def _vectors(self, payload: bytes, expected: int) -> list[list[float]]:
         try:
@@ -187,7 +149,7 @@ class OpenAIEmbedder:
             vectors = [row["embedding"] for row in rows]
         except (ValueError, KeyError, TypeError) as exc:
             raise EmbedderError(f"embeddings reply is not an OpenAI embeddings list: {exc!r}; "
-                                f"{self._scrub(payload)}", code="embedder_bad_reply") from None
+                                f"{self._endpoint.scrub(payload)}", code="embedder_bad_reply") from None
         if len(vectors) != expected or indexes != list(range(expected)):
             raise EmbedderError(f"embeddings reply has {len(vectors)} vectors with indexes {indexes[:10]}, "
                                 f"expected {expected} (0..{expected - 1})", code="embedder_wrong_count")
@@ -204,34 +166,19 @@ class OpenAIEmbedder:
         self.dims = dims
         return cast(list[list[float]], _unit_rows(np.asarray(vectors, dtype=np.float64)).tolist())
 
-    def _scrub(self, payload: bytes) -> str:
-        text = payload[:self._quote].decode("utf-8", "replace")
-        return text.replace(self._key, "[key]") if self._key else text
-
 
 def load_embedder(settings: Settings) -> Embedder:
     """The embedder ``settings`` name: ``embedder`` is ``wordllama`` or ``openai``."""
     if settings.embedder == "wordllama":
         return WordLlamaEmbedder()
     if settings.embedder == "openai":
-        key = _read_key(settings.embeddings_key_file) if settings.embeddings_key_file else None
+        key_file = settings.embeddings_key_file
+        key = read_key(key_file, "embeddings", "AGENTLEDGER_EMBEDDINGS_KEY_FILE") if key_file else None
         return OpenAIEmbedder(settings.embeddings_url, settings.embeddings_model, key,
                               settings.embeddings_dims or None, timeout_s=settings.embeddings_timeout_s,
                               send_dimensions=settings.embeddings_send_dims)
     raise ContractError(f"unknown embedder {settings.embedder!r}; known: wordllama, openai",
                         code="invalid_config", path="AGENTLEDGER_EMBEDDER")
-
-
-def _read_key(path: Path) -> str:
-    try:
-        key = path.read_text().strip()
-    except OSError as exc:
-        raise ContractError(f"cannot read the embeddings key file {path}: {exc.strerror}",
-                            code="invalid_config", path="AGENTLEDGER_EMBEDDINGS_KEY_FILE") from None
-    if not key or any(c.isspace() for c in key):
-        raise ContractError(f"the embeddings key file {path} must hold one key on one line",
-                            code="invalid_config", path="AGENTLEDGER_EMBEDDINGS_KEY_FILE")
-    return key
 
 
 def _is_number(x: object) -> bool:

@@ -1,0 +1,304 @@
+"""The live loop of a projection of a reserved per-tenant ledger subject.
+
+The memory projection (``_memory``) and the document index (``_documents``)
+each fold one reserved task of every tenant into their own tables, with the
+same machinery: a durable pull consumer (AckAll) filtered on
+``<prefix>.ledger.*.<task>``, always (re)created to deliver from PostgreSQL's
+``watermark + 1``; each fetched batch applied in ONE transaction that row-locks
+the watermark, skips messages at or below it (a redelivery is a no-op), checks
+that no message of the subject between the watermark and the batch was left
+out, writes the rows and moves the watermark; then the batch is acked. A
+watermark this process did not write (a replay rebuilt the projection) makes
+it start over from the new one; a server away is waited out without counting
+failures.
+
+Only what a batch does to the rows differs, so ``LedgerProjection`` is the
+rest and each projection supplies its subject filter, its store and ``apply``:
+a fix to the loop is made once for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import asyncpg
+import nats.js.errors
+import structlog
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from agentledger import db
+from agentledger.config import Settings
+from agentledger.errors import UnavailableError
+from agentledger.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.services.projector.puller import Puller
+from agentledger.services.projector.rebuild import stream_seq
+
+log = structlog.get_logger()
+
+FETCH_TIMEOUT = 1.0
+ACK_WAIT = 60.0
+# The loop turns at least once per fetch timeout; not turning for this long: not alive.
+LOOP_STALL_S = 30.0
+OUTAGE_RETRY_S = 0.5
+MAX_FAILURES = 30
+
+
+class WatermarkStore(Protocol):
+    """The watermark row a projection keeps in the same transaction as its rows."""
+
+    async def watermark(self, conn: Any) -> int | None: ...
+
+    async def lock_watermark(self, conn: asyncpg.Connection) -> tuple[int, int] | None:
+        """(seq, oid of the watermark table), row-locked until the end of the transaction."""
+        ...
+
+    async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None: ...
+
+
+StoreT = TypeVar("StoreT", bound=WatermarkStore)
+
+
+class ProjectionChangedError(Exception):
+    """The watermark is not the one this process committed: a rebuild replaced the projection."""
+
+
+class LedgerProjection(Generic[StoreT]):
+    """Folds one reserved ledger subject into PostgreSQL; see the module docstring.
+
+    ``start()``, ``stop()``, ``alive()``, ``wait_for(seq)``, ``failed``, and
+    ``applied`` (the highest seq known applied, for read-your-writes). A
+    projection sets the class attributes and implements ``filter_subject`` and
+    ``apply``.
+    """
+
+    # The durable consumer's name.
+    durable: ClassVar[str]
+    # The namespace of the log events ("memory" → "memory.batch").
+    log_name: ClassVar[str]
+    # The word for it in messages ("memory" → "the memory projection is at seq ...").
+    noun: ClassVar[str]
+    # The consumer's description on the server.
+    description: ClassVar[str]
+
+    def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, store: StoreT) -> None:
+        self.settings = settings
+        self.store = store
+        self._nc = nc
+        self._pool = pool
+        self._sub: Puller | None = None
+        self._writer: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._busy = False
+        # Committed watermark and projection (the watermark table's oid); None: not bound.
+        self._committed: int | None = None
+        self._projection: int | None = None
+        self._progress = asyncio.Event()
+        self._turned = time.monotonic()
+        self._outage: str | None = None
+        self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Highest seq known applied (read-your-writes), kept across rebinds.
+        self.applied = 0
+
+    def filter_subject(self) -> str:
+        """The subject filter of the consumer: ``<prefix>.ledger.*.<reserved task>``."""
+        raise NotImplementedError
+
+    async def apply(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]]) -> dict[str, int]:
+        """Fold ``fresh`` (seq, message), in ledger order, into the rows inside the batch's
+        transaction; counts for the batch's log line."""
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        await self._initialize()
+        self._task = asyncio.create_task(self._run(), name=f"{self.noun}-projection")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            if not self._busy:
+                self._task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=15)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+            except Exception as exc:  # noqa: BLE001 - reported through ``failed`` already
+                log.debug(f"{self.log_name}.projection_ended", error=type(exc).__name__)
+        if self._sub is not None:
+            await self._sub.close()
+        self._drop_writer()
+
+    def alive(self) -> bool:
+        return (self._task is not None and not self._task.done()
+                and time.monotonic() - self._turned < LOOP_STALL_S)
+
+    async def wait_for(self, seq: int, timeout_s: float) -> None:
+        """Return once the projection has applied ``seq``; ``UnavailableError`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.applied < seq:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise UnavailableError(f"the {self.noun} projection is at seq {self.applied}, not yet at "
+                                       f"{seq}; retry", code="projection_behind")
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), timeout=min(left, 0.05))
+            if self.applied < seq:  # a standby process: read the committed watermark
+                wm = await self.store.watermark(self._pool)
+                self.applied = max(self.applied, wm or 0)
+
+    # ---- consumer ------------------------------------------------------------------------
+
+    async def _initialize(self) -> None:
+        await db.migrate(self.settings.database_url)
+        conn = await self._conn()
+        async with conn.transaction():
+            position = await self.store.lock_watermark(conn)
+        if position is None:
+            raise ProjectionChangedError(f"the {self.noun} watermark row is missing")
+        await self._bind(position[0])
+        self._committed, self._projection = position
+        self.applied = max(self.applied, position[0])
+        log.info(f"{self.log_name}.projection_initialized", watermark=position[0])
+
+    async def _bind(self, wm: int) -> None:
+        js = self._nc.jetstream()
+        stream = self.settings.stream
+        if self._sub is not None:
+            await self._sub.close()
+            self._sub = None
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_consumer(stream, self.durable)
+        await js.add_consumer(stream, ConsumerConfig(
+            name=self.durable, durable_name=self.durable, filter_subject=self.filter_subject(),
+            ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=100_000, max_waiting=16,
+            description=self.description))
+        self._sub = Puller(self._nc, stream, self.durable)
+        await self._sub.start()
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        name = self.log_name
+        failures = 0
+        try:
+            while not self._stopping:
+                self._turned = time.monotonic()
+                try:
+                    await self._step()
+                    failures = 0
+                    if self._outage is not None:
+                        log.info(f"{name}.servers_back", watermark=self._committed)
+                        self._outage = None
+                except asyncio.CancelledError:
+                    raise
+                except SERVER_AWAY_ERRORS as exc:
+                    if self._stopping:
+                        break
+                    await self._wait_out(exc)
+                except ProjectionChangedError as exc:
+                    log.info(f"{name}.projection_reset", reason=str(exc))
+                    self._reset()
+                except Exception as exc:
+                    if self._stopping:
+                        break
+                    failures += 1
+                    log.warning(f"{name}.batch_failed", failures=failures, error=type(exc).__name__,
+                                detail=str(exc)[:300], watermark=self._committed)
+                    self._reset()
+                    if failures >= MAX_FAILURES:
+                        raise
+                    await asyncio.sleep(min(0.05 * 2 ** failures, 5.0))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            log.error(f"{name}.projection_failed", error=type(exc).__name__, detail=str(exc)[:300])
+            if not self.failed.done():
+                self.failed.set_exception(exc)
+            raise
+
+    async def _wait_out(self, exc: BaseException) -> None:
+        """A server is away: wait without counting failures, then start over from PostgreSQL."""
+        reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if reason != self._outage:
+            log.warning(f"{self.log_name}.waiting_for_servers", reason=reason)
+            self._outage = reason
+        self._reset()
+        await asyncio.sleep(OUTAGE_RETRY_S)
+
+    def _reset(self) -> None:
+        self._committed = self._projection = None
+        self._drop_writer()
+
+    async def _step(self) -> None:
+        if self._committed is None or self._sub is None:
+            await self._initialize()
+        assert self._sub is not None
+        try:
+            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
+        except TimeoutError:
+            await self._idle_check()
+            return
+        self._busy = True
+        try:
+            await self._commit({stream_seq(m): m for m in msgs})
+        finally:
+            self._busy = False
+
+    async def _idle_check(self) -> None:
+        async with self._pool.acquire() as conn, conn.transaction():
+            position = await self.store.lock_watermark(conn)
+        self._check(position)
+
+    def _check(self, position: tuple[int, int] | None) -> int:
+        if position is None or position != (self._committed, self._projection):
+            raise ProjectionChangedError(f"{self.noun} watermark is {position}, this process committed "
+                                         f"{(self._committed, self._projection)}")
+        return position[0]
+
+    async def _commit(self, batch: dict[int, Any]) -> None:
+        conn = await self._conn()
+        async with conn.transaction():
+            wm = self._check(await self.store.lock_watermark(conn))
+            fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
+            if fresh:
+                await self._check_contiguous(wm, fresh[0][0])
+                counts = await self.apply(conn, fresh)
+                await self.store.set_watermark(conn, fresh[-1][0])
+                log.debug(f"{self.log_name}.batch", events=len(fresh), **counts, watermark=fresh[-1][0])
+        if fresh:
+            self._committed = fresh[-1][0]
+            self.applied = max(self.applied, self._committed)
+        try:
+            await batch[max(batch)].ack()
+        except Exception:  # noqa: BLE001 - a lost ack is a redelivery, which the watermark skips
+            log.warning(f"{self.log_name}.ack_failed")
+        self._progress.set()
+
+    async def _check_contiguous(self, wm: int, first: int) -> None:
+        """Refuse a batch that starts after a message of the subject the consumer never delivered."""
+        if first == wm + 1:
+            return
+        try:
+            nxt = await self._nc.jetstream().get_msg(
+                self.settings.stream, seq=wm + 1, subject=self.filter_subject(), next=True)
+        except nats.js.errors.NotFoundError:
+            return
+        if nxt.seq is not None and nxt.seq < first:
+            raise ProjectionChangedError(f"{self.noun} message {nxt.seq} was not delivered before {first}")
+
+    async def _conn(self) -> asyncpg.Connection:
+        if self._writer is None or self._writer.is_closed():
+            self._writer = await db.connect(self.settings.database_url)
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None and not writer.is_closed():
+            writer.terminate()
