@@ -46,7 +46,8 @@ def render_generation(g: Generation) -> str:
 
 def trace_lines(trace: list[TraceLine]) -> list[str]:
     return [f"  {t.outcome:<8} {t.unit_id:<28} {t.source:<14} {t.tokens:>6} tok  {t.reason}"
-            f"{'  (mandatory)' if t.mandatory else ''}" for t in trace]
+            f"{'  (mandatory)' if t.mandatory and not t.reason.startswith('mandatory') else ''}"
+            for t in trace]
 
 
 def cmd_context(args: argparse.Namespace, connected: Connected) -> int:
