@@ -298,6 +298,15 @@ _MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX IF NOT EXISTS document_chunks_embedding ON {s}.document_chunks
             USING hnsw (embedding vector_cosine_ops);
     """),
+    # Working Memory gained the conversation's epoch and lineage base (``history_cleared``), so
+    # every stored state encodes, and hashes, differently from a fold of the same ledger now.
+    # As for version 2, the projection is emptied and the projector rebuilds it from the ledger
+    # on start, beside the empty one and in bounded memory (it is a projection: nothing is lost).
+    (6, """
+        TRUNCATE {s}.task_state, {s}.rejections, {s}.task_variables, {s}.task_turns,
+            {s}.applied_events;
+        UPDATE {s}.projector_watermark SET seq = 0;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
