@@ -10,11 +10,20 @@ Data keys live in a JetStream key-value bucket, wrapped (AES-GCM) by a key-
 encryption key that never leaves the host: ``data_dir/keyring.key``, or
 ``AGENTLEDGER_KEK_FILE``. The associated data binds every ciphertext to its
 tenant and task, so a sealed value copied into another task fails to open.
+
+Destroying a key (``Keyring.destroy``) securely erases its KV message (the
+JetStream message-delete API overwrites the record in the block file unless
+``no_erase`` is asked for; a KV delete or purge alone leaves the bytes there
+until compaction), then leaves a purge marker so the key reads as gone. A key
+made for the subject afterwards gets a fresh key id, and ``unseal`` tells a
+value sealed under an older, destroyed key (erased) from one that does not open
+under the key it names (``seal_mismatch``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import secrets
 from pathlib import Path
@@ -24,10 +33,18 @@ import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.aio.client import Client
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js import api
+from nats.js.client import JetStreamContext
+from nats.js.errors import (
+    APIError,
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
+from nats.js.kv import KeyValue
 
 from agentledger.bounded import ByteLRU
-from agentledger.buckets import open_kv
 from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
@@ -41,6 +58,33 @@ class _WrappedKey(msgspec.Struct, frozen=True):
     key_id: str
     nonce: str
     wrapped: str
+
+
+class DestroyReceipt(msgspec.Struct, frozen=True):
+    """What ``Keyring.destroy`` did for one data subject.
+
+    ``key_ids``: the ids of the wrapped keys destroyed (empty when the subject
+    had none); ``erased_seqs``: the KV stream's sequences securely erased (data
+    messages and earlier markers); ``erased``: True when the bytes were
+    overwritten, False on a bucket made before keyrings made their own (its
+    stream denies message deletes, so the key was only purged and its bytes
+    stay in the block file until compaction); ``evicted``: whether this
+    keyring's cache held the key. Caches of other processes are not reached.
+    """
+
+    subject: str
+    key_ids: list[str]
+    erased_seqs: list[int]
+    erased: bool
+    evicted: bool
+
+
+# JetStream's "message delete not permitted" (a stream made with deny_delete).
+_DELETE_DENIED = 10057
+# JetStream's "wrong last sequence" errors (a concurrent write to the subject).
+_WRONG_LAST_SEQ = (10071, 10164)
+# Rounds of erase-then-mark before destroy gives up on a subject that keeps being rewritten.
+_DESTROY_ROUNDS = 5
 
 
 def load_kek(path: Path, *, create: bool = True) -> bytes:
@@ -91,7 +135,7 @@ class Keyring:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            self._kv = await open_kv(self._js, self._bucket, self._max_bytes)
+            self._kv = await open_keys_bucket(self._js, self._bucket, self._max_bytes)
         return self._kv
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
@@ -117,6 +161,66 @@ class Keyring:
         self._cache.put(subject, found, len(subject) + len(found[0]) + KEY_ENTRY_OVERHEAD)
         return found
 
+    async def destroy(self, subject: str) -> DestroyReceipt:
+        """Erase the subject's wrapped key from the bucket's storage, then mark it purged.
+
+        Every message of the key's KV subject is deleted through the stream's
+        message-delete API, which overwrites the bytes in the block file (secure
+        erase, the API's default); only then is a purge marker written, expecting
+        no message on the subject, so a key created meanwhile by another writer
+        is erased in the next round instead of being rolled up (a roll-up
+        removes without erasing). This keyring's cached copy is evicted.
+        """
+        await self._store()  # the bucket's stream must exist; it is then addressed directly
+        stream = f"KV_{self._bucket}"
+        kv_subject = f"$KV.{self._bucket}.{subject}"
+        key_ids: list[str] = []
+        erased: list[int] = []
+        evicted = self._cache.pop(subject) is not None
+        for _ in range(_DESTROY_ROUNDS):
+            while True:
+                try:
+                    msg = await self._js.get_last_msg(stream, kv_subject)
+                except NotFoundError:
+                    break
+                if msg.data and not (msg.headers or {}).get("KV-Operation"):
+                    with contextlib.suppress(msgspec.DecodeError):
+                        key_ids.append(msgspec.json.decode(msg.data, type=_WrappedKey).key_id)
+                assert msg.seq is not None
+                try:
+                    await self._js.delete_msg(stream, msg.seq)  # secure erase: the API's default
+                except NotFoundError:
+                    pass  # erased by a concurrent destroy
+                except APIError as exc:
+                    if exc.err_code != _DELETE_DENIED:
+                        raise
+                    return await self._purge_only(subject, key_ids, evicted)
+                erased.append(msg.seq)
+            try:
+                await self._js.publish(kv_subject, b"", headers={
+                    "KV-Operation": "PURGE", api.Header.ROLLUP: "sub",
+                    api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+            except APIError as exc:
+                if exc.err_code in _WRONG_LAST_SEQ:
+                    continue  # a key was written meanwhile: erase it too
+                raise
+            break
+        else:
+            raise AgentLedgerError(f"the key of data subject {subject!r} kept being rewritten "
+                                   "while it was destroyed", code="conflict")
+        # A key_for that was reading while the key was erased may have cached it again.
+        evicted = self._cache.pop(subject) is not None or evicted
+        return DestroyReceipt(subject=subject, key_ids=key_ids, erased_seqs=erased, erased=True,
+                              evicted=evicted)
+
+    async def _purge_only(self, subject: str, key_ids: list[str],
+                          evicted: bool) -> DestroyReceipt:
+        """A bucket whose stream denies message deletes: purge the key, and say it is not erased."""
+        await (await self._store()).purge(subject)
+        evicted = self._cache.pop(subject) is not None or evicted
+        return DestroyReceipt(subject=subject, key_ids=key_ids, erased_seqs=[], erased=False,
+                              evicted=evicted)
+
     async def _create(self, kv: Any, subject: str) -> tuple[str, AESGCM]:
         dek = AESGCM.generate_key(bit_length=256)
         nonce = secrets.token_bytes(12)
@@ -128,6 +232,23 @@ class Keyring:
             # Another writer created it first: use theirs, so there is one key per subject.
             return self._unwrap(subject, (await kv.get(subject)).value)
         return body.key_id, AESGCM(dek)
+
+
+async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyValue:
+    """The bucket of wrapped keys, created on first use as ``buckets.open_kv`` does, except that
+    its stream allows message deletes: ``Keyring.destroy`` erases through them (a KV bucket
+    made by the client denies them, and a stream's deny_delete cannot be lifted later)."""
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        pass
+    await js.add_stream(api.StreamConfig(
+        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"],
+        allow_rollup_hdrs=True, deny_delete=False, deny_purge=False,
+        discard=api.DiscardPolicy.NEW, duplicate_window=120, max_bytes=max_bytes or -1,
+        max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1, num_replicas=1,
+        storage=api.StorageType.FILE))
+    return await js.key_value(bucket)
 
 
 def aad_for(tenant: str, task_id: str) -> bytes:
@@ -177,10 +298,22 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
 
 
 async def unseal(sealed: ev.Sealed, aad: bytes, keyring: Keyring) -> bytes | None:
-    """Plaintext of a sealed value, or None when its subject's key is gone."""
+    """Plaintext of a sealed value, or None when the key it was sealed under is gone.
+
+    Gone: the subject has no key, or its key has another id (the one the value
+    names was destroyed, and a new key made since). A value that does not open
+    under the very key it names raises ``seal_mismatch``.
+    """
     try:
-        _, aes = await keyring.key_for(sealed.subject, create=False)
+        key_id, aes = await keyring.key_for(sealed.subject, create=False)
+        if key_id != sealed.key_id:
+            # The cached key may be older than the value (another process destroyed and
+            # recreated it): ask the bucket once before calling the value erased.
+            keyring.cache.pop(sealed.subject)
+            key_id, aes = await keyring.key_for(sealed.subject, create=False)
     except KeyDestroyedError:
+        return None
+    if key_id != sealed.key_id:
         return None
     try:
         return aes.decrypt(_unb64(sealed.nonce), _unb64(sealed.ciphertext), aad)

@@ -1,0 +1,151 @@
+"""Crypto-shredding that shreds: a destroyed key is erased from storage, and reads as erased.
+
+Against real NATS: the session's server for what a keyring answers, a private
+embedded server for the raw scan of the JetStream store (the session's store
+folder is not reachable from a test).
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.js.errors import KeyNotFoundError
+
+from agentledger import auth
+from agentledger.buckets import open_kv
+from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.errors import AgentLedgerError
+from agentledger.runtime.embedded import EmbeddedNats
+from agentledger.sealing import Keyring, _seal, aad_for, load_kek, unseal
+
+AAD = aad_for("acme", "t1")
+
+
+async def seal(keyring: Keyring, subject: str, text: str) -> ev.Sealed:
+    key = await keyring.key_for(subject, create=True)
+    return _seal(key, subject, text.encode(), AAD)
+
+
+async def test_destroyed_subject_reads_erased_and_a_new_key_does_not_break_old_values(
+        settings: Settings) -> None:
+    """Destroy one subject: its values read erased, the other's open; a recreated key has a new id,
+    opens its own values, and the old ones still read erased rather than seal_mismatch."""
+    nc = await auth.connect(settings, auth.WRITER)
+    try:
+        keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        gone = [await seal(keyring, "subj-gone", f"gone {i}") for i in range(3)]
+        kept = [await seal(keyring, "subj-kept", f"kept {i}") for i in range(3)]
+        old_id = gone[0].key_id
+
+        receipt = await keyring.destroy("subj-gone")
+        assert receipt.subject == "subj-gone" and receipt.key_ids == [old_id]
+        assert receipt.erased and receipt.erased_seqs and receipt.evicted
+        assert "subj-gone" not in keyring.cache
+        kv = await nc.jetstream().key_value(settings.keys_bucket)
+        with pytest.raises(KeyNotFoundError):
+            await kv.get("subj-gone")
+
+        assert [await unseal(s, AAD, keyring) for s in gone] == [None] * 3
+        assert [await unseal(s, AAD, keyring) for s in kept] == [f"kept {i}".encode()
+                                                                 for i in range(3)]
+        # A fresh keyring (another process, nothing cached) reads the same.
+        other = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        assert await unseal(gone[0], AAD, other) is None
+
+        fresh = await seal(keyring, "subj-gone", "after")
+        assert fresh.key_id != old_id
+        assert await unseal(fresh, AAD, keyring) == b"after"
+        assert [await unseal(s, AAD, keyring) for s in gone] == [None] * 3
+        assert await unseal(gone[0], AAD, other) is None
+
+        # Under the key it names, a value that does not open is still a mismatch.
+        with pytest.raises(AgentLedgerError) as info:
+            await unseal(fresh, aad_for("acme", "other-task"), keyring)
+        assert info.value.code == "seal_mismatch"
+
+        # Destroying again, or a subject that never had a key, erases nothing more.
+        again = await keyring.destroy("subj-gone")
+        assert again.key_ids == [fresh.key_id]
+        nothing = await keyring.destroy("subj-never")
+        assert nothing.key_ids == [] and not nothing.evicted
+        assert await unseal(fresh, AAD, keyring) is None
+    finally:
+        await nc.close()
+
+
+async def test_a_stale_cache_rereads_the_bucket_for_a_newer_key(settings: Settings) -> None:
+    """A keyring that cached the old key opens values sealed under the key made after a destroy
+    elsewhere: a key id it does not hold sends it back to the bucket before it says erased."""
+    nc = await auth.connect(settings, auth.WRITER)
+    try:
+        kek = load_kek(settings.kek_path)
+        writer, reader = Keyring(nc, settings.keys_bucket, kek), Keyring(nc, settings.keys_bucket, kek)
+        first = await seal(writer, "subj-1", "first")
+        assert await unseal(first, AAD, reader) == b"first"  # the reader caches the first key
+        await writer.destroy("subj-1")
+        second = await seal(writer, "subj-1", "second")
+        assert await unseal(second, AAD, reader) == b"second"
+        assert await unseal(first, AAD, reader) is None
+    finally:
+        await nc.close()
+
+
+def store_contains(store: Path, needle: bytes) -> list[Path]:
+    return [p for p in store.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+async def test_destroy_erases_the_wrapped_key_bytes_from_the_jetstream_store(
+        tmp_path: Path, server_root: Path) -> None:
+    """The raw scan: the destroyed wrapped key's bytes are in the store before, absent after;
+    the other subject's wrapped key stays."""
+    kek = load_kek(tmp_path / "keyring.key")
+    with EmbeddedNats(tmp_path / "nats", server_root=server_root) as server:
+        store = server.dir / "jetstream"
+        nc = await nats.connect(server.url)
+        try:
+            keyring = Keyring(nc, "SHRED_KEYS", kek)
+            gone = await seal(keyring, "subj-gone", "gone")
+            kept = await seal(keyring, "subj-kept", "kept")
+            kv = await nc.jetstream().key_value("SHRED_KEYS")
+
+            def wrapped_of(raw: bytes) -> bytes:
+                return msgspec.json.decode(raw)["wrapped"].encode()
+
+            gone_wrapped = wrapped_of((await kv.get("subj-gone")).value)
+            kept_wrapped = wrapped_of((await kv.get("subj-kept")).value)
+            assert base64.b64decode(gone_wrapped)  # the base64 text the store holds
+            assert store_contains(store, gone_wrapped) and store_contains(store, kept_wrapped)
+
+            await keyring.destroy("subj-gone")
+            assert store_contains(store, gone_wrapped) == []
+            assert store_contains(store, kept_wrapped)
+            assert await unseal(gone, AAD, keyring) is None
+            assert await unseal(kept, AAD, keyring) == b"kept"
+        finally:
+            await nc.close()
+    # Stopped: what is on disk now is all there is, and the key is still not there.
+    assert store_contains(store, gone_wrapped) == []
+    assert store_contains(store, kept_wrapped)
+
+
+async def test_a_bucket_that_denies_deletes_is_purged_and_the_receipt_says_not_erased(
+        settings: Settings) -> None:
+    """A keys bucket made before keyrings made their own denies message deletes: destroy still
+    makes the key read as gone, and its receipt does not claim the bytes were erased."""
+    nc = await auth.connect(settings, auth.WRITER)
+    try:
+        await open_kv(nc.jetstream(), settings.keys_bucket)  # the old way: deny_delete
+        keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        sealed = await seal(keyring, "subj-old", "old")
+        receipt = await keyring.destroy("subj-old")
+        assert receipt.erased is False and receipt.key_ids == [sealed.key_id]
+        assert await unseal(sealed, AAD, keyring) is None
+        fresh = await seal(keyring, "subj-old", "new")
+        assert fresh.key_id != sealed.key_id and await unseal(fresh, AAD, keyring) == b"new"
+    finally:
+        await nc.close()
