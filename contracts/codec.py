@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -271,3 +272,14 @@ def error_body(exc: AgentLedgerError) -> ErrorBody:
 def encode(obj: object) -> bytes:
     """Canonical JSON encoding used on the wire and in the ledger."""
     return _encoder.encode(obj)
+
+
+def checked(request_type: type[msgspec.Struct], body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the service will decode it, for a client to send: a bad field fails here,
+    as the same typed ``ContractError`` with its path, before anything is sent."""
+    try:
+        decoded = msgspec.json.decode(_encoder.encode(body), type=request_type)
+    except msgspec.MsgspecError as exc:
+        raise contract_error(exc) from None
+    builtins: dict[str, Any] = msgspec.to_builtins(decoded)
+    return builtins

@@ -93,6 +93,7 @@ from agentledger.services.context_builder.compactors import (
     pick,
     registry,
 )
+from agentledger.services.context_builder.documents import DocumentIndex
 from agentledger.services.context_builder.keys import SigningKey
 from agentledger.services.context_builder.sources import Sources
 from agentledger.services.context_builder.store import ContextStore, GenerationRow
@@ -302,7 +303,7 @@ class Builder:
     """Answers ``context.build``, ``get`` and ``trace``."""
 
     def __init__(self, settings: Settings, nc: Client, store: ContextStore, artifacts: ArtifactStore, *,
-                 bindings: BindingRegistry, key: SigningKey, documents: Any = None,
+                 bindings: BindingRegistry, key: SigningKey, documents: DocumentIndex | None = None,
                  compactors: Mapping[str, Compactor] | None = None) -> None:
         self.settings = settings
         self.store = store

@@ -14,11 +14,11 @@ build select its frozen fallback.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentledger.compactors import make_compactor
 from agentledger.config import Settings
 from agentledger.contracts.context_api import Coverage, Summary
 from agentledger.core.context import compact_structured
@@ -52,19 +52,11 @@ async def structured(request: CompactionInput) -> Summary:
     return compact_structured(request.previous, request.turns)
 
 
-# Adapter modules looked up by name (the OpenAI-compatible one is optional: it needs a server).
-_ADAPTERS = {"openai": ("agentledger.compactors", "make_compactor")}
-
-
 def registry(settings: Settings, extra: Mapping[str, Compactor]) -> dict[str, Compactor]:
+    """``structured`` always; ``openai`` when an endpoint is configured; then ``extra``."""
     found: dict[str, Compactor] = {"structured": structured}
-    for name, (module_name, factory) in _ADAPTERS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        if settings.context_compactor_url and hasattr(module, factory):
-            found[name] = getattr(module, factory)(settings)
+    if settings.context_compactor_url:
+        found["openai"] = make_compactor(settings)
     found.update(extra)
     return found
 

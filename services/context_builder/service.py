@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 from typing import Any
 
 import asyncpg
@@ -54,6 +53,7 @@ from agentledger.natsclient import reader_alive
 from agentledger.service_endpoints import Endpoint, Endpoints
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
+from agentledger.services.context_builder.documents import DocumentIndex
 from agentledger.services.context_builder.keys import load_signing_key
 from agentledger.services.context_builder.store import ContextStore
 
@@ -66,14 +66,6 @@ ROLE = "context-builder"
 
 def context_subject(prefix: str, action: str) -> str:
     return f"{prefix}.context.{action}"
-
-
-def _documents_module() -> Any:
-    """C3's document index, when it is installed (``services/context_builder/documents.py``)."""
-    try:
-        return importlib.import_module("agentledger.services.context_builder.documents")
-    except ImportError:
-        return None
 
 
 class ContextBuilder:
@@ -93,7 +85,7 @@ class ContextBuilder:
         self.store: ContextStore | None = None
         self.builder: Builder | None = None
         self.committer: Committer | None = None
-        self.documents: Any = None
+        self.documents: DocumentIndex | None = None
         self._requests: Endpoints | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
@@ -122,11 +114,8 @@ class ContextBuilder:
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
         self.store = ContextStore(self._pool)
         store = await artifacts.open(self._nc, s)
-        module = _documents_module()
-        if module is not None and hasattr(module, "DocumentIndex"):
-            self.documents = module.DocumentIndex(s, self._nc, self._pool)
-            if hasattr(self.documents, "start"):
-                await self.documents.start()
+        self.documents = DocumentIndex(s, self._nc, self._pool)
+        await self.documents.start()
         self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
                                documents=self.documents, compactors=self._extra_compactors)
         self.committer = Committer(s, self._nc, self.store, self.builder, key)
@@ -137,10 +126,8 @@ class ContextBuilder:
             "trace": Endpoint(msgspec.json.Decoder(GenerationRef), TraceReply, self.builder.trace),
             "commit": Endpoint(msgspec.json.Decoder(CommitRequest), CommitReply, self.committer.commit),
             "clear": Endpoint(msgspec.json.Decoder(ClearRequest), ClearReply, self.committer.clear),
+            "ingest": Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply, self.documents.ingest),
         }
-        if self.documents is not None and hasattr(self.documents, "ingest"):
-            endpoints["ingest"] = Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply,
-                                           self.documents.ingest)
         self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
                                           description="agentledger context builder: budgeted, frozen "
                                                       "context and conversation compaction")
@@ -154,9 +141,8 @@ class ContextBuilder:
         if self._failed is None:
             self._failed = asyncio.get_running_loop().create_future()
         waits = [asyncio.ensure_future(asyncio.shield(self._failed))]
-        failed = getattr(self.documents, "failed", None)
-        if failed is not None:
-            waits.append(asyncio.ensure_future(asyncio.shield(failed)))
+        if self.documents is not None:
+            waits.append(asyncio.ensure_future(asyncio.shield(self.documents.failed)))
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -169,7 +155,7 @@ class ContextBuilder:
         """NATS read loop alive, the bindings mirror following, the document projection turning."""
         return (self._nc is not None and reader_alive(self._nc)
                 and self._bindings is not None and self._bindings.alive()
-                and (self.documents is None or not hasattr(self.documents, "alive") or self.documents.alive()))
+                and self.documents is not None and self.documents.alive())
 
     async def stop(self) -> None:
         """Stop answering, finish in-flight requests, close; idempotent."""
@@ -181,7 +167,7 @@ class ContextBuilder:
                 await self._service.stop()
         if self._requests is not None:
             await self._requests.drain()
-        if self.documents is not None and hasattr(self.documents, "stop"):
+        if self.documents is not None:
             with contextlib.suppress(Exception):
                 await self.documents.stop()
         for registry in (self._bindings, self._tenants):

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts.codec import contract_error
+from agentledger.contracts.codec import checked
 from agentledger.contracts.context_api import (
     BuildReply,
     BuildRequest,
@@ -34,14 +34,6 @@ _ingest_reply = msgspec.json.Decoder(IngestReply)
 SERVICE = "context-builder"
 
 
-def _checked(request_type: type[msgspec.Struct], body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` as the service will decode it: a bad field fails here, with its path."""
-    try:
-        return msgspec.to_builtins(msgspec.json.decode(msgspec.json.encode(body), type=request_type))
-    except msgspec.MsgspecError as exc:
-        raise contract_error(exc) from None
-
-
 class ContextMethods:
     """Mixed into ``agentledger.client.Client``, which provides ``_call``."""
 
@@ -55,7 +47,7 @@ class ContextMethods:
         options (``reserve_tokens``, ``encoding``, ``model``, ``system``, ``tools``,
         ``memory_query``, ``document_query``, scopes, ``compaction``, ``generation_id``,
         ``regenerate``). Send the branch the generation ``selected``."""
-        body = _checked(BuildRequest, {"tenant": tenant, "task_id": task_id,
+        body = checked(BuildRequest, {"tenant": tenant, "task_id": task_id,
                                        "input_ordinal": input_ordinal,
                                        "window_tokens": window_tokens, **options})
         reply = await self._call("context.build", body, SERVICE, _build_reply)
@@ -64,7 +56,7 @@ class ContextMethods:
 
     async def get_generation(self, tenant: str, generation_id: str) -> Generation:
         """A frozen generation, byte-identical to what its build returned."""
-        body = _checked(GenerationRef, {"tenant": tenant, "generation_id": generation_id})
+        body = checked(GenerationRef, {"tenant": tenant, "generation_id": generation_id})
         reply = await self._call("context.get", body, SERVICE, _build_reply)
         assert reply.generation is not None
         return reply.generation
@@ -79,20 +71,20 @@ class ContextMethods:
                                 answer_ordinal: int) -> CommitReply:
         """The answer is in the ledger as turn ``answer_ordinal``: activate the generation's
         staged checkpoint, if everything it was built on still holds (``reason`` if not)."""
-        body = _checked(CommitRequest, {"tenant": tenant, "generation_id": generation_id,
+        body = checked(CommitRequest, {"tenant": tenant, "generation_id": generation_id,
                                         "answer_ordinal": answer_ordinal})
         return await self._call("context.commit", body, SERVICE, _commit_reply)
 
     async def clear_history(self, tenant: str, task_id: str, *, through_ordinal: int | None = None,
                             reason: str = "") -> ClearReply:
         """Clear the conversation (through ``through_ordinal``, default all): a new epoch."""
-        body = _checked(ClearRequest, {"tenant": tenant, "task_id": task_id,
+        body = checked(ClearRequest, {"tenant": tenant, "task_id": task_id,
                                        "through_ordinal": through_ordinal, "reason": reason})
         return await self._call("context.clear", body, SERVICE, _clear_reply)
 
     async def ingest_document(self, tenant: str, doc_id: str, version: int, text: str, *,
                               source: str, title: str = "", **options: Any) -> IngestReply:
         """Add a version of a document to the tenant's RAG index (chunked by the service)."""
-        body = _checked(IngestRequest, {"tenant": tenant, "doc_id": doc_id, "version": version,
+        body = checked(IngestRequest, {"tenant": tenant, "doc_id": doc_id, "version": version,
                                         "text": text, "source": source, "title": title, **options})
         return await self._call("context.ingest", body, SERVICE, _ingest_reply)

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts.codec import contract_error
+from agentledger.contracts.codec import checked
 from agentledger.contracts.memory_api import (
     MAX_PROPOSALS,
     FeedbackReply,
@@ -28,20 +28,14 @@ from agentledger.contracts.memory_api import (
     ReadRequest,
     ReceiptsReply,
     ReceiptsRequest,
-    ScopeRef,
 )
 
 _propose_reply = msgspec.json.Decoder(ProposeReply)
-_check_propose = msgspec.json.Decoder(ProposeRequest)
 _read_reply = msgspec.json.Decoder(ReadReply)
 _key_reply = msgspec.json.Decoder(KeyReply)
 _feedback_reply = msgspec.json.Decoder(FeedbackReply)
 _receipts_reply = msgspec.json.Decoder(ReceiptsReply)
 SERVICE = "memory-policy service"
-
-
-def _body(value: Any) -> dict[str, Any]:
-    return msgspec.to_builtins(value) if isinstance(value, msgspec.Struct) else value
 
 
 class MemoryMethods:
@@ -58,28 +52,23 @@ class MemoryMethods:
         More than ``MAX_PROPOSALS`` (a bulk import) go in several calls; the
         decisions come back as one list.
         """
-        items = [_body(p) for p in proposals]
+        items = [msgspec.to_builtins(p) if isinstance(p, Proposal) else p for p in proposals]
         decisions = []
         for start in range(0, len(items), MAX_PROPOSALS):
-            body = {"tenant": tenant, "proposals": items[start:start + MAX_PROPOSALS]}
-            # A bad proposal fails here, with its path, before anything is sent.
-            try:
-                _check_propose.decode(msgspec.json.encode(body))
-            except msgspec.MsgspecError as exc:
-                raise contract_error(exc) from None
+            body = checked(ProposeRequest, {"tenant": tenant, "proposals": items[start:start + MAX_PROPOSALS]})
             reply = await self._call("memory.propose", body, SERVICE, _propose_reply)
             decisions += reply.decisions
         return ProposeReply(ok=True, decisions=decisions)
 
     async def memory_read(self, tenant: str, query: str = "", **options: Any) -> ReadReply:
         """A gated read (``ReadRequest`` fields as keywords); the reply carries its receipt."""
-        body = _body(ReadRequest(tenant=tenant, query=query, **options))
+        body = checked(ReadRequest, {"tenant": tenant, "query": query, **options})
         reply = await self._call("memory.read", body, SERVICE, _read_reply)
         return reply
 
     async def _key(self, action: str, tenant: str, key: str, level: str,
                    scope_id: str | None) -> KeyReply:
-        body = _body(KeyRequest(tenant=tenant, key=key, scope=ScopeRef(level=level, id=scope_id)))  # type: ignore[arg-type]
+        body = checked(KeyRequest, {"tenant": tenant, "key": key, "scope": {"level": level, "id": scope_id}})
         reply = await self._call(f"memory.{action}", body, SERVICE, _key_reply)
         return reply
 
@@ -96,8 +85,8 @@ class MemoryMethods:
     async def memory_feedback(self, tenant: str, record_id: str, action: str, feedback_id: str,
                               *, value: Any = None, reason: str = "") -> FeedbackReply:
         """Confirm, correct (with ``value``) or revoke a record, for its user."""
-        body = _body(FeedbackRequest(tenant=tenant, record_id=record_id, action=action,  # type: ignore[arg-type]
-                                     feedback_id=feedback_id, value=value, reason=reason))
+        body = checked(FeedbackRequest, {"tenant": tenant, "record_id": record_id, "action": action,
+                                         "feedback_id": feedback_id, "value": value, "reason": reason})
         reply = await self._call("memory.feedback", body, SERVICE, _feedback_reply)
         return reply
 
@@ -105,7 +94,7 @@ class MemoryMethods:
                               record_id: str | None = None, limit: int = 50,
                               before: str | None = None) -> ReceiptsReply:
         """Read receipts of a task or of a record, newest first (page with ``before``)."""
-        body = _body(ReceiptsRequest(tenant=tenant, task_id=task_id, record_id=record_id,
-                                     limit=limit, before=before))
+        body = checked(ReceiptsRequest, {"tenant": tenant, "task_id": task_id, "record_id": record_id,
+                                         "limit": limit, "before": before})
         reply = await self._call("memory.receipts", body, SERVICE, _receipts_reply)
         return reply
