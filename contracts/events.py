@@ -420,6 +420,103 @@ class DocumentIngested(Strict, frozen=True):
     content_blake3: Hash | None = None
 
 
+# ---- forgetting -------------------------------------------------------------
+
+ForgetKind = Literal["record", "key", "subject", "task", "tenant"]
+IndexStatus = Literal["done", "not_applicable"]
+
+
+class ForgetSelector(Strict, frozen=True):
+    """What a forget request reaches, always inside the event's tenant.
+
+    ``record``: one memory record (``record_id``); ``key``: every record of a
+    canonical memory key (``key``, in every scope of the tenant unless ``scope``
+    narrows it); ``subject``: everything about a pseudonymous data subject
+    (``subject``); ``task``: a task (``task_id``); ``tenant``: the whole tenant.
+    The field the kind names is required and no other is allowed.
+    """
+
+    kind: ForgetKind
+    record_id: RecordId | None = None
+    key: MemoryKey | None = None
+    scope: Scope | None = None
+    subject: Token | None = None
+    task_id: Token | None = None
+
+
+class ForgetRequested(Strict, frozen=True):
+    """A durable request to forget, appended by the tombstone-fanout to the tenant's ``_forget``.
+
+    ``requested_by`` is the authenticated identity of the caller (``operator/<user>``
+    or ``<tenant>/<agent>``), never a name from the request body; ``reason`` and
+    ``legal_basis`` are free text and must not hold personal data (the receipt repeats
+    neither). The fan-out drives every index to completion from this event.
+    """
+
+    request_id: Token
+    selector: ForgetSelector
+    requested_by: Name
+    operator: bool = False
+    reason: Text = ""
+    legal_basis: Text = ""
+
+
+class IndexReceipt(Strict, frozen=True):
+    """What forgetting did in one index: ``counts`` by what was reached (rows, messages, keys)."""
+
+    index: Name
+    status: IndexStatus
+    completed_at: Timestamp
+    counts: dict[Name, Annotated[int, Meta(ge=0)]] = {}
+    detail: Text = ""
+
+
+class DeletionReceipt(Strict, frozen=True):
+    """The receipt of one forget request: one entry per index, and a blake3 digest over the rest.
+
+    No personal data: the subject is the pseudonymous token, counts are numbers.
+    ``digest`` is the blake3 of the canonical JSON of every other field
+    (``agentledger.forgetting.receipt_digest``), so any change to a receipt shows.
+    """
+
+    request_id: Token
+    tenant: Token
+    selector: ForgetSelector
+    requested_by: Name
+    requested_at: Timestamp
+    completed_at: Timestamp
+    indexes: list[IndexReceipt]
+    digest: Hash
+    subject: Token | None = None
+
+
+class ForgetCompleted(Strict, frozen=True):
+    """The fan-out reached every index of a request: its receipt, on the tenant's ``_forget``."""
+
+    receipt: DeletionReceipt
+
+
+class ForgottenRecord(Strict, frozen=True):
+    """One memory record a forget request reached: enough to keep its tombstone on replay."""
+
+    record_id: RecordId
+    scope: Scope
+    key: MemoryKey
+    kind: MemoryKind
+
+
+class MemoryForgotten(Strict, frozen=True):
+    """Memory records a forget request reached (appended by the tombstone-fanout to ``_memory``).
+
+    The memory projection turns each into a tombstone (status ``forgotten``, no value, in
+    no index) and resolves its key group from what remains; the ledger messages that held
+    the records' values are erased by the fan-out, so a replay sees only the tombstone.
+    """
+
+    request_id: Token
+    records: Annotated[list[ForgottenRecord], Meta(max_length=10000)]
+
+
 # ---- envelope --------------------------------------------------------------
 
 class EventBase(Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True,
@@ -536,6 +633,18 @@ class DocumentIngestedEvent(EventBase, tag="document_ingested", frozen=True):
     payload: DocumentIngested
 
 
+class ForgetRequestedEvent(EventBase, tag="forget_requested", frozen=True):
+    payload: ForgetRequested
+
+
+class ForgetCompletedEvent(EventBase, tag="forget_completed", frozen=True):
+    payload: ForgetCompleted
+
+
+class MemoryForgottenEvent(EventBase, tag="memory_forgotten", frozen=True):
+    payload: MemoryForgotten
+
+
 AnyEvent = (
     TaskCreatedEvent
     | PlanVersionedEvent
@@ -561,6 +670,9 @@ AnyEvent = (
     | MemoryFeedbackEvent
     | HistoryClearedEvent
     | DocumentIngestedEvent
+    | ForgetRequestedEvent
+    | ForgetCompletedEvent
+    | MemoryForgottenEvent
 )
 
 EVENT_TYPES: dict[str, type[EventBase]] = {
@@ -588,6 +700,9 @@ EVENT_TYPES: dict[str, type[EventBase]] = {
     "memory_feedback": MemoryFeedbackEvent,
     "history_cleared": HistoryClearedEvent,
     "document_ingested": DocumentIngestedEvent,
+    "forget_requested": ForgetRequestedEvent,
+    "forget_completed": ForgetCompletedEvent,
+    "memory_forgotten": MemoryForgottenEvent,
 }
 
 # Kinds only the ledger-writer itself appends (through its lease endpoint); an append
@@ -596,7 +711,8 @@ WRITER_ONLY_KINDS = frozenset({"lease_granted"})
 
 # Kinds only the memory-policy service appends, and only to a tenant's ``MEMORY_TASK``
 # subject; the writer refuses them from anyone else (``reserved_kind``).
-MEMORY_KINDS = frozenset({"memory_proposed", "memory_decided", "memory_feedback"})
+MEMORY_KINDS = frozenset({"memory_proposed", "memory_decided", "memory_feedback",
+                          "memory_forgotten"})
 
 # The reserved task id of a tenant's memory ledger. Task ids that start with ``_`` belong to
 # the runtime: a tenant append to one is refused (``reserved_task``).
@@ -606,6 +722,12 @@ MEMORY_TASK = "_memory"
 # ``DOCUMENTS_TASK`` subject.
 DOCUMENT_KINDS = frozenset({"document_ingested"})
 DOCUMENTS_TASK = "_documents"
+
+# Forget requests and their receipts: only the tombstone-fanout appends them, only to a
+# tenant's ``FORGET_TASK`` subject (kept when the tenant itself is forgotten: the receipts
+# are the proof, and hold no personal data).
+FORGET_KINDS = frozenset({"forget_requested", "forget_completed"})
+FORGET_TASK = "_forget"
 RESERVED_TASK_PREFIX = "_"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from agentledger.contracts import api, artifacts, context_api, memory_api, resume
+from agentledger.contracts import api, artifacts, context_api, forget_api, memory_api, resume
 from agentledger.contracts.events import AnyEvent
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
@@ -58,6 +58,10 @@ CONTRACTS: dict[str, Any] = {
     "context_clear_reply.schema.json": context_api.ClearReply,
     "context_ingest_request.schema.json": context_api.IngestRequest,
     "context_ingest_reply.schema.json": context_api.IngestReply,
+    "forget_request.schema.json": forget_api.ForgetRequest,
+    "forget_reply.schema.json": forget_api.ForgetReply,
+    "forget_receipt_request.schema.json": forget_api.ReceiptRequest,
+    "forget_receipt_reply.schema.json": forget_api.ReceiptReply,
 }
 
 

@@ -109,12 +109,13 @@ class Stack:
         self.checkpointer: Checkpointer | None = None
         self.memory: MemoryPolicy | None = None
         self.context: ContextBuilder | None = None
+        self.fanout: Any = None
         self.client: Client | None = None
         self.db: asyncpg.Pool | None = None
 
     async def start(self, checkpointer: bool = True, projector: bool = True, memory: bool = False,
                     context: bool = False, compactors: dict[str, Any] | None = None,
-                    **checkpointer_kw: Any) -> Stack:
+                    tombstone: bool = False, **checkpointer_kw: Any) -> Stack:
         await self.writer.start()
         if projector:
             await self.projector.start()
@@ -127,6 +128,10 @@ class Stack:
         if context:
             self.context = ContextBuilder(self.settings, compactors=compactors)
             await self.context.start()
+        if tombstone:
+            from agentledger.services.tombstone_fanout.service import TombstoneFanout  # noqa: PLC0415
+            self.fanout = TombstoneFanout(self.settings)
+            await self.fanout.start()
         self.client = await connect(self.settings, timeout=30)
         self.db = await asyncpg.create_pool(self.settings.database_url, min_size=1, max_size=4)
         return self
@@ -136,7 +141,8 @@ class Stack:
             await self.db.close()
         if self.client is not None:
             await self.client.close()
-        for service in (self.context, self.memory, self.checkpointer, self.projector, self.writer):
+        for service in (self.fanout, self.context, self.memory, self.checkpointer, self.projector,
+                        self.writer):
             if service is not None:
                 with contextlib.suppress(Exception):
                     await service.stop()
@@ -201,10 +207,10 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def running(settings: Settings, checkpointer: bool = True, projector: bool = True,
-                  memory: bool = False, **checkpointer_kw: Any) -> AsyncIterator[Stack]:
+                  memory: bool = False, **kw: Any) -> AsyncIterator[Stack]:
     stack = Stack(settings)
     try:
-        yield await stack.start(checkpointer, projector, memory, **checkpointer_kw)
+        yield await stack.start(checkpointer, projector, memory, **kw)
     finally:
         await stack.stop()
 

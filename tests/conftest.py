@@ -43,6 +43,10 @@ from agentledger.runtime.postgres import (
 )
 from raw_ledger import Ledger
 
+# Key-encryption keys live outside the data folders, by default under $XDG_CONFIG_HOME: the
+# test session's (and its service processes') go to a folder of their own.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="agentledger-test-config-")
+
 
 @pytest.fixture(scope="session")
 def nats_auth(tmp_path_factory: pytest.TempPathFactory) -> AuthStore | None:

@@ -1,4 +1,4 @@
-"""The `memory` and `context` commands against real services, as an operator runs them."""
+"""The `memory`, `context` and `forget` commands against real services, as an operator runs them."""
 
 from __future__ import annotations
 
@@ -53,3 +53,28 @@ async def test_context_commands_build_show_trace_and_clear(settings: Settings) -
         trace = await cli(settings, "context", "trace", "acme", generation)
         assert "input:3" in trace and "mandatory" in trace
         assert "epoch 1" in await cli(settings, "context", "clear", "acme", "t-cli")
+
+
+async def test_forget_commands_request_receipt_and_verify_forgotten(settings: Settings, tmp_path: Path) -> None:
+    """`forget request --save` files a request and writes the sealed receipt; `forget receipt`
+    shows it by subject; `verify-forgotten` says CLEAN (exit 0) for the forgotten content and
+    NOT CLEAN (exit 1) for content still stored."""
+    async with running(settings, checkpointer=False, memory=True, context=True, tombstone=True) as stack:
+        kept = "the kept delivery note D-77301"
+        await stack.c.put_artifact(kept.encode(), schema="text/plain", producer="test", tenant="acme")
+        await stack.append([created("t-f"), turn(1, "Zoe Castellane, 3 rue des Ursulines", task="t-f")
+                            | {"data_subject": "s-zoe"}])
+        await stack.projected()
+        saved = tmp_path / "receipt.json"
+        out = await cli(settings, "forget", "request", "acme", "--subject", "s-zoe", "--reason", "erasure",
+                        "--save", str(saved))
+        assert "completed (subject)" in out and "keys            done" in out and "(verified)" in out
+        shown = await cli(settings, "forget", "receipt", "acme", "--subject", "s-zoe")
+        assert json.loads(saved.read_bytes())["request_id"] in shown
+        report = await cli(settings, "verify-forgotten", str(saved), "--needle", "Zoe Castellane")
+        assert "CLEAN" in report and "NOT CLEAN" not in report and "Zoe" not in report
+        proc = await asyncio.create_subprocess_exec(
+            AGENTLEDGER, "verify-forgotten", str(saved), "--needle", kept, env=service_env(settings),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out_bytes, _ = await proc.communicate()
+        assert proc.returncode == 1 and "NOT CLEAN" in out_bytes.decode() and kept not in out_bytes.decode()

@@ -401,7 +401,7 @@ async def test_personal_values_are_revealed_only_on_request(settings: Settings) 
         assert opened.state["transcript"][0]["content"] == "my address is 3 rue X"
         assert opened.state["variables"]["phone"]["value"] == "+33 6 00"
         kv = await client.nc.jetstream().key_value(settings.keys_bucket)
-        await kv.purge("subj-1")
+        await kv.purge(f"{TENANT}.subj-1")  # keys are per (tenant, subject)
         await projector.stop()  # a reader that has not cached the key
         projector = Projector(settings)
         await projector.start()

@@ -23,7 +23,7 @@ async def test_migration_6_empties_working_memory_and_the_projector_rebuilds_it(
         await stack.projector.stop()
         assert stack.db is not None
         # As a database migrated up to version 5 would be: run migration 6 on it.
-        await stack.db.execute("DELETE FROM schema_migrations WHERE version = 6")
+        await stack.db.execute("DELETE FROM schema_migrations WHERE version >= 6")
         await db.migrate(settings.database_url)
         assert await stack.db.fetchval("SELECT count(*) FROM task_state") == 0
         assert await stack.db.fetchval("SELECT seq FROM projector_watermark WHERE name = 'projector'") == 0

@@ -24,7 +24,7 @@ from agentledger.contracts.codec import decode_event
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError
 from agentledger.ledger import ledger_subject
-from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
 
 
@@ -260,9 +260,9 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
     assert isinstance(turn, ev.TurnAppendedEvent)
     assert turn.payload.content is None and turn.payload.sealed is not None
     keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
-    assert await unseal(turn.payload.sealed, aad_for("acme", "t1"), keyring) == secret.encode()
+    assert await unseal(turn.payload.sealed, "acme", "t1", keyring) == secret.encode()
     with pytest.raises(AgentLedgerError) as info:
-        await unseal(turn.payload.sealed, aad_for("acme", "other-task"), keyring)
+        await unseal(turn.payload.sealed, "acme", "other-task", keyring)
     assert info.value.code == "seal_mismatch"
     await nc.close()
 

@@ -23,7 +23,7 @@ from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
 from agentledger.core.validate import check_event, goal_hash
 from agentledger.errors import AgentLedgerError
-from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter
 
 AWS = "AKIAQ3EGRIT5KZ7XW4NB"
@@ -107,7 +107,7 @@ async def test_no_secret_reaches_the_stream(writer: tuple[LedgerWriter, Client],
     # The turn is sealed; what was sealed is the redacted text.
     turn = events[5]
     keyring = Keyring(client.nc, settings.keys_bucket, load_kek(settings.kek_path))
-    plain = await unseal(turn.payload.sealed, aad_for("acme", "t1"), keyring)  # type: ignore[attr-defined]
+    plain = await unseal(turn.payload.sealed, "acme", "t1", keyring)  # type: ignore[attr-defined]
     assert plain is not None and GHP.encode() not in plain and b"[REDACTED:github_token:" in plain
 
 

@@ -44,7 +44,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db
+from agentledger import artifacts, auth, db, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import ErrorBody, TaskChanged
 from agentledger.contracts.codec import contract_error, encode
@@ -112,6 +112,7 @@ class Checkpointer:
         self._nc: Client | None = None
         self._pool: asyncpg.Pool | None = None
         self._sub: Any = None
+        self._evictions: Any = None
         self._service: Service | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._handlers: set[asyncio.Task[None]] = set()
@@ -164,7 +165,16 @@ class Checkpointer:
                                          handler=self._spawn(self._handle_save))
         await self._service.add_endpoint(name="resume", subject=resume_subject(s.prefix),
                                          handler=self._spawn(self._handle_resume))
+        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
+                                             self._evict)
         await self._nc.flush()
+
+    async def _evict(self, e: evict.Eviction) -> dict[str, int]:
+        """A forget request reached these tasks: drop what is known of them (seqs evaluated)."""
+        keys = [k for k in self.evaluated if k[0] == e.tenant and (e.whole_tenant or k[1] == e.task_id)]
+        for key in keys:
+            self.evaluated.pop(key, None)
+        return {"tasks": len(keys)}
 
     async def wait_failed(self) -> None:
         if self._failed is None:
@@ -184,9 +194,10 @@ class Checkpointer:
         if self._service is not None:
             with contextlib.suppress(Exception):
                 await self._service.stop()
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+        for sub in (self._sub, self._evictions):
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         for task in self._workers:

@@ -22,15 +22,23 @@ A build, in order:
 
 The final generation is stored too; a later ask by id decodes the stored bytes, never
 rebuilds.
+
+For forgetting (services/context_builder/forget.py) a generation row records the data
+subjects whose content it holds (every sealed turn, variable and personal memory record it
+opened, and those of the checkpoint it rendered) and the memory records it read; a staged
+checkpoint records the subjects of the turns it covers. A build a forget request overtook
+(its row deleted, its conversation moved on to a new lineage or deleted) stages nothing,
+drops what it stored and answers the error ``forgotten`` (a ``ConflictError``): build again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -85,7 +93,7 @@ from agentledger.core.memory.read import Bindings, allowed_scopes
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
 from agentledger.identity import Caller
-from agentledger.sealing import aad_for, unseal
+from agentledger.sealing import unseal
 from agentledger.services.context_builder.compactors import (
     CompactionInput,
     Compactor,
@@ -125,6 +133,15 @@ class _Job:
     common: list[Unit]
     head: dict[str, Any]
     now: float
+    # The conversation's forget count the build read (part of its lineage).
+    forgets: int = 0
+    # Data subjects whose content the build opened (turns, variables, memory; the active
+    # checkpoint's are ``active_subjects``); the data subject of each opened turn by ordinal.
+    subjects: set[str] = field(default_factory=set)
+    turn_subjects: dict[int, str] = field(default_factory=dict)
+    # The subjects of the active checkpoint (None: unknown) and the memory records read.
+    active_subjects: list[str] | None = field(default_factory=list)
+    memory_ids: list[str] = field(default_factory=list)
     direct: list[Unit] = field(default_factory=list)
     plan: CompactionPlan = field(default_factory=lambda: CompactionPlan(reason="", high_watermark_tokens=0,
                                                                         measured_tokens=0))
@@ -138,6 +155,12 @@ class _Job:
     def choose(self, units: list[Unit]) -> Selection:
         r = self.request
         return select(units, self.budget, self.count, system_parts=r.system, tools=r.tools, now=self.now)
+
+
+def _overtaken(generation_id: str) -> ConflictError:
+    return ConflictError(f"a forget request reached what generation {generation_id} was built from while it was "
+                         "being built: nothing of it was kept; build again", code="forgotten",
+                         path="$.generation_id")
 
 
 class _RawReply(msgspec.Struct, frozen=True):
@@ -315,6 +338,35 @@ class Builder:
         self.compactors = registry(settings, compactors or {})
         # Build latencies in ms, newest last (figures for the report and the benchmark).
         self.latencies: list[float] = []
+        # Builds running now, by tenant (an eviction waits for those that may hold old keys).
+        self._running: dict[str, set[asyncio.Event]] = {}
+
+    @contextlib.contextmanager
+    def _in_flight(self, tenant: str) -> Iterator[None]:
+        done = asyncio.Event()
+        self._running.setdefault(tenant, set()).add(done)
+        try:
+            yield
+        finally:
+            done.set()
+            running = self._running.get(tenant)
+            if running is not None:
+                running.discard(done)
+                if not running:
+                    del self._running[tenant]
+
+    async def settle(self, tenant: str, timeout: float) -> int:  # noqa: ASYNC109 - a bounded wait
+        """Wait (at most ``timeout``) for the builds of ``tenant`` running now to end; how many.
+
+        After a forget request destroyed keys and the caches were evicted, a build that
+        started before may still hold plaintext it opened with an old key; once it ended, its
+        generation is in the table, where the forget request's generations step finds it.
+        """
+        waiting = list(self._running.get(tenant, ()))
+        if waiting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(e.wait() for e in waiting)), timeout)
+        return len(waiting)
 
     # ---- get / trace ------------------------------------------------------------------------------
 
@@ -360,6 +412,10 @@ class Builder:
     # ---- build --------------------------------------------------------------------------------------
 
     async def build(self, caller: Caller, request: BuildRequest) -> bytes:
+        with self._in_flight(request.tenant):
+            return await self._build_request(caller, request)
+
+    async def _build_request(self, caller: Caller, request: BuildRequest) -> bytes:
         started = time.perf_counter()
         tenant, task = request.tenant, request.task_id
         bound = await binding_of(self._bindings, caller, tenant)
@@ -427,7 +483,8 @@ class Builder:
         while row.artifact_uri is None and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
             found = await self.store.generation(row.tenant, row.generation_id)
-            assert found is not None
+            if found is None:  # a forget request deleted it meanwhile
+                raise _overtaken(row.generation_id)
             row = found
         return await self.stored(row.tenant, row.generation_id)
 
@@ -445,32 +502,53 @@ class Builder:
             cp_id = job.active.checkpoint_id if job.active is not None and name == "direct" else None
             gen = self._generation(job.head, name, [branch_of(name, job.choose(units), cp_id)], the_plan)
             data, uri = await self._put(gen)
-            if not await self._freeze(job, gen, uri):
+            if not await self._freeze(job, gen, uri, with_checkpoint=cp_id is not None):
                 return await self._twin(job)
-            await self.store.finish(generation_id, digest=gen.digest, uri=uri, staged=None)
+            await self._complete(job, gen, uri)
             return data
         return await self._compacting(job, compactor)
+
+    async def _complete(self, job: _Job, gen: Generation, uri: str, *, staged: CompactionCheckpoint | None = None,
+                        staged_subjects: list[str] | None = None, stored: Sequence[str] = ()) -> None:
+        """Stage the checkpoint and finish the row, unless a forget request overtook the build:
+        then what it stored is erased and the build answers ``forgotten``."""
+        r = job.request
+        if await self.store.complete(tenant=r.tenant, task_id=r.task_id, generation_id=gen.generation_id,
+                                     epoch=job.state.epoch, forgets=job.forgets, digest=gen.digest, uri=uri,
+                                     staged=staged, staged_subjects=staged_subjects):
+            return
+        for stale in {uri, *stored}:
+            with contextlib.suppress(Exception):
+                await self.artifacts.erase(stale)
+        log.info("context.build_overtaken", generation=gen.generation_id)
+        raise _overtaken(gen.generation_id)
 
     async def _gather(self, request: BuildRequest, state: WorkingMemory, counter: Counter, *,
                       generation_id: str, regenerated_from: str | None) -> _Job:
         """Everything a build decides on: budget, units, the active checkpoint, the plan."""
         tenant, task = request.tenant, request.task_id
         base = state.lineage_base
-        lineage = lineage_id(tenant, task, state.epoch, base)
-        conv = await self.store.conversation(tenant, task, epoch=state.epoch, lineage=lineage, lineage_base=base)
-        active, degraded_reason = await self._active(conv, lineage)
+        conv = await self.store.conversation(tenant, task, epoch=state.epoch,
+                                             lineage=lineage_id(tenant, task, state.epoch, base), lineage_base=base)
+        forgets = conv.forgets if conv.epoch == state.epoch else 0
+        lineage = lineage_id(tenant, task, state.epoch, base, forgets)
+        active, active_subjects, degraded_reason = await self._active(conv, lineage)
         if request.compaction.mode == "off":
-            active = None
+            active, active_subjects = None, []
         raw_turns = await self.store.turns(tenant, task, base, request.input_ordinal)
         texts = await self.sources.turn_texts(tenant, task, raw_turns)
         turns = [PlainTurn(t.ordinal, t.role, texts[t.ordinal]) for t in raw_turns]
+        turn_subjects = {t.ordinal: t.sealed.subject for t in raw_turns
+                         if t.sealed is not None and texts[t.ordinal] is not None}
         assert turns[-1].ordinal == request.input_ordinal
         count = counter.count
         system_tokens = sum(count(system_segment(p)) for p in request.system)
         tools_tokens = count(tools_segment(request.tools)) if request.tools else 0
         b = budget(request.window_tokens, request.reserve_tokens, system_tokens, tools_tokens, counter.margin)
-        common = wm_units(state, await self._variables(state))
-        common += await self._memory(request)
+        variables, variable_subjects = await self._variables(state)
+        common = wm_units(state, variables)
+        memory, memory_ids, memory_subjects = await self._memory(request)
+        common += memory
         common += await self._documents(request)
         head = {"generation_id": generation_id, "tenant": tenant, "task_id": task,
                 "input_ordinal": request.input_ordinal, "epoch": state.epoch, "lineage": lineage,
@@ -479,9 +557,11 @@ class Builder:
                 "system_tokens": system_tokens, "tools_tokens": tools_tokens, "budget_tokens": b,
                 "created_at": datetime.now(UTC).isoformat(), "transcript_revision": state.turns,
                 "regenerated_from": regenerated_from}
+        subjects = {*turn_subjects.values(), *variable_subjects, *memory_subjects}
         job = _Job(request=request, state=state, count=count, budget=b, lineage=lineage, active=active,
                    history=turns[:-1], input_unit=turn_unit(turns[-1], mandatory=True, source="input"),
-                   common=common, head=head, now=time.time())
+                   common=common, head=head, now=time.time(), forgets=forgets, subjects=subjects,
+                   turn_subjects=turn_subjects, active_subjects=active_subjects, memory_ids=memory_ids)
         policy = request.compaction
         covered = active.coverage.through if active is not None else base
         job.direct = job.units_with(active, covered)
@@ -499,13 +579,19 @@ class Builder:
             job.plan = msgspec.structs.replace(job.plan, degraded=True, failure=job.plan.failure or degraded_reason)
         return job
 
-    async def _freeze(self, job: _Job, gen: Generation, uri: str) -> bool:
+    async def _freeze(self, job: _Job, gen: Generation, uri: str, *, with_checkpoint: bool) -> bool:
+        """Index the frozen generation. ``with_checkpoint``: it renders the active checkpoint's
+        summary (directly, or folded into the one the compactor makes), so it holds the data
+        subjects that one holds (None: unknown)."""
         r = job.request
+        subjects: set[str] | None = job.subjects
+        if with_checkpoint and job.active is not None:
+            subjects = None if job.active_subjects is None else job.subjects | set(job.active_subjects)
         return await self.store.freeze(  # type: ignore[no-any-return]
             generation_id=gen.generation_id, tenant=r.tenant, task_id=r.task_id, frozen_digest=gen.digest,
             frozen_uri=uri, input_ordinal=r.input_ordinal, transcript_revision=job.state.turns,
             epoch=job.state.epoch, lineage=job.lineage, regenerated_from=gen.regenerated_from,
-            user_id=r.user_id, project_id=r.project_id)
+            user_id=r.user_id, project_id=r.project_id, subjects=subjects, memory_ids=job.memory_ids)
 
     async def _twin(self, job: _Job) -> bytes:
         """An identical build froze this generation first: its result is this one's."""
@@ -520,10 +606,12 @@ class Builder:
         recent = the_plan.recent_exact
         first_recent = recent.first if recent is not None else request.input_ordinal
         fallback = branch_of("fallback", job.choose(job.units_with(None, first_recent - 1)))
+        # The primary branch renders the staged summary (the previous one folded in): the
+        # generation holds what the active checkpoint held, whichever branch is selected.
         frozen_plan = msgspec.structs.replace(the_plan, outcome="fallback", failure="frozen before the compactor ran")
         frozen = self._generation(job.head, "fallback", [fallback], frozen_plan)
         _, frozen_uri = await self._put(frozen)
-        if not await self._freeze(job, frozen, frozen_uri):
+        if not await self._freeze(job, frozen, frozen_uri, with_checkpoint=True):
             return await self._twin(job)
         base = job.state.lineage_base
         coverage = Coverage(base + 1, the_plan.compacted.through)
@@ -551,8 +639,9 @@ class Builder:
                 failure, staged = f"invalid_output: {exc.message}"[:500], None
             except BudgetTooSmallError:
                 failure, staged = "reassembly_over_cap", None
+        staged_subjects: list[str] | None = None
         if staged is not None:
-            await self.store.stage(staged)
+            staged_subjects = self._covered_subjects(job, coverage)
             final = self._generation(job.head, "primary", branches, msgspec.structs.replace(the_plan,
                                                                                             outcome="compacted"))
         else:
@@ -561,9 +650,17 @@ class Builder:
         log.info("context.compaction", generation=generation_id, outcome="compacted" if staged else "fallback",
                  coverage=f"{coverage.first}..{coverage.through}", failure=failure.split(":")[0])
         data, uri = await self._put(final)
-        await self.store.finish(generation_id, digest=final.digest, uri=uri,
-                                staged=staged.checkpoint_id if staged is not None else None)
+        await self._complete(job, final, uri, staged=staged, staged_subjects=staged_subjects, stored=[frozen_uri])
         return data
+
+    @staticmethod
+    def _covered_subjects(job: _Job, coverage: Coverage) -> list[str] | None:
+        """The data subjects a checkpoint over ``coverage`` holds: its turns' and those of the
+        summary it folded in (None: that one's are unknown)."""
+        if job.active is not None and job.active_subjects is None:
+            return None
+        covered = {s for o, s in job.turn_subjects.items() if coverage.first <= o <= coverage.through}
+        return sorted(covered | set(job.active_subjects or ()))
 
     def _generation(self, head: dict[str, Any], selected: str, branches: list[Branch],
                     the_plan: CompactionPlan) -> Generation:
@@ -593,44 +690,56 @@ class Builder:
         except Exception as exc:  # noqa: BLE001
             return None, f"invalid_output: {type(exc).__name__}"
 
-    async def _active(self, conv: Any, lineage: str) -> tuple[CompactionCheckpoint | None, str]:
-        """The conversation's active checkpoint if it still holds (lineage, receipt), else why not."""
+    async def _active(self, conv: Any, lineage: str) -> tuple[CompactionCheckpoint | None, list[str] | None, str]:
+        """The conversation's active checkpoint if it still holds (lineage, receipt) and the data
+        subjects it holds (None: unknown), else why not."""
         if conv.active_checkpoint_id is None:
-            return None, ""
-        cp = await self.store.checkpoint(self.store.pool, conv.tenant, conv.active_checkpoint_id)
-        if cp is None:
-            return None, "active checkpoint missing"
+            return None, [], ""
+        found = await self.store.checkpoint_with_subjects(self.store.pool, conv.tenant, conv.active_checkpoint_id)
+        if found is None:
+            return None, [], "active checkpoint missing"
+        cp, subjects = found
         if cp.lineage != lineage or cp.epoch != conv.epoch:
-            return None, "active checkpoint of another lineage"
+            return None, [], "active checkpoint of another lineage"
         if not verify_checkpoint(cp, public_key_from_bytes(self.key.public)):
             log.warning("context.active_checkpoint_unverified", checkpoint=cp.checkpoint_id)
-            return None, "active checkpoint does not verify"
-        return cp, ""
+            return None, [], "active checkpoint does not verify"
+        return cp, subjects, ""
 
-    async def _variables(self, state: WorkingMemory) -> dict[str, Any]:
-        """Variable values, sealed ones opened (an erased one is left out)."""
+    async def _variables(self, state: WorkingMemory) -> tuple[dict[str, Any], set[str]]:
+        """Variable values, sealed ones opened (an erased one is left out), and the data
+        subjects of those opened."""
         out: dict[str, Any] = {}
-        aad = aad_for(state.tenant, state.task_id)
+        subjects: set[str] = set()
         for name, var in state.variables.items():
             if var.sealed is None:
                 out[name] = var.value
                 continue
-            plain = await unseal(var.sealed, aad, self.sources.keyring())
+            plain = await unseal(var.sealed, state.tenant, state.task_id, self.sources.keyring())
             if plain is not None:
                 out[name] = msgspec.json.decode(plain)
-        return out
+                subjects.add(var.sealed.subject)
+        return out, subjects
 
-    async def _memory(self, request: BuildRequest) -> list[Unit]:
+    async def _memory(self, request: BuildRequest) -> tuple[list[Unit], list[str], set[str]]:
+        """Memory units, the ids of the records read, and the data subjects of the personal
+        ones whose value was opened."""
         if request.memory_query is None:
-            return []
+            return [], [], set()
         reply = await self.sources.memory(ReadRequest(
             tenant=request.tenant, query=request.memory_query, task_id=request.task_id,
             session_id=request.session_id, user_id=request.user_id, project_id=request.project_id,
             k=MEMORY_K, encoding=request.encoding,
             budget_tokens=max(1, min(200_000, request.window_tokens // 4)), purpose="context build"))
         if reply is None:
-            return []
-        return memory_units(reply)
+            return [], [], set()
+        ids = sorted({item.record_id for item in reply.items})
+        opened = [item for item in reply.items if not item.erased and item.sensitivity == "personal"]
+        subjects = await self.store.memory_subjects(request.tenant, [item.record_id for item in opened])
+        # A user-scoped personal record is about its user, whatever else the projection says.
+        subjects |= {scope.rsplit("/", 1)[-1] for item in opened
+                     if (scope := item.scope).startswith("user/") and not scope.endswith("/")}
+        return memory_units(reply), ids, subjects
 
     async def _documents(self, request: BuildRequest) -> list[Unit]:
         if request.document_query is None or self.documents is None:

@@ -13,6 +13,11 @@ Clear appends ``history_cleared`` through the writer (as a service caller), wait
 the projection applied it, and moves the conversation to the new epoch and lineage: the
 old lineage's active checkpoint is superseded and its staged ones can never be activated
 (a commit refuses them ``stale_epoch``).
+
+The lineage a commit checks against includes the conversation's forget count
+(``context_conversations.forgets``): a forget request that reached the conversation's
+checkpoints moved it on, so a checkpoint staged before is refused ``other_lineage``; a
+forgotten checkpoint itself is refused ``forgotten`` without its body being read.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from agentledger.errors import ConflictError, ContractError, NotFoundError
 from agentledger.identity import Caller
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.keys import SigningKey
-from agentledger.services.context_builder.store import ContextStore
+from agentledger.services.context_builder.store import FORGOTTEN, ContextStore
 
 log = structlog.get_logger()
 
@@ -61,9 +66,13 @@ class Committer:
             head = await self.store.head(conn, tenant, row.task_id)
             if conv is None or head is None:
                 raise NotFoundError(f"no conversation of task {row.task_id!r}", path="$.generation_id")
-            lineage = lineage_id(tenant, row.task_id, head.epoch, head.lineage_base)
-            conv = await self.store.sync_locked(conn, tenant, row.task_id, epoch=head.epoch, lineage=lineage,
-                                                lineage_base=head.lineage_base)
+            conv = await self.store.sync_locked(
+                conn, tenant, row.task_id, epoch=head.epoch, lineage_base=head.lineage_base,
+                lineage=lineage_id(tenant, row.task_id, head.epoch, head.lineage_base))
+            lineage = lineage_id(tenant, row.task_id, head.epoch, head.lineage_base, conv.forgets)
+            status = await self.store.checkpoint_status(conn, tenant, cid)
+            if status is not None and status[0] == FORGOTTEN:
+                return CommitReply(ok=True, activated=False, reason=FORGOTTEN)
             cp = await self.store.checkpoint(conn, tenant, cid)
             if cp is None:
                 raise NotFoundError(f"checkpoint {cid} of generation {row.generation_id} is gone",
@@ -104,7 +113,10 @@ class Committer:
                                 code="lineage_regression", path="$.through_ordinal")
         if through == state.lineage_base:
             # Nothing after the lineage base to clear (a retried clear lands here): no new epoch.
-            lineage = lineage_id(tenant, task, state.epoch, state.lineage_base)
+            conv = await self.store.conversation(tenant, task, epoch=state.epoch, lineage_base=state.lineage_base,
+                                                 lineage=lineage_id(tenant, task, state.epoch, state.lineage_base))
+            forgets = conv.forgets if conv.epoch == state.epoch else 0
+            lineage = lineage_id(tenant, task, state.epoch, state.lineage_base, forgets)
             return ClearReply(ok=True, epoch=state.epoch, lineage=lineage)
         producer = caller.agent or "context-builder"
         # One id per (epoch, through): a retried clear is a duplicate, not a second epoch.

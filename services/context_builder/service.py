@@ -14,6 +14,11 @@ NATS micro service ``agentledger-context-builder``:
 * ``<prefix>.context.ingest``: add a document version to the tenant's RAG index
   (``documents.py``), when that module is installed.
 
+A forget request's eviction (``<prefix>.forget.evict``, ``agentledger.evict``) drops the
+data-subject keys the builder's keyring caches and the embedding cache, and waits (bounded)
+for the tenant's builds that were running: what they froze is then in the tables the forget
+request's ``generations`` / ``compaction`` steps (``forget.py``) reach.
+
 Every request: the caller is the authenticated connection (``TenantRegistry``), the body's
 tenant must be the caller's, user and project scopes must be bound to the agent; a body
 that does not decode is a typed ``ContractError`` naming its path. Logs carry codes, ids
@@ -30,10 +35,11 @@ import asyncpg
 import msgspec
 import structlog
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db
+from agentledger import artifacts, auth, db, evict
 from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.context_api import (
@@ -49,6 +55,7 @@ from agentledger.contracts.context_api import (
     TraceReply,
 )
 from agentledger.identity import TenantRegistry
+from agentledger.lifecycle import ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.service_endpoints import Endpoint, Endpoints
 from agentledger.services.context_builder.build import Builder
@@ -62,18 +69,22 @@ log = structlog.get_logger()
 SERVICE_NAME = "agentledger-context-builder"
 SERVICE_VERSION = "0.1.0"
 ROLE = "context-builder"
+# How much longer than a compactor may take an eviction waits for the builds running.
+EVICT_GRACE_S = 5.0
 
 
 def context_subject(prefix: str, action: str) -> str:
     return f"{prefix}.context.{action}"
 
 
-class ContextBuilder:
+class ContextBuilder(ServiceShell):
     """The service; see the module docstring."""
 
     name = "context-builder"
+    log_name = "context"
 
     def __init__(self, settings: Settings, *, compactors: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.settings = settings
         # Extra compactors by name (tests register failing ones here); see ``compactors.py``.
         self._extra_compactors = dict(compactors or {})
@@ -82,24 +93,14 @@ class ContextBuilder:
         self._tenants: TenantRegistry | None = None
         self._bindings: BindingRegistry | None = None
         self._service: Service | None = None
+        self._evictions: Subscription | None = None
         self.store: ContextStore | None = None
         self.builder: Builder | None = None
         self.committer: Committer | None = None
         self.documents: DocumentIndex | None = None
         self._requests: Endpoints | None = None
-        self._failed: asyncio.Future[None] | None = None
-        self._stopped = False
 
     # ---- lifecycle --------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
 
     async def _start(self) -> None:
         s = self.settings
@@ -134,22 +135,29 @@ class ContextBuilder:
         for action, endpoint in endpoints.items():
             await self._service.add_endpoint(name=f"context-{action}", subject=context_subject(s.prefix, action),
                                              handler=self._requests.handler(action, endpoint))
+        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id, self._evict)
         await self._nc.flush()
         log.info("context.ready", endpoints=sorted(endpoints), key_id=key.key_id)
 
-    async def wait_failed(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        waits = [asyncio.ensure_future(asyncio.shield(self._failed))]
+    async def _evict(self, e: evict.Eviction) -> dict[str, int]:
+        """A forget request reached these: drop cached keys and embeddings, then wait for the
+        tenant's builds running now (they may hold what an old key opened) to end."""
+        keys, embeddings, builds = 0, 0, 0
+        if self.builder is not None:
+            keyring = self.builder.sources.cached_keyring()
+            keys = evict.keys_of(keyring, e) if keyring is not None else 0
         if self.documents is not None:
-            waits.append(asyncio.ensure_future(asyncio.shield(self.documents.failed)))
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-        finally:
-            for task in waits:
-                task.cancel()
+            # Keyed by text (a document's chunks, a build's document query), not by tenant: all of it.
+            cache = getattr(self.documents.vectors, "_cache", None)
+            if cache is not None:
+                embeddings = len(cache)
+                cache.clear()
+        if self.builder is not None:
+            builds = await self.builder.settle(e.tenant, self.settings.context_compactor_timeout_s + EVICT_GRACE_S)
+        return {"keys": keys, "embeddings": embeddings, "builds": builds}
+
+    def _watched(self) -> list[asyncio.Future[None]]:
+        return [self.documents.failed] if self.documents is not None else []
 
     def alive(self) -> bool:
         """NATS read loop alive, the bindings mirror following, the document projection turning."""
@@ -162,6 +170,9 @@ class ContextBuilder:
         if self._stopped:
             return
         self._stopped = True
+        if self._evictions is not None:
+            with contextlib.suppress(Exception):
+                await self._evictions.unsubscribe()
         if self._service is not None:
             with contextlib.suppress(Exception):
                 await self._service.stop()
@@ -181,11 +192,3 @@ class ContextBuilder:
         if self._pool is not None:
             await self._pool.close()
 
-    # ---- NATS callbacks -------------------------------------------------------------------------
-
-    async def _nats_error(self, exc: Exception) -> None:
-        log.warning("context.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
-
-    async def _nats_closed(self) -> None:
-        if not self._stopped and self._failed is not None and not self._failed.done():
-            self._failed.set_exception(ConnectionError("the NATS connection closed"))

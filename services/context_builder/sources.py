@@ -27,7 +27,7 @@ from agentledger.contracts.memory_api import ReadReply, ReadRequest
 from agentledger.core.state import Turn, WorkingMemory
 from agentledger.errors import NotFoundError, UnavailableError
 from agentledger.ledger import ledger_subject
-from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.sealing import Keyring, kek_of, unseal
 from agentledger.services.context_builder.store import ContextStore
 
 log = structlog.get_logger()
@@ -89,20 +89,23 @@ class Sources:
 
     async def turn_texts(self, tenant: str, task_id: str, turns: Sequence[Turn]) -> dict[int, str | None]:
         """Each turn's text by ordinal, sealed ones opened (None: its subject's key is destroyed)."""
-        aad = aad_for(tenant, task_id)
         out: dict[int, str | None] = {}
         for turn in turns:
             if turn.sealed is None:
                 out[turn.ordinal] = turn.content or ""
                 continue
-            plain = await unseal(turn.sealed, aad, self.keyring())
+            plain = await unseal(turn.sealed, tenant, task_id, self.keyring())
             out[turn.ordinal] = None if plain is None else plain.decode()
         return out
+
+    def cached_keyring(self) -> Keyring | None:
+        """The keyring if one was opened (what an eviction drops keys from)."""
+        return self._keys
 
     def keyring(self) -> Keyring:
         if self._keys is None:
             self._keys = Keyring(self._nc, self.settings.keys_bucket,
-                                 load_kek(self.settings.kek_path, create=False),
+                                 kek_of(self.settings, create=False),
                                  cache_bytes=self.settings.key_cache_bytes)
         return self._keys
 

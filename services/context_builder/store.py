@@ -8,10 +8,16 @@ Tables (migration 4 in ``agentledger.db``):
   ``frozen_digest`` of what was frozen before any compactor ran), with the input turn,
   the transcript revision, epoch and lineage it was built on and the checkpoint it
   staged. ``artifact_uri`` is NULL only between the freeze and the end of the build.
+  ``subjects`` / ``memory_ids``: the data subjects whose content it holds and the memory
+  records it read (what a forget request finds it by; NULL on rows built before they
+  were recorded: "may hold anything of the tenant").
 * ``context_checkpoints``: compaction checkpoints (``CompactionCheckpoint`` JSON in
-  ``body``), staged by a build, activated / refused / superseded by ``context.commit``.
+  ``body``), staged by a build, activated / refused / superseded by ``context.commit``,
+  ``forgotten`` by a forget request (the body then holds no summary and is never served);
+  ``subjects``: the data subjects of the turns it covers.
 * ``context_conversations``: one row per (tenant, task): the epoch and lineage the
-  builder last saw, the active checkpoint and how far it covers. Only a commit's
+  builder last saw, the active checkpoint and how far it covers, and ``forgets`` (how
+  many forget requests moved it on to a new lineage in this epoch). Only a commit's
   compare-and-swap (``FOR UPDATE`` on this row) moves the pointer.
 
 The Working Memory projection (the projector's ``task_state`` / ``task_turns``) is read
@@ -20,6 +26,7 @@ directly, never written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -62,6 +69,8 @@ class Conversation(NamedTuple):
     active_checkpoint_id: str | None
     coverage_end: int
     version: int
+    # Forget requests that moved the conversation on to a new lineage in this epoch.
+    forgets: int
 
 
 class TaskHead(NamedTuple):
@@ -75,14 +84,21 @@ class TaskHead(NamedTuple):
 _GEN_COLUMNS = ("generation_id, tenant, task_id, digest, artifact_uri, frozen_digest, frozen_uri,"
                 " input_ordinal, transcript_revision, epoch, lineage, staged_checkpoint_id,"
                 " regenerated_from, user_id, project_id")
-_INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at)"
-               " VALUES ($1, $2, $3, $4, NULL, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13)"
+_INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at, subjects, memory_ids)"
+               " VALUES ($1, $2, $3, $4, NULL, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13, $14, $15)"
                " ON CONFLICT (generation_id) DO NOTHING").replace("{columns}", _GEN_COLUMNS)
 _FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4"
                " WHERE generation_id = $1 AND artifact_uri IS NULL")
 _GET_GEN = ("SELECT {columns} FROM context_generations WHERE generation_id = $1 AND tenant = $2"
             ).replace("{columns}", _GEN_COLUMNS)
-_CONV_COLUMNS = "tenant, task_id, epoch, lineage, lineage_base, active_checkpoint_id, coverage_end, version"
+# The end of a build: its row still there (a forget request did not delete it meanwhile) ...
+_LOCK_GEN = "SELECT 1 FROM context_generations WHERE generation_id = $1 AND tenant = $2 FOR UPDATE"
+# ... and its conversation still on the lineage the build read (no forget moved it on).
+_SHARE_CONV = ("SELECT epoch, forgets FROM context_conversations WHERE tenant = $1 AND task_id = $2"
+               " FOR SHARE")
+_DROP_GEN = "DELETE FROM context_generations WHERE generation_id = $1 AND tenant = $2"
+_CONV_COLUMNS = ("tenant, task_id, epoch, lineage, lineage_base, active_checkpoint_id, coverage_end, version,"
+                 " forgets")
 _GET_CONV = ("SELECT {columns} FROM context_conversations WHERE tenant = $1 AND task_id = $2"
              ).replace("{columns}", _CONV_COLUMNS)
 _LOCK_CONV = _GET_CONV + " FOR UPDATE"
@@ -90,9 +106,9 @@ _ENSURE_CONV = ("INSERT INTO context_conversations (tenant, task_id, epoch, line
                 " active_checkpoint_id, coverage_end, version) VALUES ($1, $2, $3, $4, $5, NULL, $5, 1)"
                 " ON CONFLICT (tenant, task_id) DO NOTHING")
 # A conversation whose projection moved to a newer epoch starts its new lineage with no
-# checkpoint (the old ones belong to a lineage that no longer exists).
+# checkpoint (the old ones belong to a lineage that no longer exists), and no forgets yet.
 _NEW_EPOCH = ("UPDATE context_conversations SET epoch = $3, lineage = $4, lineage_base = $5,"
-              " active_checkpoint_id = NULL, coverage_end = $5, version = version + 1"
+              " active_checkpoint_id = NULL, coverage_end = $5, version = version + 1, forgets = 0"
               " WHERE tenant = $1 AND task_id = $2 AND epoch < $3")
 # The old lineage's active checkpoint is superseded; its staged candidates stay staged, and
 # a commit refuses them (``stale_epoch``), so the refusal says why.
@@ -101,12 +117,18 @@ _RETIRE_LINEAGE = ("UPDATE context_checkpoints SET status = 'superseded', reason
 _MOVE_POINTER = ("UPDATE context_conversations SET active_checkpoint_id = $3, coverage_end = $4,"
                  " version = version + 1 WHERE tenant = $1 AND task_id = $2 AND version = $5")
 _INSERT_CP = ("INSERT INTO context_checkpoints (checkpoint_id, tenant, task_id, generation_id, epoch, lineage,"
-              " coverage_first, coverage_through, status, reason, body, created_at, updated_at)"
-              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)"
+              " coverage_first, coverage_through, status, reason, body, created_at, updated_at, subjects)"
+              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12, $13)"
               " ON CONFLICT (checkpoint_id) DO NOTHING")
-_GET_CP = "SELECT body, status, reason FROM context_checkpoints WHERE checkpoint_id = $1 AND tenant = $2"
+_GET_CP = ("SELECT body, status, reason, subjects FROM context_checkpoints WHERE checkpoint_id = $1"
+           " AND tenant = $2")
+_CP_STATUS = "SELECT status, reason FROM context_checkpoints WHERE checkpoint_id = $1 AND tenant = $2"
+# A forgotten checkpoint's body holds no summary: it is never decoded to be served.
+FORGOTTEN = "forgotten"
 _SET_CP_STATUS = ("UPDATE context_checkpoints SET status = $3, reason = $4, updated_at = $5"
                   " WHERE checkpoint_id = $1 AND tenant = $2")
+_MEMORY_SUBJECTS = ("SELECT DISTINCT data_subject FROM memory_records WHERE tenant = $1"
+                    " AND record_id = ANY($2::text[]) AND data_subject IS NOT NULL")
 _TURNS = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal > $3"
           " AND ordinal <= $4 ORDER BY ordinal")
 # FOR SHARE: the projector cannot move the task on between the CAS's check and its commit.
@@ -149,15 +171,46 @@ class ContextStore:
     async def freeze(self, *, generation_id: str, tenant: str, task_id: str, frozen_digest: str,
                      frozen_uri: str, input_ordinal: int, transcript_revision: int, epoch: int,
                      lineage: str, regenerated_from: str | None, user_id: str | None = None,
-                     project_id: str | None = None) -> bool:
-        """Index a frozen generation; False when that id was frozen already (a concurrent twin)."""
+                     project_id: str | None = None, subjects: Sequence[str] | None = (),
+                     memory_ids: Sequence[str] = ()) -> bool:
+        """Index a frozen generation; False when that id was frozen already (a concurrent twin).
+
+        ``subjects``: the data subjects whose content it holds (None: unknown, e.g. it rendered
+        a checkpoint of before subjects were recorded); ``memory_ids``: the memory records it read.
+        """
         status = await self.pool.execute(
             _INSERT_GEN, generation_id, tenant, task_id, frozen_digest, frozen_uri, input_ordinal,
-            transcript_revision, epoch, lineage, regenerated_from, user_id, project_id, datetime.now(UTC))
+            transcript_revision, epoch, lineage, regenerated_from, user_id, project_id, datetime.now(UTC),
+            None if subjects is None else sorted(set(subjects)), sorted(set(memory_ids)))
         return bool(status.endswith(" 1"))
 
     async def finish(self, generation_id: str, *, digest: str, uri: str, staged: str | None) -> None:
         await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged)
+
+    async def complete(self, *, tenant: str, task_id: str, generation_id: str, epoch: int, forgets: int,
+                       digest: str, uri: str, staged: CompactionCheckpoint | None = None,
+                       staged_subjects: Sequence[str] | None = ()) -> bool:
+        """The end of a build, in one transaction: stage its checkpoint and finish its row, unless
+        a forget request overtook the build (its row deleted, or its conversation moved on to
+        another lineage or deleted): then nothing is staged, its row is dropped, and False.
+
+        The generation row is locked ``FOR UPDATE`` (a forget's delete waits, or went first)
+        and the conversation ``FOR SHARE`` (a forget moving it on waits, or went first).
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            here = await conn.fetchval(_LOCK_GEN, generation_id, tenant)
+            conv = await conn.fetchrow(_SHARE_CONV, tenant, task_id)
+            if here is None:
+                return False
+            # (A clear meanwhile moved the epoch on: staged as ever, a commit refuses it stale_epoch.)
+            if conv is None or (int(conv[0]) == epoch and int(conv[1]) != forgets):
+                await conn.execute(_DROP_GEN, generation_id, tenant)
+                return False
+            if staged is not None:
+                await self.stage(staged, staged_subjects, conn=conn)
+            await conn.execute(_FINISH_GEN, generation_id, digest, uri,
+                               staged.checkpoint_id if staged is not None else None)
+        return True
 
     async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:
         row = await self.pool.fetchrow(_GET_GEN, generation_id, tenant)
@@ -200,19 +253,45 @@ class ContextStore:
         # The row is locked FOR UPDATE by the caller: its version cannot have moved.
         assert status.endswith(" 1"), status
 
-    async def stage(self, cp: CompactionCheckpoint) -> None:
-        await self.pool.execute(_INSERT_CP, cp.checkpoint_id, cp.tenant, cp.task_id, cp.generation_id,
-                                cp.epoch, cp.lineage, cp.coverage.first, cp.coverage.through, cp.status,
-                                cp.reason, msgspec.json.encode(cp), datetime.now(UTC))
+    async def stage(self, cp: CompactionCheckpoint, subjects: Sequence[str] | None = (), *,
+                    conn: asyncpg.Connection | None = None) -> None:
+        """Store a staged checkpoint; ``subjects``: the data subjects of the turns it covers
+        (None: unknown)."""
+        await (conn or self.pool).execute(
+            _INSERT_CP, cp.checkpoint_id, cp.tenant, cp.task_id, cp.generation_id, cp.epoch, cp.lineage,
+            cp.coverage.first, cp.coverage.through, cp.status, cp.reason, msgspec.json.encode(cp),
+            datetime.now(UTC), None if subjects is None else sorted(set(subjects)))
 
     async def checkpoint(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
                          checkpoint_id: str) -> CompactionCheckpoint | None:
-        """A checkpoint with its current status (the body keeps the status it was staged with)."""
+        """A checkpoint with its current status (the body keeps the status it was staged with);
+        None when there is none, or it was forgotten (its body is never decoded to be served)."""
+        found = await self.checkpoint_with_subjects(conn, tenant, checkpoint_id)
+        return None if found is None else found[0]
+
+    async def checkpoint_with_subjects(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                                       checkpoint_id: str) -> tuple[CompactionCheckpoint, list[str] | None] | None:
+        """``checkpoint`` and the data subjects it holds (None: unknown)."""
         row = await conn.fetchrow(_GET_CP, checkpoint_id, tenant)
-        if row is None:
+        if row is None or row[1] == FORGOTTEN:
             return None
         cp = _checkpoint.decode(bytes(row[0]))
-        return msgspec.structs.replace(cp, status=row[1], reason=row[2])
+        return msgspec.structs.replace(cp, status=row[1], reason=row[2]), None if row[3] is None else list(row[3])
+
+    async def checkpoint_status(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
+                                checkpoint_id: str) -> tuple[str, str] | None:
+        """(status, reason) of a checkpoint, without reading its body."""
+        row = await conn.fetchrow(_CP_STATUS, checkpoint_id, tenant)
+        return None if row is None else (row[0], row[1])
+
+    # ---- memory records (the memory-policy service's projection, read only) -----------------------
+
+    async def memory_subjects(self, tenant: str, record_ids: Sequence[str]) -> set[str]:
+        """The data subjects of those of ``record_ids`` that are personal records."""
+        if not record_ids:
+            return set()
+        rows = await self.pool.fetch(_MEMORY_SUBJECTS, tenant, list(record_ids))
+        return {r[0] for r in rows}
 
     async def set_status(self, conn: asyncpg.Connection, tenant: str, checkpoint_id: str, status: str,
                          reason: str = "") -> None:

@@ -29,16 +29,18 @@ see ``core.validate.check_reserved``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import nats
 import nats.js.errors
 import structlog
+from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.request import Request
 
-from agentledger import artifacts, auth
+from agentledger import artifacts, auth, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import AppendReply, AppendResult, LeaseBody, LeaseReply
 from agentledger.contracts.codec import (
@@ -57,7 +59,7 @@ from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.natsclient import reader_alive
-from agentledger.sealing import Keyring, load_kek, seal_event
+from agentledger.sealing import Keyring, kek_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
@@ -96,6 +98,7 @@ class LedgerWriter:
         self._keyring: Keyring | None = None
         self._artifacts: artifacts.ArtifactStore | None = None
         self._leases: LeaseTable | None = None
+        self._evictions: Subscription | None = None
         self._tenants: TenantRegistry | None = None
         self._stopped = False
         self._stream_lock = asyncio.Lock()
@@ -109,7 +112,7 @@ class LedgerWriter:
         await ensure_stream(s, self._nc)
         self._tenants = TenantRegistry(self._nc, s.prefix)
         await self._tenants.start()
-        self._keyring = Keyring(self._nc, s.keys_bucket, load_kek(s.kek_path),
+        self._keyring = Keyring(self._nc, s.keys_bucket, kek_of(s),
                                 max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes)
         self._artifacts = await artifacts.open(self._nc, s)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
@@ -134,6 +137,15 @@ class LedgerWriter:
                 handler=self._lease_handler(action))
         await artifact_endpoints.register(self._service, self._nc, s, self._artifacts, self._tenants,
                                           tasks=self._handlers)
+        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
+                                             self._evict)
+
+    async def _evict(self, e: evict.Eviction) -> dict[str, int]:
+        """A forget request reached these: drop the cached keys and mirrored leases."""
+        assert self._keyring is not None and self._leases is not None
+        return {"keys": evict.keys_of(self._keyring, e),
+                "leases": self._leases.evict(e.tenant) if e.whole_tenant
+                else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0}
 
     async def wait_failed(self) -> None:
         assert self._flusher is not None
@@ -173,6 +185,9 @@ class LedgerWriter:
         if self._stopped:
             return
         self._stopped = True
+        if self._evictions is not None:
+            with contextlib.suppress(Exception):
+                await self._evictions.unsubscribe()
         if self._service is not None:
             await self._service.stop()  # type: ignore[attr-defined]
         if self._handlers:

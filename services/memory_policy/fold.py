@@ -6,7 +6,12 @@ a history row per new event, and for every record row that is written its
 search text and embedding (computed here, by the configured embedder, so a
 replay computes the same vectors). A personal record gets neither: it is
 found by exact key only, and destroying its subject's key leaves no plaintext
-in an index.
+in an index. Nor does a tombstone (a forgotten record).
+
+A ``memory_forgotten`` event's history is one row of its own plus one per
+record it forgot; the history rows of the forgotten records' own events are
+dropped (from the batch and from the table), and a later event naming a
+forgotten record leaves no history row, as it changes nothing.
 
 ``load_state`` reads back from PostgreSQL exactly the part of a tenant's
 memory state that a batch of its events can touch (the events' ids, their
@@ -24,10 +29,18 @@ import msgspec
 
 from agentledger.bounded import ByteLRU
 from agentledger.contracts import events as ev
-from agentledger.core.memory.authority import promoted_id_for, scope_key
+from agentledger.core.memory.authority import promoted_id_for, record_id_for, scope_key
 from agentledger.core.memory.keys import text_of
-from agentledger.core.memory.resolve import FeedbackMark, GroupKey, decode_group, encode_group
-from agentledger.core.memory.state import DecisionIndex, MemoryState, RecordRow, apply_memory_event
+from agentledger.core.memory.resolve import FeedbackMark, GroupKey, KeyGroup, decode_group, encode_group
+from agentledger.core.memory.state import (
+    FORGOTTEN,
+    DecisionIndex,
+    MemoryState,
+    RecordRow,
+    apply_memory_event,
+    forget_records,
+    names_forgotten,
+)
 from agentledger.embedding import Embedder
 from agentledger.services.memory_policy.store import HistoryRow, MemoryStore, RecordWrite
 
@@ -42,7 +55,7 @@ def search_text(row: RecordRow) -> str | None:
     None for a personal or sealed record: it is in neither index.
     """
     body = row.body
-    if body.sensitivity == "personal" or body.sealed is not None:
+    if row.status == FORGOTTEN or body.sensitivity == "personal" or body.sealed is not None:
         return None
     words = row.key.replace("_", " ")
     text = text_of(body.value) if body.value is not None else ""
@@ -64,7 +77,18 @@ def history_row(event: ev.EventBase, seq: int) -> HistoryRow | None:
     if isinstance(p, ev.MemoryFeedback):
         return HistoryRow(event.event_id, seq, "memory_feedback", None, p.record_id, None, None,
                           p.action, p.reason, None, at)
+    if isinstance(p, ev.MemoryForgotten):
+        return HistoryRow(event.event_id, seq, "memory_forgotten", None, None, None, None, "forget",
+                          p.request_id, None, at)
     return None
+
+
+def tombstone_history(event: ev.EventBase, seq: int, record_id: str, group: GroupKey) -> HistoryRow:
+    """The history row of one record a ``memory_forgotten`` event forgot (shown in its key's history)."""
+    p = ev.payload_of(event)
+    assert isinstance(p, ev.MemoryForgotten)
+    return HistoryRow(f"{event.event_id}/{record_id}", seq, "memory_forgotten", None, record_id, group[0],
+                      group[1], "forget", p.request_id, None, event.occurred_at)
 
 
 class Vectors:
@@ -73,6 +97,12 @@ class Vectors:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self._cache: ByteLRU[str, list[float]] = ByteLRU(EMBED_CACHE_BYTES)
+
+    def clear(self) -> int:
+        """Drop every kept vector (their keys are record and query texts); how many."""
+        n = len(self._cache)
+        self._cache.clear()
+        return n
 
     async def of(self, texts: Sequence[str]) -> list[list[float]]:
         missing = sorted({t for t in texts if self._cache.get(t) is None})
@@ -108,17 +138,25 @@ class Loaded:
 
 
 def _touches(events: Sequence[tuple[int, ev.EventBase]]) -> tuple[list[str], list[str], set[GroupKey]]:
-    """Proposal ids decided, record ids named and groups decided into by ``events``."""
+    """Proposal ids decided, record ids named (a proposal's own included, to see whether it was
+    forgotten) and groups decided or forgotten into by ``events``."""
     proposals, records, groups = [], [], set()
     for _, event in events:
         p = ev.payload_of(event)
-        if isinstance(p, ev.MemoryDecided):
+        if isinstance(p, ev.MemoryProposed):
+            records.append(record_id_for(event.tenant, p.proposal_id))
+        elif isinstance(p, ev.MemoryDecided):
             proposals.append(p.proposal_id)
+            records.append(record_id_for(event.tenant, p.proposal_id))
             if p.record is not None:
                 records.append(p.record.record_id)
                 groups.add((scope_key(p.record.scope), p.record.key))
         elif isinstance(p, ev.MemoryFeedback):
             records.append(p.record_id)
+        elif isinstance(p, ev.MemoryForgotten):
+            for fr in p.records:
+                records.append(fr.record_id)
+                groups.add((scope_key(fr.scope), fr.key))
     return proposals, records, groups
 
 
@@ -153,6 +191,26 @@ class Folded:
     history: list[HistoryRow] = field(default_factory=list)
     groups: set[GroupKey] = field(default_factory=set)
     changed: set[GroupKey] = field(default_factory=set)
+    # Records forgotten by this batch, and their proposals: their older history goes.
+    forgotten: set[str] = field(default_factory=set)
+    forgotten_proposals: set[str] = field(default_factory=set)
+
+
+def _forget(state: MemoryState, event: ev.MemoryForgottenEvent, seq: int, out: Folded) -> None:
+    state.events[event.event_id] = seq
+    state.watermark = max(state.watermark, seq)
+    forgot = forget_records(state, event, seq)
+    records, proposals = set(forgot.records), forgot.proposals
+    out.history = [h for h in out.history if h.event == "memory_forgotten"
+                   or not (h.record_id in records or h.proposal_id in proposals)]
+    row = history_row(event, seq)
+    assert row is not None
+    out.history.append(row)
+    out.history.extend(tombstone_history(event, seq, rid, gk) for rid, gk in sorted(forgot.records.items()))
+    out.forgotten |= records
+    out.forgotten_proposals |= proposals
+    out.changed |= forgot.changed
+    out.groups |= forgot.changed
 
 
 def fold(state: MemoryState, events: Sequence[tuple[int, ev.EventBase]], out: Folded | None = None) -> Folded:
@@ -160,6 +218,12 @@ def fold(state: MemoryState, events: Sequence[tuple[int, ev.EventBase]], out: Fo
     out = out or Folded()
     for seq, event in events:
         if event.event_id in state.events:
+            continue
+        if isinstance(event, ev.MemoryForgottenEvent):
+            _forget(state, event, seq, out)
+            continue
+        if names_forgotten(state, event):
+            state.events[event.event_id] = seq  # changes nothing, and leaves no history
             continue
         row = history_row(event, seq)
         if row is not None:
@@ -189,9 +253,9 @@ async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loade
     """
     state = loaded.state
     await store.put_history(conn, tenant, folded.history)
+    await store.drop_history(conn, tenant, folded.forgotten, folded.forgotten_proposals)
     await store.put_groups(conn, tenant, [
-        (gk[0], gk[1], promoted_id_for(*gk), max((e.seq for e in state.groups[gk].entries.values()),
-                                                   default=0), encode_group(state.groups[gk]))
+        (gk[0], gk[1], promoted_id_for(*gk), group_seq(state.groups[gk]), encode_group(state.groups[gk]))
         for gk in sorted(folded.groups) if gk in state.groups])
     written: list[RecordRow] = []
     dropped: list[str] = []
@@ -203,5 +267,11 @@ async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loade
     await store.drop_records(conn, tenant, dropped)
     await store.put_records(conn, tenant, await record_writes(written, vectors))
     pending = {rid: encode_marks(marks) for rid, marks in state.pending.items()}
-    await store.replace_held(conn, tenant, pending, loaded.held_ids | set(state.pending))
+    await store.replace_held(conn, tenant, pending, loaded.held_ids | set(state.pending) | folded.forgotten)
     return len(written)
+
+
+def group_seq(group: KeyGroup) -> int:
+    """The group row's ``seq``: the latest decision or tombstone in it."""
+    return max([*(e.seq for e in group.entries.values()), *(t.seq for t in group.forgotten.values())],
+               default=0)

@@ -17,6 +17,11 @@ Each proposal is two events on ``<prefix>.ledger.<tenant>._memory``:
 (``d:<proposal_id>``); a denied or rejected proposal's event keeps nothing of
 its value. A personal value names its data subject on both events (the user of
 the scope, unless the proposal names one) and the writer seals it.
+
+A forgotten record stays forgotten: a proposal whose id gave a record that a
+forget request reached is answered ``reject`` / ``forgotten`` without appending
+anything (its value must not come back into the ledger), and feedback naming a
+forgotten record is ``not_found``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from agentledger.contracts.memory_api import (
     ScopeRef,
     SourceRef,
 )
+from agentledger.core.memory.authority import record_id_for
 from agentledger.core.memory.decide import Prepared, decide, prepare
 from agentledger.core.memory.read import Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
@@ -133,6 +139,15 @@ def _proposed(tenant: str, p: Proposal, producer: str) -> ev.MemoryProposed:
         origin_task=p.origin_task, evidence=list(p.evidence), episodes=list(p.episodes))
 
 
+FORGOTTEN_REASON = "forgotten"
+
+
+def _forgotten_item(proposal_id: str) -> DecisionItem:
+    rule = ev.RuleFired(rule="forget", outcome="reject",
+                     reason="forgotten: a forget request reached this proposal's record")
+    return DecisionItem(proposal_id=proposal_id, action="reject", reason=FORGOTTEN_REASON, trace=[rule])
+
+
 def _item(d: DecisionRow, duplicate: bool) -> DecisionItem:
     return DecisionItem(proposal_id=d.proposal_id, action=d.action, reason=d.reason, trace=d.trace,
                         record_id=d.record_id, key=d.key, seq=d.seq, duplicate=duplicate)
@@ -181,11 +196,14 @@ class Decider:
                       path: str | None = None) -> list[DecisionItem]:
         """Decide and append ``proposals`` (the tenant's lock is held); errors name
         ``$.proposals[i]``, or ``path`` (a correction's request)."""
-        stored = await self.store.decisions(self._pool, tenant, sorted({p.proposal_id for p in proposals}))
+        pids = sorted({p.proposal_id for p in proposals})
+        stored = await self.store.decisions(self._pool, tenant, pids)
+        ids = {record_id_for(tenant, pid): pid for pid in pids if pid not in stored}
+        forgotten = {ids[rid] for rid in await self.store.forgotten(self._pool, tenant, sorted(ids))}
         now = datetime.now(UTC)
         fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
         for i, p in enumerate(proposals):
-            if p.proposal_id in stored or p.proposal_id in fresh:
+            if p.proposal_id in stored or p.proposal_id in fresh or p.proposal_id in forgotten:
                 continue
             proposed = _proposed(tenant, p, producer)
             fresh[p.proposal_id] = (i, p, proposed, prepare(proposed, personal=p.personal))
@@ -211,6 +229,9 @@ class Decider:
             pid = p.proposal_id
             if pid in stored:
                 out.append(_item(stored[pid], True))
+                continue
+            if pid in forgotten:
+                out.append(_forgotten_item(pid))
                 continue
             d = decisions[pid]
             rec = d.record
@@ -318,6 +339,8 @@ class Decider:
         if data is None:
             raise NotFoundError(f"no memory record {record_id!r} in tenant {tenant!r}", path="$.record_id")
         row = decode_row(data)
+        if row.status == "forgotten":
+            raise NotFoundError(f"memory record {record_id!r} was forgotten", path="$.record_id")
         scope = row.body.scope
         allowed(scope.level, scope.id, bound, "$.record_id")
         return row

@@ -8,7 +8,10 @@ gate too, so similarity only ranks what already passed: a record outside the
 caller's scopes is never fetched, so it can never appear in a receipt, and a
 stale one never reaches a ranking. The exact-key source also returns the key's
 records in the caller's scopes that a gate stops, each gate's result computed
-by PostgreSQL, so the receipt says why they were not read.
+by PostgreSQL, so the receipt says why they were not read; a forgotten record
+(a tombstone) is not even such a candidate: no read, receipt or usage row
+names it again. ``get`` and ``history`` show a tombstone as it is: status
+``forgotten``, no value.
 
 Then, in Python with the core: score, merge across scopes, keep ``k``, pack
 into the token budget (tiktoken), open personal values (only when the request
@@ -60,7 +63,7 @@ from agentledger.core.memory.read import (
 from agentledger.core.memory.state import RecordRow
 from agentledger.errors import ContractError
 from agentledger.identity import Caller
-from agentledger.sealing import Keyring, aad_for, load_kek, unseal
+from agentledger.sealing import Keyring, kek_of, unseal
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
@@ -91,7 +94,8 @@ def _sql(template: str) -> str:
     return template
 
 
-EXACT_SQL = _sql("SELECT row, {columns} FROM memory_records WHERE {scope} AND key = $8")
+EXACT_SQL = _sql("SELECT row, {columns} FROM memory_records WHERE {scope} AND key = $8"
+                 " AND status <> 'forgotten'")
 TEXT_SQL = _sql("SELECT row, ts_rank_cd(tsv, q, 32) AS rel FROM memory_records,"
                 " websearch_to_tsquery('simple', $8) AS q WHERE {scope} AND {gates} AND tsv @@ q"
                 " ORDER BY rel DESC, record_id LIMIT $9")
@@ -325,17 +329,23 @@ class Reader:
     async def _open(self, row: RecordRow, tenant: str) -> tuple[Any, bool]:
         """A record's value for a reader (a sealed one opened; ``erased`` once its key is gone)."""
         sealed = row.body.sealed
+        if row.status == "forgotten":
+            return None, False
         if sealed is None:
             return row.body.value, False
-        plain = await unseal(sealed, aad_for(tenant, ev.MEMORY_TASK), self._keyring())
+        plain = await unseal(sealed, tenant, ev.MEMORY_TASK, self._keyring())
         if plain is None:
             return None, True
         return msgspec.json.decode(plain), False
 
+    def evict_keys(self, tenant: str, subject: str | None) -> int:
+        """Drop the cached data keys of ``subject`` of ``tenant`` (None: all of the tenant's)."""
+        return self._keys.evict(tenant, subject) if self._keys is not None else 0
+
     def _keyring(self) -> Keyring:
         if self._keys is None:
             self._keys = Keyring(self._nc, self.settings.keys_bucket,
-                                 load_kek(self.settings.kek_path, create=False),
+                                 kek_of(self.settings, create=False),
                                  cache_bytes=self.settings.key_cache_bytes)
         return self._keys
 

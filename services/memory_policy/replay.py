@@ -13,7 +13,13 @@ old rows or the new ones). Receipts and usage are not projections and stay.
 
 ``verify_memory`` waits for the live projection to reach the stream's end,
 folds every tenant up to the live watermark, and compares records (rows,
-full-text and embedding), groups, history and held feedback in one snapshot.
+full-text, embedding and data subject), groups, history and held feedback in
+one snapshot.
+
+After a forget request the ledger holds a ``memory_forgotten`` tombstone and
+the forgotten records' own messages are erased (gaps in the sequence): the
+fold of a tombstone does not depend on having seen them, so a rebuild gives
+the live rows and ``verify_memory`` stays green.
 
 The ledger side (connecting, the tenants, reading a subject, waiting for the
 live projection) is ``agentledger.projection_replay``, shared by both replays.
@@ -58,6 +64,7 @@ from agentledger.services.memory_policy.projection import decode_memory, memory_
 from agentledger.services.memory_policy.store import (
     PROJECTION_TABLES,
     MemoryStore,
+    data_subject_of,
     decode_row,
     parse_vector,
 )
@@ -136,8 +143,9 @@ async def verify_memory(settings: Settings, wait_s: float = 60.0) -> list[str]:
 async def _compare(conn: asyncpg.Connection, tenant: str, state: MemoryState, folded: Folded,
                    vectors: Vectors) -> list[str]:
     rows = {row.record_id: row for group in state.rows.values() for row in group.values()}
-    live = {r[0]: (decode_row(r[1]), r[2], r[3]) for r in await conn.fetch(
-        "SELECT record_id, row, embedding::text, tsv::text FROM memory_records WHERE tenant = $1", tenant)}
+    live = {r[0]: (decode_row(r[1]), r[2], r[3], r[4]) for r in await conn.fetch(
+        "SELECT record_id, row, embedding::text, tsv::text, data_subject FROM memory_records WHERE tenant = $1",
+        tenant)}
     problems = diff(tenant, "record", rows, {rid: v[0] for rid, v in live.items()})
     writes = {w.row.record_id: w for w in await record_writes(rows.values(), vectors)}
     texts = {rid: w.text for rid, w in writes.items() if rid in live}
@@ -147,7 +155,9 @@ async def _compare(conn: asyncpg.Connection, tenant: str, state: MemoryState, fo
     for rid, w in sorted(writes.items()):
         if rid not in live:
             continue
-        _, embedding, tsv = live[rid]
+        _, embedding, tsv, subject = live[rid]
+        if data_subject_of(w.row) != subject:
+            problems.append(f"{tenant}: record {rid} data subject different")
         if expected_tsv.get(rid) != tsv:
             problems.append(f"{tenant}: record {rid} full-text vector different")
         if not same_vector(w.embedding, parse_vector(embedding)):

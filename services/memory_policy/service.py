@@ -15,6 +15,11 @@ the body's tenant must be the caller's, user and project scopes must be bound
 to the agent (``bindings``); a body that does not decode is a typed
 ``ContractError`` naming its path; nothing is written for a refused request.
 The service also runs the memory projection (``projection.py``) it reads from.
+
+Forgetting: the tombstone-fanout's handlers (``forget.py``) turn records into
+tombstones through the ledger; each instance also answers the fan-out's cache
+eviction (``agentledger.evict``), dropping the data keys it holds for the
+subject or tenant and the embedding cache (keyed by record and query text).
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import asyncpg
 import msgspec
 import structlog
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import auth, db, tokens
+from agentledger import auth, db, evict, tokens
 from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.memory_api import (
@@ -46,6 +52,7 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.embedding import load_embedder
 from agentledger.identity import TenantRegistry
+from agentledger.lifecycle import ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.service_endpoints import Endpoint, Endpoints
 from agentledger.services.memory_policy.fold import Vectors
@@ -66,40 +73,33 @@ def memory_subject(prefix: str, action: str) -> str:
     return f"{prefix}.memory.{action}"
 
 
-class MemoryPolicy:
+class MemoryPolicy(ServiceShell):
     """The service; see the module docstring."""
 
     name = "memory-policy"
+    log_name = "memory"
 
     def __init__(self, settings: Settings) -> None:
+        super().__init__()
         self.settings = settings
         self._nc: Client | None = None
         self._pool: asyncpg.Pool | None = None
         self._tenants: TenantRegistry | None = None
         self._bindings: BindingRegistry | None = None
         self._service: Service | None = None
+        self._evictions: Subscription | None = None
+        self._vectors: Vectors | None = None
         self.projection: MemoryProjection | None = None
         self.decider: Decider | None = None
         self.reader: Reader | None = None
         self._requests: Endpoints | None = None
         self._expiry: asyncio.Task[None] | None = None
-        self._failed: asyncio.Future[None] | None = None
-        self._stopped = False
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-
     async def _start(self) -> None:
         s = self.settings
-        vectors = Vectors(load_embedder(s))
+        vectors = self._vectors = Vectors(load_embedder(s))
         # Load the model and the default encoding now, so the first read does not pay for them.
         await vectors.embedder.embed(["warm up"])
         tokens.encoding(tokens.DEFAULT_ENCODING)
@@ -135,22 +135,13 @@ class MemoryPolicy:
         for action, endpoint in endpoints.items():
             await self._service.add_endpoint(name=f"memory-{action}", subject=memory_subject(s.prefix, action),
                                              handler=self._requests.handler(action, endpoint))
+        self._evictions = await evict.listen(self._nc, s.prefix, service=SERVICE_NAME, instance=self._service.id,
+                                             evictor=self.evict)
         self._expiry = asyncio.create_task(self._expire(), name="memory-receipt-expiry")
         await self._nc.flush()
 
-    async def wait_failed(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        waits = [asyncio.ensure_future(asyncio.shield(self._failed))]
-        if self.projection is not None:
-            waits.append(asyncio.ensure_future(asyncio.shield(self.projection.failed)))
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-        finally:
-            for task in waits:
-                task.cancel()
+    def _watched(self) -> list[asyncio.Future[None]]:
+        return [self.projection.failed] if self.projection is not None else []
 
     def alive(self) -> bool:
         """NATS read loop alive, the bindings mirror following, the projection loop turning."""
@@ -163,6 +154,9 @@ class MemoryPolicy:
         if self._stopped:
             return
         self._stopped = True
+        if self._evictions is not None:
+            with contextlib.suppress(Exception):
+                await self._evictions.unsubscribe()
         if self._service is not None:
             with contextlib.suppress(Exception):
                 await self._service.stop()
@@ -184,6 +178,19 @@ class MemoryPolicy:
         if self._pool is not None:
             await self._pool.close()
 
+    async def evict(self, eviction: evict.Eviction) -> dict[str, int]:
+        """Drop what this instance caches of what a forget request reached; counts by cache."""
+        keys = 0
+        if self.reader is not None:
+            if eviction.whole_tenant:
+                keys = self.reader.evict_keys(eviction.tenant, None)
+            elif eviction.subject is not None:
+                keys = self.reader.evict_keys(eviction.tenant, eviction.subject)
+        # The embedding cache is keyed by text (a record's search text, a query): a forgotten
+        # record's text may be a key. It holds no tenant, so all of it goes; it refills itself.
+        vectors = self._vectors.clear() if self._vectors is not None else 0
+        return {"keys": keys, "vectors": vectors}
+
     async def _expire(self) -> None:
         while True:
             await asyncio.sleep(EXPIRE_EVERY_S)
@@ -195,11 +202,3 @@ class MemoryPolicy:
             except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
                 log.warning("memory.expiry_failed", error=type(exc).__name__)
 
-    # ---- NATS callbacks -------------------------------------------------------------------------
-
-    async def _nats_error(self, exc: Exception) -> None:
-        log.warning("memory.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
-
-    async def _nats_closed(self) -> None:
-        if not self._stopped and self._failed is not None and not self._failed.done():
-            self._failed.set_exception(ConnectionError("the NATS connection closed"))

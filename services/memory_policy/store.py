@@ -11,9 +11,14 @@ The projection of the ``_memory`` subjects (rebuilt by replay):
   rendered (``row``, msgspec JSON) and, for the gates in SQL, its scope key,
   status, authority, sensitivity rank, versions and expiry; the ``simple``
   full-text vector and the 256-dimension embedding of its text, both NULL for
-  a personal (sealed) record, so no index holds a personal value.
+  a personal (sealed) record, so no index holds a personal value; and
+  ``data_subject``, the subject a personal record's value is sealed under (so a
+  forget request finds a subject's records). A forgotten record is a tombstone
+  row: status ``forgotten``, no value, no index entry, no data subject.
 * ``memory_history``: one row per memory event (proposal, decision, feedback):
-  ``memory.history`` and the proposal idempotency index.
+  ``memory.history`` and the proposal idempotency index. A ``memory_forgotten``
+  event has one row of its own (event id) and one per record it forgot
+  (``<event id>/<record id>``); the rows of a forgotten record's earlier events go.
 * ``memory_held``: feedback naming a record not seen yet.
 
 Not projections (replay leaves them alone; they are what reads did):
@@ -95,6 +100,12 @@ def parse_vector(text: str | None) -> list[float] | None:
     return [float(x) for x in text.strip("[]").split(",")] if text != "[]" else []
 
 
+def data_subject_of(row: RecordRow) -> str | None:
+    """The data subject a record's value is sealed under (None: not personal, or a tombstone)."""
+    sealed = row.body.sealed
+    return sealed.subject if sealed is not None else None
+
+
 def decode_row(data: bytes) -> RecordRow:
     return _row_decoder.decode(data)
 
@@ -145,20 +156,20 @@ class MemoryStore:
         self._put_records = q(
             "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
             " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
-            " row, tsv, embedding)"
+            " row, tsv, embedding, data_subject)"
             " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw,"
-            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector"
+            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector, ds"
             " FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[],"
             " $8::smallint[], $9::smallint[], $10::int[], $11::timestamptz[], $12::timestamptz[],"
-            " $13::bigint[], $14::bytea[], $15::text[], $16::text[])"
-            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em)"
+            " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[])"
+            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds)"
             " ON CONFLICT (tenant, record_id) DO UPDATE SET scope_key = excluded.scope_key,"
             " key = excluded.key, kind = excluded.kind, status = excluded.status,"
             " authority = excluded.authority, sensitivity_rank = excluded.sensitivity_rank,"
             " schema_version = excluded.schema_version, subject_version = excluded.subject_version,"
             " observed_at = excluded.observed_at, expires_at = excluded.expires_at,"
             " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv,"
-            " embedding = excluded.embedding")
+            " embedding = excluded.embedding, data_subject = excluded.data_subject")
         self._drop_records = q("DELETE FROM {s}.memory_records WHERE tenant = $1"
                               " AND record_id = ANY($2::text[])")
         self._put_history = q(
@@ -167,6 +178,15 @@ class MemoryStore:
             " SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],"
             " $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::timestamptz[])"
             " ON CONFLICT (tenant, event_id) DO NOTHING")
+        # The rows of a forgotten record's events (its decision and feedback, its proposal's
+        # ``memory_proposed``), never a ``memory_forgotten`` row.
+        self._drop_history = q(
+            "DELETE FROM {s}.memory_history WHERE tenant = $1 AND event <> 'memory_forgotten'"
+            " AND (record_id = ANY($2::text[]) OR proposal_id = ANY($3::text[])"
+            " OR proposal_id IN (SELECT proposal_id FROM {s}.memory_history WHERE tenant = $1"
+            " AND record_id = ANY($2::text[]) AND proposal_id IS NOT NULL))")
+        self._forgotten = q("SELECT record_id FROM {s}.memory_records WHERE tenant = $1"
+                            " AND record_id = ANY($2::text[]) AND status = 'forgotten'")
         self._drop_held = q("DELETE FROM {s}.memory_held WHERE tenant = $1"
                            " AND record_id = ANY($2::text[])")
         self._put_held = q("INSERT INTO {s}.memory_held(tenant, record_id, n, mark)"
@@ -239,13 +259,13 @@ class MemoryStore:
                           records: Sequence[RecordWrite]) -> None:
         if not records:
             return
-        cols: list[list[Any]] = [[] for _ in range(15)]
+        cols: list[list[Any]] = [[] for _ in range(16)]
         for w in records:
             row, body = w.row, w.row.body
             values = (row.record_id, row.scope, row.key, row.kind, row.status, row.authority,
                       SENSITIVITY_RANK[body.sensitivity], body.schema_version, body.subject_version,
                       body.observed_at, body.expires_at, row.ledger_seq, _encode(row), w.text,
-                      vector_text(w.embedding))
+                      vector_text(w.embedding), data_subject_of(row))
             for col, value in zip(cols, values, strict=True):
                 col.append(value)
         await conn.execute(self._put_records, tenant, *cols)
@@ -253,6 +273,19 @@ class MemoryStore:
     async def drop_records(self, conn: asyncpg.Connection, tenant: str, record_ids: Sequence[str]) -> None:
         if record_ids:
             await conn.execute(self._drop_records, tenant, list(record_ids))
+
+    async def drop_history(self, conn: asyncpg.Connection, tenant: str, record_ids: Iterable[str],
+                           proposal_ids: Iterable[str]) -> None:
+        """Delete the history of forgotten records (what their own events left)."""
+        records, proposals = sorted(set(record_ids)), sorted(set(proposal_ids))
+        if records or proposals:
+            await conn.execute(self._drop_history, tenant, records, proposals)
+
+    async def forgotten(self, conn: Any, tenant: str, record_ids: Sequence[str]) -> set[str]:
+        """Which of ``record_ids`` are tombstones."""
+        if not record_ids:
+            return set()
+        return {r[0] for r in await conn.fetch(self._forgotten, tenant, list(record_ids))}
 
     async def put_history(self, conn: asyncpg.Connection, tenant: str,
                           rows: Sequence[HistoryRow]) -> None:

@@ -46,7 +46,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
-from agentledger.contracts.events import DOCUMENTS_TASK, MEMORY_TASK, AnyEvent, kind_of
+from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK, AnyEvent, kind_of
 from agentledger.core.reducer import apply, duplicate
 from agentledger.core.state import (
     Changes,
@@ -222,8 +222,9 @@ def _decode(key: Key, data: bytes, seq: int, headers: dict[str, str] | None,
 
 
 def is_service_ledger(key: Key | None) -> bool:
-    """Whether a ledger subject's (tenant, task) is a tenant's memory or document ledger (not a task)."""
-    return key is not None and key[1] in (MEMORY_TASK, DOCUMENTS_TASK)
+    """Whether a ledger subject's (tenant, task) is a tenant's memory, document or forget ledger
+    (not a task)."""
+    return key is not None and key[1] in (MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK)
 
 
 def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None, *,
@@ -241,9 +242,9 @@ def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, st
     a row is sanitised and bounded (``rejection_row``), so any bytes on any ledger
     subject end as a row.
 
-    A message on a tenant's memory or document subject (task ``MEMORY_TASK`` or
-    ``DOCUMENTS_TASK``) is None with no row: those events are the memory-policy
-    service's and the context-builder's projections, not Working Memory, so they
+    A message on a tenant's memory, document or forget subject (task ``MEMORY_TASK``,
+    ``DOCUMENTS_TASK`` or ``FORGET_TASK``) is None with no row: those events are the
+    memory-policy service's, the context-builder's and the tombstone-fanout's, not Working Memory, so they
     only move the watermark past them (see ``is_service_ledger``).
     """
     if is_service_ledger(key):

@@ -48,11 +48,12 @@ import nats.js.errors
 import structlog
 from nats import micro
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import auth, db
+from agentledger import auth, db, evict
 from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
 from agentledger.contracts.api import (
@@ -81,7 +82,7 @@ from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, Tenant
 from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
 from agentledger.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.natsclient import reader_alive
-from agentledger.sealing import Keyring, load_kek, reveal
+from agentledger.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
@@ -248,6 +249,7 @@ class Projector:
         self._views: ByteLRU[tuple[str, str, bool, str], _View] = ByteLRU(
             settings.view_cache_bytes, ttl_s=VIEW_TTL_S)
         self._keys: Keyring | None = None
+        self._evictions: Subscription | None = None
         self._tenants: TenantRegistry | None = None
         # Rejections committed but not yet announced; a wake-up for readers waiting on a seq.
         self._rejected: list[RejectionRow] = []
@@ -287,6 +289,8 @@ class Projector:
             description="Working Memory projections of the agentledger ledger")
         await self._service.add_endpoint(name="wm-get", subject=get_subject(s.prefix),
                                          handler=self._handle_get)
+        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
+                                             self._evict)
         self._lock_conn = await db.connect(s.database_url)
         self._leader = await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK)
         if self._leader:
@@ -294,6 +298,23 @@ class Projector:
         else:
             log.info("projector.standby", reason="another projector holds the leadership lock")
         self._task = asyncio.create_task(self._run(), name="projector-run")
+
+    async def _evict(self, e: evict.Eviction) -> dict[str, int]:
+        """A forget request reached these: drop cached states, rendered views and keys.
+
+        The state cache is only changed between batches (a batch folds into it), so this
+        waits for the batch in flight; the check and the drop run without a pause between.
+        """
+        while self._busy:  # noqa: ASYNC110 - _busy is a flag the batch loop owns, polled briefly
+            await asyncio.sleep(0.01)
+        states = [k for k in self._cache if k[0] == e.tenant and (e.whole_tenant or k[1] == e.task_id)]
+        for key in states:
+            self._cache.pop(key, None)
+        views = [k for k in self._views.keys() if k[0] == e.tenant]  # noqa: SIM118 - not a dict
+        for view in views:
+            self._views.pop(view)
+        keys = evict.keys_of(self._keys, e) if self._keys is not None else 0
+        return {"states": len(states), "views": len(views), "keys": keys}
 
     async def _ensure_stream(self) -> None:
         """Create the ledger stream if it is missing (numbering after the watermark, so a
@@ -310,6 +331,9 @@ class Projector:
         if self._stopped:
             return
         self._stopped = True
+        if self._evictions is not None:
+            with contextlib.suppress(Exception):
+                await self._evictions.unsubscribe()
         self._stopping = True
         if self._task is not None:
             if not self._busy:
@@ -907,7 +931,7 @@ class Projector:
         if self._keys is None:
             assert self._nc is not None
             self._keys = Keyring(self._nc, self.settings.keys_bucket,
-                                 load_kek(self.settings.kek_path, create=False),
+                                 kek_of(self.settings, create=False),
                                  cache_bytes=self.settings.key_cache_bytes)
         return self._keys
 

@@ -26,6 +26,7 @@ the event that points at it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -51,6 +52,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.artifacts import H_BLAKE3, H_PRODUCER, H_SCHEMA, H_TENANT, H_VERSION
 from agentledger.contracts.codec import contract_error
+from agentledger.erase import erase_subject
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 
 URI_SCHEME = "artifact://"
@@ -249,6 +251,45 @@ class ArtifactStore:
         except _NATS_UNAVAILABLE as exc:
             raise UnavailableError(f"artifact {uri} not stored: {exc!r}") from exc
         return ref
+
+    async def erase(self, uri: str) -> bool:
+        """Securely erase an artifact: every chunk message, then its metadata; whether it was there.
+
+        The Object Store's own delete purges the chunks, which leaves their bytes in the
+        block files until compaction; the stream's message-delete API overwrites them
+        (``agentledger.erase``). Without its metadata the object does not exist any more.
+        """
+        address = parse_uri(uri)
+        try:
+            await self._store(create=False)
+        except NotFoundError:
+            return False
+        stream = f"OBJ_{self.bucket}"
+        meta_subject = f"$O.{self.bucket}.M.{base64.urlsafe_b64encode(address.name.encode()).decode()}"
+        try:
+            info = await self._info(uri, address.name)
+        except AgentLedgerError:
+            info = None  # metadata that does not parse: its chunks cannot be found by it
+        js = self._js
+        erased = 0
+        if info is not None and info.nuid:
+            erased += await erase_subject(js, stream, f"$O.{self.bucket}.C.{info.nuid}")
+        erased += await erase_subject(js, stream, meta_subject)
+        return info is not None or erased > 0
+
+    async def names(self, tenant: str) -> list[str]:
+        """URIs of every artifact of ``tenant`` in the store (deleted ones left out)."""
+        try:
+            obs = await self._store(create=False)
+        except NotFoundError:
+            return []
+        try:
+            infos = await obs.list(ignore_deletes=True)
+        except (ObjectNotFoundError, NatsNotFoundError):
+            return []
+        mark = f"{tenant}/"
+        return sorted(artifact_uri(self.bucket, tenant, i.name[len(mark):]) for i in infos
+                      if i.name and i.name.startswith(mark))
 
     async def stat(self, uri: str, *, tenant: str | None = None) -> ev.ArtifactRef:
         """The ref of a stored artifact, from its metadata only (no content read).

@@ -59,12 +59,16 @@ from agentledger.private_files import write_private
 
 # Service roles, each a user of the services' account with its own credentials.
 WRITER = "ledger-writer"
-SERVICE_ROLES = (WRITER, "projector", "checkpointer", "memory-policy", "context-builder")
+SERVICE_ROLES = (WRITER, "projector", "checkpointer", "memory-policy", "context-builder", "tombstone-fanout")
 OPERATOR_ROLE = "operator"
+# The tombstone-fanout erases what a forget request reaches in KV buckets and object stores
+# (keys, leases, bindings, artifacts), so it may write them; the ledger it erases through the
+# stream API and appends to through the writer, like every service.
+FANOUT = "tombstone-fanout"
 SYS_ROLE = "sys"
 # Request subjects (after ``<prefix>.``) the services export to tenants.
 ENDPOINTS = ("writer.append", "lease.*", "wm.get", "checkpoint.save", "resume", "artifact.*",
-             "memory.*", "context.*")
+             "memory.*", "context.*", "forget.request", "forget.receipt")
 # Subjects no one but the writer may publish to: ledger subjects of any prefix.
 LEDGER_ANY_PREFIX = "*.ledger.>"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -237,12 +241,13 @@ class AuthStore:
         agent bindings the operator's); memory-policy and context-builder append their
         events and store their artifacts through the writer's endpoints like any caller.
         The operator keeps the tenant registry and the bindings, so it may write KV, but
-        not the ledger.
+        not the ledger; the tombstone-fanout erases forgotten keys, leases, bindings and
+        artifacts, so it may write KV and objects too.
         """
         if role == WRITER:
             return {}
         deny = [LEDGER_ANY_PREFIX]
-        if role != OPERATOR_ROLE:
+        if role not in (OPERATOR_ROLE, FANOUT):
             deny += ["$KV.>", "$O.>"]
         return {"pub": {"deny": deny}}
 

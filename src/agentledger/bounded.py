@@ -79,6 +79,10 @@ class ByteLRU(Generic[K, V]):
         self._bytes -= found[1]
         return found[0]
 
+    def keys(self) -> list[K]:
+        """The keys held now (a copy: popping while iterating is safe)."""
+        return list(self._entries)
+
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0

@@ -16,6 +16,7 @@ from agentledger import auth, logs
 from agentledger.bench import run_all
 from agentledger.chaos import run as chaos_run
 from agentledger.cli_context import add_context_commands
+from agentledger.cli_forget import add_forget_commands
 from agentledger.cli_memory import add_bind_command, add_memory_commands
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
@@ -381,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_artifact_commands(sub)
     add_memory_commands(sub, _connected)
     add_context_commands(sub, _connected)
+    add_forget_commands(sub, _connected)
     _add_identity_commands(sub)
     _add_load_commands(sub)
     _accept_global_options_everywhere(parser)

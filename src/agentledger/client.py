@@ -29,6 +29,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from agentledger import artifacts, auth
 from agentledger.client_context import ContextMethods
+from agentledger.client_forget import ForgetMethods
 from agentledger.client_memory import MemoryMethods
 from agentledger.config import Settings
 from agentledger.contracts.api import (
@@ -171,7 +172,7 @@ def raise_error(err: ErrorBody) -> None:
               current_seq=err.current_seq)
 
 
-class Client(MemoryMethods, ContextMethods):
+class Client(MemoryMethods, ContextMethods, ForgetMethods):
     """A NATS connection plus the agentledger request subjects."""
 
     def __init__(self, nc: Nats, settings: Settings, *, timeout: float = 10.0,

@@ -7,6 +7,7 @@ embedded servers that ``agentledger up`` started" (found via runtime.json).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -62,8 +63,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_batches: int = 4
     # Projector: most messages fetched and committed in one transaction.
     projector_batch: int = 500
-    # Key-encryption key wrapping the data-subject keys; default data_dir/keyring.key.
+    # Key-encryption key wrapping the data-subject keys. It never lives in the data folder it
+    # protects (a copy of that folder must not carry the key that opens it): default, a file
+    # named for the data folder in kek_dir (default $XDG_CONFIG_HOME/agentledger/keks).
     kek_file: Path | None = None
+    kek_dir: Path | None = None
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -137,7 +141,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def kek_path(self) -> Path:
-        return self.kek_file or self.data_dir / "keyring.key"
+        """``kek_file``, or ``<kek_dir>/<first 16 hex of sha256(data folder path)>.key``."""
+        if self.kek_file is not None:
+            return self.kek_file
+        folder = self.kek_dir or (Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+                                  / "agentledger" / "keks")
+        tag = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+        return folder / f"{tag}.key"
+
+    @property
+    def legacy_kek_path(self) -> Path:
+        """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
+        return self.data_dir / "keyring.key"
 
     @property
     def context_key_path(self) -> Path:
@@ -177,7 +192,7 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
-            elif field in ("data_dir", "kek_file", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
+            elif field in ("data_dir", "kek_file", "kek_dir", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
                            "ready_file", "embeddings_key_file", "context_compactor_key_file",
                            "context_signing_key_file"):
                 values[field] = Path(raw)

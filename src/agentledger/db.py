@@ -307,6 +307,64 @@ _MIGRATIONS: list[tuple[int, str]] = [
             {s}.applied_events;
         UPDATE {s}.projector_watermark SET seq = 0;
     """),
+    # Forgetting (docs/deletion.md). Memory records name their data subject, so a subject's
+    # records are found without decoding every row; existing records learn it when the memory
+    # projection is rebuilt from the ledger on start (emptied here, as versions 2 and 6 do).
+    # Generations and compaction checkpoints record the data subjects and memory records
+    # they hold (NULL on rows built before: a forget treats those as holding anything of
+    # their tenant). The tombstone-fanout's requests and per-index steps are its own state.
+    (7, """
+        ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS data_subject text;
+        CREATE INDEX IF NOT EXISTS memory_records_subject ON {s}.memory_records (tenant, data_subject)
+            WHERE data_subject IS NOT NULL;
+        TRUNCATE {s}.memory_groups, {s}.memory_records, {s}.memory_history, {s}.memory_held;
+        UPDATE {s}.memory_watermark SET seq = 0;
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS subjects text[];
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS memory_ids text[];
+        ALTER TABLE {s}.context_checkpoints ADD COLUMN IF NOT EXISTS subjects text[];
+        CREATE TABLE IF NOT EXISTS {s}.forget_watermark (
+            name text PRIMARY KEY,
+            seq  bigint NOT NULL
+        );
+        INSERT INTO {s}.forget_watermark(name, seq) VALUES ('forget', 0) ON CONFLICT DO NOTHING;
+        CREATE TABLE IF NOT EXISTS {s}.forget_requests (
+            tenant         text NOT NULL,
+            request_id     text NOT NULL,
+            kind           text NOT NULL,
+            subject        text,
+            seq            bigint NOT NULL,
+            request        bytea NOT NULL,
+            requested_at   timestamptz NOT NULL,
+            status         text NOT NULL,
+            erased_through bigint,
+            completed_at   timestamptz,
+            receipt        bytea,
+            digest         text,
+            last_error     text NOT NULL DEFAULT '',
+            PRIMARY KEY (tenant, request_id)
+        );
+        CREATE INDEX IF NOT EXISTS forget_requests_subject ON {s}.forget_requests (tenant, subject)
+            WHERE subject IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS forget_requests_pending ON {s}.forget_requests (status)
+            WHERE status = 'pending';
+        CREATE TABLE IF NOT EXISTS {s}.forget_steps (
+            tenant     text NOT NULL,
+            request_id text NOT NULL,
+            index_name text NOT NULL,
+            planned    boolean NOT NULL,
+            plan       bytea,
+            result     bytea,
+            updated_at timestamptz NOT NULL,
+            PRIMARY KEY (tenant, request_id, index_name)
+        );
+    """),
+    # A forget request that reached a conversation's compaction checkpoints moves it on to a
+    # new lineage within its epoch (``core.context.lineage_id``): ``forgets`` counts those
+    # moves (back to 0 when a new epoch begins), so nothing staged for the old lineage can
+    # be activated (services/context_builder/forget.py).
+    (8, """
+        ALTER TABLE {s}.context_conversations ADD COLUMN IF NOT EXISTS forgets bigint NOT NULL DEFAULT 0;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

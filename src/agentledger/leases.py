@@ -228,6 +228,18 @@ class LeaseTable:
         self._mirror[key] = entry
         self._by_tenant.setdefault(key.partition(".")[0], set()).add(key)
 
+    def evict(self, tenant: str, task_id: str | None = None) -> int:
+        """Drop mirrored leases of one task, or of every task of ``tenant``; how many.
+
+        A forget request erases the bucket's messages through the stream API, which
+        the watch does not see as a delete: the fan-out tells the writer to drop them.
+        """
+        keys = [f"{tenant}.{task_id}"] if task_id is not None else list(self._by_tenant.get(tenant, ()))
+        held = [k for k in keys if k in self._mirror]
+        for key in held:
+            self._forget(key)
+        return len(held)
+
     def _forget(self, key: str) -> None:
         if self._mirror.pop(key, None) is None:
             return

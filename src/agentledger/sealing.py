@@ -7,8 +7,10 @@ makes every copy in the log, the projections and any backup unreadable without
 rewriting them, and replay keeps working because the ciphertext stays in place.
 
 Data keys live in a JetStream key-value bucket, wrapped (AES-GCM) by a key-
-encryption key that never leaves the host: ``data_dir/keyring.key``, or
-``AGENTLEDGER_KEK_FILE``. The associated data binds every ciphertext to its
+encryption key that never leaves the host and never lives in the data folder it
+protects (``Settings.kek_path``: ``AGENTLEDGER_KEK_FILE``, or a file named for the
+data folder under ``$XDG_CONFIG_HOME/agentledger/keks``), so a copy of the data
+folder, a backup of the JetStream store, cannot open what it holds. The associated data binds every ciphertext to its
 tenant and task, so a sealed value copied into another task fails to open.
 
 Destroying a key (``Keyring.destroy``) securely erases its KV message (the
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats.js.errors
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.aio.client import Client
@@ -45,8 +48,10 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from agentledger.bounded import ByteLRU
+from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
+from agentledger.erase import already_gone, delete_denied, erase_seqs
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
 
 _b64 = base64.b64encode
@@ -79,8 +84,6 @@ class DestroyReceipt(msgspec.Struct, frozen=True):
     evicted: bool
 
 
-# JetStream's "message delete not permitted" (a stream made with deny_delete).
-_DELETE_DENIED = 10057
 # JetStream's "wrong last sequence" errors (a concurrent write to the subject).
 _WRONG_LAST_SEQ = (10071, 10164)
 # Rounds of erase-then-mark before destroy gives up on a subject that keeps being rewritten.
@@ -101,6 +104,23 @@ def load_kek(path: Path, *, create: bool = True) -> bytes:
     if len(key) != 32:
         raise AgentLedgerError(f"{path} does not hold a 256-bit key", code="invalid_config")
     return key
+
+
+def kek_of(settings: Settings, *, create: bool = True) -> bytes:
+    """The key-encryption key of ``settings``; one left inside the data folder by an older
+    version is moved out first (a key that stayed there would open every copy of the folder)."""
+    path, legacy = settings.kek_path, settings.legacy_kek_path
+    if legacy.exists() and not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(legacy.read_bytes())
+            f.flush()
+            os.fsync(f.fileno())
+        legacy.unlink()
+    if create:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return load_kek(path, create=create)
 
 
 # Default budget of a keyring's in-process cache of unwrapped keys (AGENTLEDGER_KEY_CACHE_BYTES).
@@ -143,33 +163,78 @@ class Keyring:
         dek = self._kek.decrypt(_unb64(w.nonce), _unb64(w.wrapped), subject.encode())
         return w.key_id, AESGCM(dek)
 
-    async def key_for(self, subject: str, *, create: bool) -> tuple[str, AESGCM]:
-        """The subject's data key; created (race-safely, by CAS) when ``create``."""
-        cached = self._cache.get(subject)
+    async def key_for(self, tenant: str, subject: str, *, create: bool) -> tuple[str, AESGCM]:
+        """The tenant's data key of ``subject``; created (race-safely, by CAS) when ``create``.
+
+        Keys are per (tenant, subject): two tenants naming the same pseudonymous token
+        hold two keys, so one tenant's forget request never destroys another's data. A
+        key stored before keys were per tenant (under the bare subject) is still read.
+        """
+        name = key_name(tenant, subject)
+        cached = self._cache.get(name)
         if cached is not None:
             return cached
         kv = await self._store()
-        try:
-            entry = await kv.get(subject)
+        found: tuple[str, AESGCM] | None = None
+        for stored in (name, subject):
+            try:
+                entry = await kv.get(stored)
+            except KeyNotFoundError:
+                continue
             if not entry.value:
                 raise KeyDestroyedError(f"the key of data subject {subject!r} was destroyed")
-            found = self._unwrap(subject, entry.value)
-        except KeyNotFoundError:
+            found = self._unwrap(stored, entry.value)
+            break
+        if found is None:
             if not create:
-                raise KeyDestroyedError(f"no key for data subject {subject!r}") from None
-            found = await self._create(kv, subject)
-        self._cache.put(subject, found, len(subject) + len(found[0]) + KEY_ENTRY_OVERHEAD)
+                raise KeyDestroyedError(f"no key for data subject {subject!r}")
+            found = await self._create(kv, name)
+        self._cache.put(name, found, len(name) + len(found[0]) + KEY_ENTRY_OVERHEAD)
         return found
 
+    def evict(self, tenant: str, subject: str | None = None) -> int:
+        """Drop cached keys of one subject of ``tenant``, or of all its subjects; how many."""
+        if subject is not None:
+            return int(self._cache.pop(key_name(tenant, subject)) is not None)
+        mark = f"{tenant}."
+        held = [k for k in self._cache.keys() if k.startswith(mark)]  # noqa: SIM118 - not a dict
+        return sum(self._cache.pop(k) is not None for k in held)
+
+    async def subjects(self, tenant: str) -> list[str]:
+        """The data subjects of ``tenant`` that hold a key (for a tenant-wide forget)."""
+        kv = await self._store()
+        try:
+            names = await kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        mark = f"{tenant}."
+        return sorted(n[len(mark):] for n in names if n.startswith(mark))
+
+    async def destroy_subject(self, tenant: str, subject: str) -> DestroyReceipt:
+        """Destroy the tenant's key of ``subject`` and a key stored for it before keys were
+        per tenant (such a key is shared by every tenant that used the token: destroying it
+        errs on the side of forgetting)."""
+        scoped = await self.destroy(key_name(tenant, subject))
+        try:
+            await (await self._store()).get(subject)
+        except KeyNotFoundError:
+            return msgspec.structs.replace(scoped, subject=subject)
+        legacy = await self.destroy(subject)
+        return DestroyReceipt(subject=subject, key_ids=scoped.key_ids + legacy.key_ids,
+                              erased_seqs=scoped.erased_seqs + legacy.erased_seqs,
+                              erased=scoped.erased and legacy.erased,
+                              evicted=scoped.evicted or legacy.evicted)
+
     async def destroy(self, subject: str) -> DestroyReceipt:
-        """Erase the subject's wrapped key from the bucket's storage, then mark it purged.
+        """Erase the wrapped key stored under ``subject`` (a ``key_name``), leaving nothing.
 
         Every message of the key's KV subject is deleted through the stream's
         message-delete API, which overwrites the bytes in the block file (secure
-        erase, the API's default); only then is a purge marker written, expecting
-        no message on the subject, so a key created meanwhile by another writer
-        is erased in the next round instead of being rolled up (a roll-up
-        removes without erasing). This keyring's cached copy is evicted.
+        erase, the API's default); then a purge marker is written expecting no
+        message on the subject, so a key created meanwhile by another writer is
+        erased in the next round instead of being rolled up (a roll-up removes
+        without erasing); the marker, its proof done, is erased too. This
+        keyring's cached copy is evicted.
         """
         await self._store()  # the bucket's stream must exist; it is then addressed directly
         stream = f"KV_{self._bucket}"
@@ -192,18 +257,22 @@ class Keyring:
                 except NotFoundError:
                     pass  # erased by a concurrent destroy
                 except APIError as exc:
-                    if exc.err_code != _DELETE_DENIED:
+                    if delete_denied(exc):
+                        return await self._purge_only(subject, key_ids, evicted)
+                    if not already_gone(exc):
                         raise
-                    return await self._purge_only(subject, key_ids, evicted)
                 erased.append(msg.seq)
             try:
-                await self._js.publish(kv_subject, b"", headers={
+                marker = await self._js.publish(kv_subject, b"", headers={
                     "KV-Operation": "PURGE", api.Header.ROLLUP: "sub",
                     api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
             except APIError as exc:
                 if exc.err_code in _WRONG_LAST_SEQ:
                     continue  # a key was written meanwhile: erase it too
                 raise
+            # The marker proved the subject empty at that instant; it goes too, so nothing of
+            # the key (not even the subject's name in a marker) stays in the bucket.
+            await erase_seqs(self._js, stream, [marker.seq])
             break
         else:
             raise AgentLedgerError(f"the key of data subject {subject!r} kept being rewritten "
@@ -232,6 +301,11 @@ class Keyring:
             # Another writer created it first: use theirs, so there is one key per subject.
             return self._unwrap(subject, (await kv.get(subject)).value)
         return body.key_id, AESGCM(dek)
+
+
+def key_name(tenant: str, subject: str) -> str:
+    """The KV key of a tenant's data subject (both are tokens: no dots inside)."""
+    return f"{tenant}.{subject}"
 
 
 async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyValue:
@@ -269,7 +343,7 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
         return event
     subject = event.data_subject
     assert subject is not None  # guaranteed by core.validate.check_event
-    key = await keyring.key_for(subject, create=True)
+    key = await keyring.key_for(event.tenant, subject, create=True)
     aad = aad_for(event.tenant, event.task_id)
     p = ev.payload_of(event)
     if isinstance(p, ev.TurnAppended):
@@ -297,20 +371,21 @@ async def seal_event(event: ev.EventBase, keyring: Keyring) -> ev.EventBase:
     return msgspec.structs.replace(event, payload=p)
 
 
-async def unseal(sealed: ev.Sealed, aad: bytes, keyring: Keyring) -> bytes | None:
+async def unseal(sealed: ev.Sealed, tenant: str, task_id: str, keyring: Keyring) -> bytes | None:
     """Plaintext of a sealed value, or None when the key it was sealed under is gone.
 
     Gone: the subject has no key, or its key has another id (the one the value
     names was destroyed, and a new key made since). A value that does not open
     under the very key it names raises ``seal_mismatch``.
     """
+    aad = aad_for(tenant, task_id)
     try:
-        key_id, aes = await keyring.key_for(sealed.subject, create=False)
+        key_id, aes = await keyring.key_for(tenant, sealed.subject, create=False)
         if key_id != sealed.key_id:
             # The cached key may be older than the value (another process destroyed and
             # recreated it): ask the bucket once before calling the value erased.
-            keyring.cache.pop(sealed.subject)
-            key_id, aes = await keyring.key_for(sealed.subject, create=False)
+            keyring.evict(tenant, sealed.subject)
+            key_id, aes = await keyring.key_for(tenant, sealed.subject, create=False)
     except KeyDestroyedError:
         return None
     if key_id != sealed.key_id:
@@ -329,13 +404,13 @@ async def reveal(view: dict[str, Any], keyring: Keyring) -> dict[str, Any]:
     ``erased``: the data is gone, and the reader is told so rather than shown
     a gap.
     """
-    aad = aad_for(view["tenant"], view["task_id"])
+    tenant, task_id = view["tenant"], view["task_id"]
 
     async def open_one(item: dict[str, Any], field: str, decode_json: bool) -> None:
         sealed = item.get("sealed")
         if not sealed:
             return
-        plain = await unseal(msgspec.convert(sealed, ev.Sealed), aad, keyring)
+        plain = await unseal(msgspec.convert(sealed, ev.Sealed), tenant, task_id, keyring)
         if plain is None:
             item["erased"] = True
         else:

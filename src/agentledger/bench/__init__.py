@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-from agentledger.bench import appends, checkpoints, context, detector, ledger, memory, projection, sustained
+from agentledger.bench import appends, checkpoints, context, detector, forget, ledger, memory, projection, sustained
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
 
@@ -33,6 +33,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "resume": lambda st: checkpoints.bench_resume(st.settings),
     "detector": detector.bench_detector,
     "memory": memory.bench_memory,
+    "forget": forget.bench_forget,
 }
 NAMES = [*BENCHES, "reducer", "context"]
 # Builds timed by the in-process context benchmark, per profile.

@@ -102,6 +102,51 @@ def emit(bench: str, value: float, unit: str, baseline: float | None, ratio: flo
     print(json.dumps(line), flush=True)
 
 
+@dataclass
+class ServiceProcess:
+    """One more service of the bench stack, as its own process (``agentledger.services.<module>``)."""
+
+    proc: subprocess.Popen[bytes]
+
+    @classmethod
+    async def start(cls, stack: Stack, module: str, micro: str) -> ServiceProcess:
+        """Start it and wait until its micro service answers a PING."""
+        env = {**os.environ, **settings_env(stack.settings)}
+        proc = subprocess.Popen([sys.executable, "-m", f"agentledger.services.{module}"], env=env)
+        service = cls(proc)
+        nc = await auth.connect(stack.settings, auth.OPERATOR_ROLE)
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{module} exited with {proc.returncode}")
+                try:
+                    await nc.request(f"$SRV.PING.{micro}", b"", timeout=0.2)
+                    return service
+                except Exception:  # not up yet
+                    if time.monotonic() > deadline:
+                        service.stop()
+                        raise
+                    await asyncio.sleep(0.1)
+        finally:
+            await nc.close()
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 

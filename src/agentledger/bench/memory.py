@@ -47,8 +47,6 @@ import dataclasses
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -61,14 +59,13 @@ import blake3
 import msgspec
 
 from agentledger import auth
-from agentledger.bench.common import PROFILES, Stack, emit, pct
+from agentledger.bench.common import PROFILES, ServiceProcess, Stack, emit, pct
 from agentledger.client import Client, connect
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import scope_key
 from agentledger.core.memory.decide import decide, prepare
 from agentledger.core.memory.state import MemoryState, apply_memory_event
 from agentledger.embedding import WordLlamaEmbedder
-from agentledger.runtime.state import settings_env
 from agentledger.services.memory_policy.fold import Folded, Loaded, Vectors, history_row, write_loaded
 from agentledger.services.memory_policy.reads import OVERFETCH, TEXT_SQL, VECTOR_SQL
 from agentledger.services.memory_policy.store import MemoryStore, vector_text
@@ -696,50 +693,6 @@ async def raw_append(nc: Any, prefix: str, events: Sequence[bytes]) -> int:
 
 
 @dataclass
-class MemoryService:
-    """The memory-policy service as a fourth process of the bench stack."""
-
-    proc: subprocess.Popen[bytes]
-
-    @classmethod
-    async def start(cls, stack: Stack) -> MemoryService:
-        env = {**os.environ, **settings_env(stack.settings)}
-        proc = subprocess.Popen([sys.executable, "-m", "agentledger.services.memory_policy"], env=env)
-        service = cls(proc)
-        nc = await auth.connect(stack.settings, auth.OPERATOR_ROLE)
-        try:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the memory-policy service exited with {proc.returncode}")
-                try:
-                    await nc.request(f"$SRV.PING.{SERVICE}", b"", timeout=0.2)
-                    return service
-                except Exception:  # not up yet
-                    if time.monotonic() > deadline:
-                        service.stop()
-                        raise
-                    await asyncio.sleep(0.1)
-        finally:
-            await nc.close()
-
-    def pause(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGCONT)
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@dataclass
 class Call:
     """One propose call: when it ended (monotonic), its latency, its decisions' seqs."""
 
@@ -788,7 +741,7 @@ class Writes:
     """What the write figures share: the stack, the service process, connections, sizes."""
 
     stack: Stack
-    service: MemoryService
+    service: ServiceProcess
     client: Client
     conn: asyncpg.Connection
     poll: asyncpg.Connection
@@ -902,13 +855,13 @@ async def bench_memory(stack: Stack) -> None:
     url = stack.settings.database_url
     conn = await asyncpg.connect(url, server_settings=POOL_SETTINGS)
     poll = await asyncpg.connect(url)
-    service: MemoryService | None = None
+    service: ServiceProcess | None = None
     client: Client | None = None
     try:
         rows, statuses, load_s = await load_records(conn, sizes, Vectors(embedder), rng, datetime.now(UTC))
         print(f"# memory: {rows} records in {load_s:.1f} s ({statuses})", file=sys.stderr, flush=True)
         ctx = {"records": rows, "tenants": sizes.tenants, "statuses": statuses}
-        service = await MemoryService.start(stack)
+        service = await ServiceProcess.start(stack, "memory_policy", SERVICE)
         client = await connect(stack.settings, timeout=60)
         await bench_reads(conn, client, sizes, embedder=embedder, rng=rng, ctx=ctx)
         await bench_recall(conn, sizes, embedder, rng, ctx)

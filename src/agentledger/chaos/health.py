@@ -27,11 +27,13 @@ from agentledger.services.context_builder.service import SERVICE_NAME as CONTEXT
 from agentledger.services.ledger_writer.service import SERVICE_NAME as WRITER
 from agentledger.services.memory_policy.service import SERVICE_NAME as MEMORY_POLICY
 from agentledger.services.projector.service import SERVICE_NAME as PROJECTOR
+from agentledger.services.tombstone_fanout.service import SERVICE_NAME as TOMBSTONE_FANOUT
 
 log = structlog.get_logger(__name__)
 
 MICRO_NAMES = {"ledger-writer": WRITER, "projector": PROJECTOR, "checkpointer": CHECKPOINTER,
-               "memory-policy": MEMORY_POLICY, "context-builder": CONTEXT_BUILDER}
+               "memory-policy": MEMORY_POLICY, "context-builder": CONTEXT_BUILDER,
+               "tombstone-fanout": TOMBSTONE_FANOUT}
 ASK_TIMEOUT_S = 0.5
 POLL_S = 0.1
 

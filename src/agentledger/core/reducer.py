@@ -395,6 +395,12 @@ def _document_event(state: WorkingMemory, p: Any, seq: int, changes: Changes) ->
     raise _Reject("document_event_on_task", "document events belong to the tenant's document ledger")
 
 
+def _forget_event(state: WorkingMemory, p: Any, seq: int, changes: Changes) -> None:
+    # Forget requests and receipts belong to the tenant's ``_forget`` ledger, which Working
+    # Memory skips.
+    raise _Reject("forget_event_on_task", "forget events belong to the tenant's forget ledger")
+
+
 _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "task_created": _task_created,
     "plan_versioned": _plan_versioned,
@@ -420,5 +426,8 @@ _HANDLERS: dict[str, Callable[[WorkingMemory, Any, int, Changes], None]] = {
     "memory_feedback": _memory_event,
     "history_cleared": _history_cleared,
     "document_ingested": _document_event,
+    "forget_requested": _forget_event,
+    "forget_completed": _forget_event,
+    "memory_forgotten": _memory_event,
 }
 assert set(_HANDLERS) == set(ev.EVENT_TYPES), "every event kind needs a handler"

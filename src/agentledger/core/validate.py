@@ -80,6 +80,7 @@ def _no_sealed(value: ev.Sealed | None, path: str) -> None:
 _SERVICE_LEDGERS = {
     ev.MEMORY_TASK: (ev.MEMORY_KINDS, "memory", "the memory-policy service"),
     ev.DOCUMENTS_TASK: (ev.DOCUMENT_KINDS, "document", "the context-builder"),
+    ev.FORGET_TASK: (ev.FORGET_KINDS, "forget", "the tombstone-fanout"),
 }
 
 

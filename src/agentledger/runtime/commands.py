@@ -55,16 +55,18 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("checkpointer", [sys.executable, "-m", "agentledger.services.checkpointer"]),
     ("memory-policy", [sys.executable, "-m", "agentledger.services.memory_policy"]),
     ("context-builder", [sys.executable, "-m", "agentledger.services.context_builder"]),
+    ("tombstone-fanout", [sys.executable, "-m", "agentledger.services.tombstone_fanout"]),
 ]
 # Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
 SUPERVISOR_OPTIONS: list[str] = []
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
 WRITER_SERVICE = "agentledger-ledger-writer"
 # Services whose endpoints a client calls the moment `up` returns (appends, memory proposals,
-# context builds):
+# context builds, forget requests):
 # `up` also waits for each of these that it started to answer a PING.
 READY_PINGS = {"ledger-writer": WRITER_SERVICE, "memory-policy": "agentledger-memory-policy",
-               "context-builder": "agentledger-context-builder"}
+               "context-builder": "agentledger-context-builder",
+               "tombstone-fanout": "agentledger-tombstone-fanout"}
 # Database created in the embedded PostgreSQL, owned by the services' role (the
 # server's `postgres` db stays empty and closed to it).
 EMBEDDED_DATABASE = "agentledger"

@@ -310,7 +310,11 @@ class EmbeddedPostgres:
             # or its secrets were deleted. Single-user mode needs no login to set a new one.
             self._set_superuser_password(bin_dir, password)
         self.home.write_file(self.pgdata / "pg_hba.conf", PG_HBA)
-        options = f"-h 127.0.0.1 -p {self.port} -k '' -c password_encryption=scram-sha-256"
+        # wal_recycle=off: a WAL segment that is no longer needed is removed, not renamed ahead
+        # to be written over later, so a forgotten value leaves pg_wal once checkpoints pass it
+        # (docs/deletion.md, agentledger.forget_scan.compact_postgres).
+        options = (f"-h 127.0.0.1 -p {self.port} -k '' -c password_encryption=scram-sha-256"
+                   " -c wal_recycle=off")
         self._run(bin_dir, ["pg_ctl", "start", "-w", "-t", str(int(START_TIMEOUT_S)), "-D",
                             str(self.pgdata), "-l", str(self.log_file), "-o", options])
         log.debug("postgres_started", pid=self.pid, port=self.port, home=str(self.dir))

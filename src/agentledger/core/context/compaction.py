@@ -90,11 +90,20 @@ class InvalidSummaryError(ContractError):
 
 # ---------------------------------------------------------------------------------------- lineage, ids
 
-def lineage_id(tenant: str, task_id: str, epoch: int, lineage_base: int) -> str:
+def lineage_id(tenant: str, task_id: str, epoch: int, lineage_base: int, forgets: int = 0) -> str:
     """``L{epoch}-`` + 12 hex of blake3(tenant, task, epoch, base): a checkpoint of another task,
-    epoch or base never matches the current lineage."""
-    h = blake3.blake3(msgspec.json.encode(["lineage", tenant, task_id, epoch, lineage_base])).hexdigest()
-    return f"L{epoch}-{h[:12]}"
+    epoch or base never matches the current lineage.
+
+    ``forgets`` counts the forget requests that moved the conversation on within its epoch
+    (``context_conversations.forgets``): each one starts a new lineage (``L{epoch}f{forgets}-``),
+    so a checkpoint staged for the lineage before it can never be activated. 0 gives the id
+    lineages had before forgetting existed.
+    """
+    parts: list[object] = ["lineage", tenant, task_id, epoch, lineage_base]
+    if forgets:
+        parts.append(forgets)
+    h = blake3.blake3(msgspec.json.encode(parts)).hexdigest()
+    return f"L{epoch}f{forgets}-{h[:12]}" if forgets else f"L{epoch}-{h[:12]}"
 
 
 def checkpoint_id_for(generation_id: str, through: int) -> str:
@@ -500,6 +509,23 @@ def stage_candidate(summary: Summary, *, checkpoint_id: str, generation_id: str,
                                 lineage=lineage, coverage=coverage, source_digest=source_digest,
                                 summary_digest=digest, summary=summary, receipt=receipt,
                                 generation_id=generation_id, status="staged")
+
+
+def empty_summary() -> Summary:
+    """A summary with nothing in it (what a forgotten checkpoint keeps)."""
+    return Summary(schema_version=SCHEMA_VERSION, conversation_goal=[], confirmed_facts=[],
+                   decisions_constraints=[], preferences=[], unresolved_questions=[])
+
+
+def forgotten_checkpoint(*, checkpoint_id: str, tenant: str, task_id: str, epoch: int, lineage: str,
+                         coverage: Coverage, generation_id: str, reason: str) -> CompactionCheckpoint:
+    """The body a forgotten checkpoint keeps: its ids and coverage, no summary, no digest of the
+    turns it covered, no receipt. It still decodes, never verifies, and a commit refuses it."""
+    return CompactionCheckpoint(checkpoint_id=checkpoint_id, tenant=tenant, task_id=task_id, epoch=epoch,
+                                lineage=lineage, coverage=coverage, source_digest="", summary_digest="",
+                                summary=empty_summary(),
+                                receipt=CompactionReceipt(key_id="", signature="", policy_version=""),
+                                generation_id=generation_id, status="refused", reason=reason)
 
 
 def verify_checkpoint(cp: CompactionCheckpoint, public_key: Ed25519PublicKey) -> bool:

@@ -25,6 +25,13 @@ Promotion: in a project scope, when at least ``PROMOTION_THRESHOLD`` active
 ``task_result`` records from distinct origin tasks agree on a value, the group
 holds one more record, a ``fact`` with a stable id, ``promoted_from`` those
 records and the least authority among them; it then competes with the facts.
+
+Forgetting: a group also keeps the *tombstones* of its records that a forget
+request reached (``memory_forgotten``): they are in no subject and compete with
+nothing, and a forgotten promoted fact is never promoted again. A tombstone
+holds only what the forget event itself says (id, kind, the event's sequence,
+time and request id), so a group resolves the same whether or not the
+forgotten records' own (erased) events were ever seen.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from agentledger.contracts.events import ArtifactRef, DecisionAction, MemoryRecordBody, MemoryStatus
+from agentledger.contracts.events import ArtifactRef, DecisionAction, MemoryKind, MemoryRecordBody, MemoryStatus
 from agentledger.core.memory.authority import (
     CONFIRMED_AUTHORITY,
     INFERENCE_REVIEW,
@@ -79,18 +86,34 @@ class FeedbackMark(Struct, frozen=True, omit_defaults=True, order=True):
     reason: str = ""
 
 
+class Tombstone(Struct, frozen=True, omit_defaults=True):
+    """A record a forget request reached: all that is left of it (no value, no source).
+
+    ``seq`` / ``at`` are the ``memory_forgotten`` event's ledger sequence and time,
+    ``request_id`` the forget request's id.
+    """
+
+    kind: MemoryKind
+    seq: int
+    at: datetime
+    request_id: str
+
+
 class KeyGroup(Struct, omit_defaults=True):
     """Every record of one (scope, canonical key), and the feedback given to them.
 
     ``scope`` is a ``scope_key``. ``feedback`` may name records not (yet) in the
     group, such as the promoted fact before enough episodes agree: it applies
-    once they are. It encodes to JSON, so a shell may keep a group in one row.
+    once they are. ``forgotten``: the tombstones of records forgotten from the
+    group (never entries again). It encodes to JSON, so a shell may keep a group
+    in one row.
     """
 
     scope: str
     key: str
     entries: dict[str, GroupEntry] = {}
     feedback: dict[str, list[FeedbackMark]] = {}
+    forgotten: dict[str, Tombstone] = {}
 
     @property
     def group_key(self) -> GroupKey:
@@ -99,7 +122,7 @@ class KeyGroup(Struct, omit_defaults=True):
     def with_entry(self, entry: GroupEntry) -> KeyGroup:
         """A copy holding one more record (what ``decide`` resolves before it decides)."""
         return KeyGroup(self.scope, self.key, {**self.entries, entry.record.record_id: entry},
-                        dict(self.feedback))
+                        dict(self.feedback), dict(self.forgotten))
 
     def add_feedback(self, record_id: str, mark: FeedbackMark) -> bool:
         """Record a mark; ``False`` if the same mark was there (feedback is a set)."""
@@ -149,7 +172,7 @@ def promoted_record(group: KeyGroup, resolved: dict[str, Resolved]) -> GroupEntr
 
     ``resolved`` holds the statuses of the group's ``task_result`` records.
     """
-    if not group.scope.startswith("project/"):
+    if not group.scope.startswith("project/") or promoted_id_for(group.scope, group.key) in group.forgotten:
         return None
     agreeing: dict[str, list[GroupEntry]] = defaultdict(list)
     for entry in group.entries.values():
@@ -269,7 +292,8 @@ def _observed(record: MemoryRecordBody) -> datetime:
 def encode_group(group: KeyGroup) -> bytes:
     """A group as JSON: entries and feedback in a canonical order."""
     canonical = KeyGroup(group.scope, group.key, dict(sorted(group.entries.items())),
-                         {k: sorted(v) for k, v in sorted(group.feedback.items())})
+                         {k: sorted(v) for k, v in sorted(group.feedback.items())},
+                         dict(sorted(group.forgotten.items())))
     return msgspec.json.encode(canonical)
 
 

@@ -14,6 +14,15 @@ facts have stable ids, so feedback can name one before it exists.
 Rows carry what the projection stores: status, why, the record that replaced
 it, ``record_version`` (1 + content changes, order-independent) and
 ``ledger_seq``, the sequence of the event that last changed the row.
+
+Forgetting (``memory_forgotten``, appended by the tombstone-fanout): each
+record it names becomes a tombstone of its group (status ``forgotten``, no
+value, no source), its feedback and held feedback go, and the group resolves
+from what remains. Every row of a group a tombstone touched gets the
+tombstone's sequence, so the rows do not depend on which of the forgotten
+records' events (erased from the ledger afterwards) were seen before it; and
+every later event that names a forgotten record id (its proposal, decision or
+feedback) is ignored.
 """
 
 from __future__ import annotations
@@ -26,17 +35,22 @@ from msgspec import Struct
 from agentledger.contracts import events as ev
 from agentledger.contracts.events import MemoryRecordBody, MemoryStatus, RuleFired
 from agentledger.contracts.memory_api import MemoryItem
-from agentledger.core.memory.authority import promoted_id_for, scope_key
+from agentledger.core.memory.authority import parse_scope_key, promoted_id_for, record_id_for, scope_key
 from agentledger.core.memory.resolve import (
     FeedbackMark,
     GroupEntry,
     GroupKey,
     KeyGroup,
     Resolved,
+    Tombstone,
     merge_evidence,
     promoted_record,
     resolve,
 )
+
+FORGOTTEN = "forgotten"
+# Who a tombstone says it comes from (its source's producer): the service that forgets.
+FORGET_PRODUCER = "tombstone-fanout"
 
 
 class RecordRow(Struct, frozen=True, omit_defaults=True):
@@ -136,14 +150,106 @@ def apply_memory_event(state: MemoryState, event: ev.EventBase, seq: int) -> set
         return set()
     state.events[event.event_id] = seq
     state.watermark = max(state.watermark, seq)
+    if isinstance(event, ev.MemoryForgottenEvent):
+        return forget_records(state, event, seq).changed
+    changed: set[GroupKey] = set()
+    if names_forgotten(state, event):
+        return changed  # a forgotten record's proposal, decision or feedback: ignored
     if isinstance(event, ev.MemoryProposedEvent):
         state.proposals.setdefault(event.payload.proposal_id, seq)
-        return set()
-    if isinstance(event, ev.MemoryDecidedEvent):
-        return _decided(state, event.payload, seq)
-    if isinstance(event, ev.MemoryFeedbackEvent):
-        return _feedback(state, event.payload, seq)
-    return set()
+    elif isinstance(event, ev.MemoryDecidedEvent):
+        changed = _decided(state, event.payload, seq)
+    elif isinstance(event, ev.MemoryFeedbackEvent):
+        changed = _feedback(state, event.payload, seq)
+    return changed
+
+
+def is_forgotten(state: MemoryState, record_id: str) -> bool:
+    """Whether ``record_id`` is a tombstone (a forget request reached it)."""
+    gk = state.record_groups.get(record_id)
+    group = state.groups.get(gk) if gk is not None else None
+    return group is not None and record_id in group.forgotten
+
+
+def names_forgotten(state: MemoryState, event: ev.EventBase) -> bool:
+    """Whether ``event`` is a proposal, decision or feedback of a forgotten record (ignored)."""
+    p = ev.payload_of(event)
+    if isinstance(p, ev.MemoryProposed | ev.MemoryDecided):
+        if is_forgotten(state, record_id_for(event.tenant, p.proposal_id)):
+            return True
+        return (isinstance(p, ev.MemoryDecided) and p.record is not None
+                and is_forgotten(state, p.record.record_id))
+    if isinstance(p, ev.MemoryFeedback):
+        return is_forgotten(state, p.record_id)
+    return False
+
+
+class Forgot(Struct):
+    """What folding one ``memory_forgotten`` did: groups rewritten, records newly forgotten
+    (id → its group) and the proposals whose records they were."""
+
+    changed: set[GroupKey]
+    records: dict[str, GroupKey]
+    proposals: set[str]
+
+
+def forget_records(state: MemoryState, event: ev.MemoryForgottenEvent, seq: int) -> Forgot:
+    """Turn every record the event names into a tombstone (one already forgotten stays as it was).
+
+    Nothing here depends on the record's own earlier events beyond removing what they
+    left: the tombstone is made of the event alone, and every row of each touched group
+    is re-rendered with ``ledger_seq = seq``.
+    """
+    payload = event.payload
+    out = Forgot(set(), {}, set())
+    for fr in payload.records:
+        rid = fr.record_id
+        if is_forgotten(state, rid) or rid in out.records:
+            continue
+        target = (scope_key(fr.scope), fr.key)
+        known = state.record_groups.get(rid)
+        for gk in sorted({target} | ({known} if known is not None else set())):
+            group = state.groups.get(gk)
+            if group is None:
+                continue
+            entry = group.entries.pop(rid, None)
+            if entry is not None and entry.proposal_id is not None:
+                out.proposals.add(entry.proposal_id)
+            group.feedback.pop(rid, None)
+            out.changed.add(gk)
+        group = state.groups.get(target)
+        if group is None:
+            group = state.groups[target] = KeyGroup(target[0], target[1], {}, {})
+            _register(state, promoted_id_for(*target), group)
+        state.pending.pop(rid, None)
+        group.forgotten[rid] = Tombstone(fr.kind, seq, event.occurred_at, payload.request_id)
+        state.record_groups[rid] = target
+        out.records[rid] = target
+        out.changed.add(target)
+    for pid in out.proposals:
+        state.decisions.pop(pid, None)
+        state.proposals.pop(pid, None)
+    for gk in out.changed:
+        state.rows[gk] = {row.record_id: msgspec.structs.replace(row, ledger_seq=seq)
+                          for row in render_rows(state.groups[gk])}
+    return out
+
+
+def tombstone_row(group: KeyGroup, record_id: str, tomb: Tombstone) -> RecordRow:
+    """A forgotten record's row: its id, scope, key and kind; nothing of its value or source.
+
+    The placeholders are the most restrictive a read gate knows (lowest authority,
+    personal, expired when forgotten), so even a read that ignored the status would
+    pass it by; it is in neither search index (``search_text`` is None).
+    """
+    body = MemoryRecordBody(
+        record_id=record_id, key=group.key, kind=tomb.kind, scope=parse_scope_key(group.scope),
+        source=ev.MemorySource(kind="runtime_evidence", ref=f"forget:{tomb.request_id}",
+                               producer=FORGET_PRODUCER),
+        authority=1, sensitivity="personal", observed_at=tomb.at, expires_at=tomb.at)
+    return RecordRow(record_id=record_id, scope=group.scope, key=group.key, kind=tomb.kind, status=FORGOTTEN,
+                     authority=1, body=body, status_reason=FORGOTTEN, decision_action="forget",
+                     decision_reason=tomb.request_id)
 
 
 def _decided(state: MemoryState, decision: ev.MemoryDecided, seq: int) -> set[GroupKey]:
@@ -214,7 +320,7 @@ def render_rows(group: KeyGroup, resolved: dict[str, Resolved] | None = None) ->
     """The group's records as rows (``ledger_seq`` 0), ordered by record id.
 
     The promoted fact, when the group has one, is a row too
-    (``decision_action`` ``promote``, no proposal).
+    (``decision_action`` ``promote``, no proposal); so is each tombstone.
     """
     states = resolve(group) if resolved is None else resolved
     entries = dict(group.entries)
@@ -239,6 +345,9 @@ def render_rows(group: KeyGroup, resolved: dict[str, Resolved] | None = None) ->
             record_version=st.record_version, proposal_id=entry.proposal_id, decision_action=entry.action,
             decision_reason=entry.reason, merged_from=list(st.merged),
             confirmed=any(m.action == "confirm" for m in marks)))
+    if group.forgotten:
+        rows.extend(tombstone_row(group, rid, t) for rid, t in group.forgotten.items() if rid not in states)
+        rows.sort(key=lambda r: r.record_id)
     return rows
 
 

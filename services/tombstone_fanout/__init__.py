@@ -1,0 +1,1 @@
+"""The tombstone-fanout service (``service.py``): forget requests fanned out to every index."""

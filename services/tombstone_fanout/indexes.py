@@ -1,0 +1,390 @@
+"""The fan-out's own index handlers: the ledger, keys, Working Memory, checkpoints, leases,
+artifacts, agent bindings and the services' caches (``registry.Handler``, in saga order).
+
+Counts in a receipt come from the plan (what the request reached), never from
+what an apply still found: a step killed halfway and run again reports the same
+numbers as one that ran through, so the final receipt is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import nats.js.errors
+from nats.aio.msg import Msg
+
+from agentledger import evict
+from agentledger.artifacts import artifact_refs
+from agentledger.bindings import bindings_bucket
+from agentledger.contracts import events as ev
+from agentledger.contracts.codec import decode_event
+from agentledger.erase import delete_denied, erase_seqs, scan_subject, subject_seqs
+from agentledger.ledger import ledger_subject
+from agentledger.services.projector.service import DURABLE as PROJECTOR_DURABLE
+from agentledger.services.tombstone_fanout.registry import ForgetContext
+
+# A forget request's own ledger and receipts stay (they hold no personal data).
+_FORGET_SUFFIX = f".{ev.FORGET_TASK}"
+
+
+def _keep_forget(subject: str) -> bool:
+    return subject.endswith(_FORGET_SUFFIX)
+
+
+def _messages(ctx: ForgetContext, subject: str) -> AsyncIterator[Msg]:
+    """Every stored message on ``subject`` (wildcards allowed), in ledger order."""
+    return scan_subject(ctx.nc.jetstream(), ctx.settings.stream, subject)
+
+
+def _tenant_ledger(ctx: ForgetContext) -> str:
+    return f"{ctx.settings.prefix}.ledger.{ctx.tenant}.*"
+
+
+class LedgerHandler:
+    """The ledger itself: a task's or a tenant's messages, securely erased.
+
+    A record, key or subject is not erased here: memory erases the messages that
+    carried its records, and a subject's personal values are sealed under its key,
+    which the ``keys`` step destroys. The plan keeps the erased sequences and the
+    artifacts the task's events cite (the ``artifacts`` step erases those).
+    """
+
+    index = "ledger"
+    tables: tuple[str, ...] = ()
+    stores = ("ledger",)
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "task":
+            assert sel.task_id is not None
+            subject = ledger_subject(ctx.settings.prefix, ctx.tenant, sel.task_id)
+            keep = None
+        elif sel.kind == "tenant":
+            subject, keep = _tenant_ledger(ctx), _keep_forget
+        else:
+            return None
+        seqs: list[int] = []
+        uris: set[str] = set()
+        async for msg in _messages(ctx, subject):
+            if keep is not None and keep(msg.subject):
+                continue
+            seqs.append(msg.metadata.sequence.stream)
+            if sel.kind == "task" and msg.data:
+                try:
+                    event = decode_event(msg.data)
+                except Exception:  # noqa: BLE001, S112 - undecodable bytes cite no artifact; erased all the same
+                    continue
+                uris.update(ref.uri for _, _, ref in artifact_refs([event]))
+        return {"subject": subject, "seqs": seqs, "artifacts": sorted(uris)}
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        await ctx.erase(plan["seqs"])
+        # Messages appended to the forgotten task after the plan was made go too.
+        keep = _keep_forget if ctx.selector.kind == "tenant" else None
+        late = await subject_seqs(ctx.nc.jetstream(), ctx.settings.stream, plan["subject"],
+                                  keep=keep)
+        await ctx.erase(late)
+        return {"messages": len(plan["seqs"])}
+
+
+class KeysHandler:
+    """Data-subject keys: destroyed (their bytes erased), so every sealed copy is unreadable."""
+
+    index = "keys"
+    tables: tuple[str, ...] = ()
+    stores = ("keys",)
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "subject":
+            return {"subjects": [sel.subject]}
+        if sel.kind == "tenant":
+            return {"subjects": await ctx.keyring.subjects(ctx.tenant)}
+        return None
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        purged_only = 0
+        for subject in plan["subjects"]:
+            receipt = await ctx.keyring.destroy_subject(ctx.tenant, subject)
+            purged_only += not receipt.erased
+        # Before any later step: a service still holding a destroyed key could open (and copy,
+        # into a new generation) what the next steps are about to remove.
+        sel = ctx.selector
+        await ctx.evict(evict.Eviction(request_id=ctx.request.request_id, tenant=ctx.tenant,
+                                       whole_tenant=sel.kind == "tenant", subject=sel.subject))
+        if purged_only:
+            # A bucket made before keyrings made their own denies message deletes: the
+            # key reads as gone, but its bytes stay in the block file until compaction.
+            return {"subjects": len(plan["subjects"]), "purged_not_erased": purged_only}
+        return {"subjects": len(plan["subjects"])}
+
+
+def _task_or_tenant(ctx: ForgetContext) -> tuple[str, list[Any]] | None:
+    """SQL condition and arguments for the rows of the selected task or tenant."""
+    sel = ctx.selector
+    if sel.kind == "task":
+        return "tenant = $1 AND task_id = $2", [ctx.tenant, sel.task_id]
+    if sel.kind == "tenant":
+        return "tenant = $1", [ctx.tenant]
+    return None
+
+
+def _sealed_mark(subject: str) -> bytes:
+    """How a value sealed under ``subject`` starts in a row's JSON."""
+    return b'"subject":"' + subject.encode() + b'"'
+
+
+class WorkingMemoryHandler:
+    """Working Memory (the projector's rows) of a task or a tenant: deleted once the projector
+    has committed every message it had been delivered (an erased one is never delivered again).
+
+    A data subject's turns and variables there are sealed under its key: the ``keys`` step made
+    them unreadable (a view shows them ``erased``), and they are counted here.
+    """
+
+    index = "working_memory"
+    tables = ("task_state", "task_variables", "task_turns", "applied_events", "rejections")
+    stores: tuple[str, ...] = ()
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "subject":
+            assert sel.subject is not None
+            mark = _sealed_mark(sel.subject)
+            turns = await ctx.pool.fetchval(
+                "SELECT count(*) FROM task_turns WHERE tenant = $1 AND position($2::bytea in turn) > 0",
+                ctx.tenant, mark)
+            variables = await ctx.pool.fetchval(
+                "SELECT count(*) FROM task_variables WHERE tenant = $1 AND position($2::bytea in value) > 0",
+                ctx.tenant, mark)
+            return {"sealed_turns": turns, "sealed_variables": variables}
+        where = _task_or_tenant(ctx)
+        if where is None:
+            return None
+        cond, args = where
+        tasks = await ctx.pool.fetchval(f"SELECT count(*) FROM task_state WHERE {cond}", *args)  # noqa: S608 - constant tables and conditions
+        return {"tasks": tasks}
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        where = _task_or_tenant(ctx)
+        if where is None:
+            return {"sealed_turns_unreadable": plan["sealed_turns"],
+                    "sealed_variables_unreadable": plan["sealed_variables"]}
+        await ctx.wait_watermark(PROJECTOR_DURABLE, "projector_watermark", "projector")
+        cond, args = where
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            for table in self.tables:
+                await conn.execute(f"DELETE FROM {table} WHERE {cond}", *args)  # noqa: S608 - constant tables and conditions
+        return {"tasks": plan["tasks"]}
+
+
+class CheckpointsHandler:
+    """Task checkpoints (the checkpointer's rows): a task's or a tenant's deleted; a subject's
+    sealed values in them are unreadable once its key is destroyed."""
+
+    index = "checkpoints"
+    tables = ("checkpoints", "checkpoint_pointer")
+    stores: tuple[str, ...] = ()
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "subject":
+            assert sel.subject is not None
+            n = await _fetch_or_zero(ctx, "SELECT count(*) FROM checkpoints WHERE tenant = $1 AND "
+                                     "position($2::bytea in body) > 0", ctx.tenant, _sealed_mark(sel.subject))
+            return {"sealed": n}
+        where = _task_or_tenant(ctx)
+        if where is None:
+            return None
+        cond, args = where
+        return {"checkpoints": await _fetch_or_zero(ctx, f"SELECT count(*) FROM checkpoints WHERE {cond}",  # noqa: S608 - constant tables and conditions
+                                                    *args)}
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        where = _task_or_tenant(ctx)
+        if where is None:
+            return {"sealed_unreadable": plan["sealed"]}
+        cond, args = where
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            if await _has_table(conn, "checkpoints"):
+                await conn.execute(f"DELETE FROM checkpoint_pointer WHERE {cond}", *args)  # noqa: S608 - constant tables and conditions
+                await conn.execute(f"DELETE FROM checkpoints WHERE {cond}", *args)  # noqa: S608 - constant tables and conditions
+        return {"checkpoints": plan["checkpoints"]}
+
+
+async def _has_table(conn: Any, table: str) -> bool:
+    return bool(await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"public.{table}"))
+
+
+async def _fetch_or_zero(ctx: ForgetContext, sql: str, *args: Any) -> int:
+    """A count from a table the checkpointer creates on its first start (0 before it exists)."""
+    async with ctx.pool.acquire() as conn:
+        if not await _has_table(conn, "checkpoints"):
+            return 0
+        return int(await conn.fetchval(sql, *args))
+
+
+async def _kv_erase(ctx: ForgetContext, bucket: str, keys_filter: str) -> tuple[int, bool]:
+    """Erase every message of a KV bucket's keys matching ``keys_filter``: (how many, erased).
+
+    The messages are securely erased, then each key gets a purge marker (no value), so a
+    process mirroring the bucket through a watch sees it go. A bucket made by the client
+    denies message deletes: there the purge alone removes the keys (they read as gone;
+    the bytes stay until the block is compacted), and False says so.
+    """
+    js = ctx.nc.jetstream()
+    stream = f"KV_{bucket}"
+    prefix = f"$KV.{bucket}."
+    try:
+        found = [(m.metadata.sequence.stream, m.subject[len(prefix):])
+                 async for m in scan_subject(js, stream, prefix + keys_filter, headers_only=True)]
+    except nats.js.errors.NotFoundError:
+        return 0, True
+    erased = True
+    try:
+        await erase_seqs(js, stream, [seq for seq, _ in found])
+    except nats.js.errors.APIError as exc:
+        if not delete_denied(exc):
+            raise
+        erased = False
+    kv = await js.key_value(bucket)
+    for key in sorted({k for _, k in found}):
+        await kv.purge(key)
+    return len(found), erased
+
+
+async def _kv_plan(ctx: ForgetContext, bucket: str, keys_filter: str) -> dict[str, Any]:
+    """The keys of ``bucket`` matching ``keys_filter`` that hold a value now."""
+    prefix = f"$KV.{bucket}."
+    try:
+        keys = {m.subject[len(prefix):] async for m in scan_subject(
+            ctx.nc.jetstream(), f"KV_{bucket}", prefix + keys_filter, headers_only=True)
+            if not (m.headers or {}).get("KV-Operation")}
+    except nats.js.errors.NotFoundError:
+        keys = set()
+    return {"filter": keys_filter, "keys": sorted(keys)}
+
+
+async def _kv_apply(ctx: ForgetContext, bucket: str, plan: dict[str, Any]) -> dict[str, int]:
+    _, erased = await _kv_erase(ctx, bucket, plan["filter"])
+    counts = {"keys": len(plan["keys"])}
+    return counts if erased else {**counts, "purged_not_erased": len(plan["keys"])}
+
+
+class LeasesHandler:
+    """Executor leases of a task or a tenant (the writer's KV bucket)."""
+
+    index = "leases"
+    tables: tuple[str, ...] = ()
+    stores = ("leases",)
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "task":
+            return await _kv_plan(ctx, ctx.settings.leases_bucket, f"{ctx.tenant}.{sel.task_id}")
+        if sel.kind == "tenant":
+            return await _kv_plan(ctx, ctx.settings.leases_bucket, f"{ctx.tenant}.*")
+        return None
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        return await _kv_apply(ctx, ctx.settings.leases_bucket, plan)
+
+
+class ArtifactsHandler:
+    """Artifacts: a task's (cited by its events), a tenant's (all under its name), a data
+    subject's (cited by events about the subject), securely erased."""
+
+    index = "artifacts"
+    tables: tuple[str, ...] = ()
+    stores = ("artifacts",)
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind == "task":
+            return {"uris": ctx.plans.get("ledger", {}).get("artifacts", [])}
+        if sel.kind == "tenant":
+            return {"uris": await ctx.artifacts.names(ctx.tenant)}
+        if sel.kind == "subject":
+            assert sel.subject is not None
+            mark = b'"data_subject":"' + sel.subject.encode() + b'"'
+            uris: set[str] = set()
+            async for msg in _messages(ctx, _tenant_ledger(ctx)):
+                if not msg.data or mark not in msg.data:
+                    continue
+                try:
+                    event = decode_event(msg.data)
+                except Exception:  # noqa: BLE001, S112 - undecodable bytes cite nothing
+                    continue
+                if event.data_subject == sel.subject:
+                    uris.update(ref.uri for _, _, ref in artifact_refs([event]))
+            return {"uris": sorted(uris)}
+        return None
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        for uri in plan["uris"]:
+            await ctx.erase_artifact(uri)
+        return {"objects": len(plan["uris"])}
+
+
+class BindingsHandler:
+    """Agent bindings of a forgotten tenant (the operator's KV bucket)."""
+
+    index = "bindings"
+    tables: tuple[str, ...] = ()
+    stores = ("bindings",)
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        if ctx.selector.kind != "tenant":
+            return None
+        return await _kv_plan(ctx, bindings_bucket(ctx.settings.prefix), f"{ctx.tenant}.*")
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        return await _kv_apply(ctx, bindings_bucket(ctx.settings.prefix), plan)
+
+
+class CachesHandler:
+    """Every running service instance drops what it caches of the forgotten data (keys, states,
+    leases), and says so; the step is done once all of them have."""
+
+    index = "caches"
+    tables: tuple[str, ...] = ()
+    stores: tuple[str, ...] = ()
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        record_ids = ctx.plans.get("memory", {}).get("record_ids", []) if ctx.plans.get("memory") else []
+        return {"tenant": ctx.tenant, "whole_tenant": sel.kind == "tenant", "task_id": sel.task_id,
+                "subject": sel.subject, "record_ids": list(record_ids)}
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        eviction = evict.Eviction(request_id=ctx.request.request_id, **plan)
+        acks = await ctx.evict(eviction)
+        # The instances that answered vary from run to run: the receipt counts services.
+        return {"services": len({a.service for a in acks})}
+
+
+class StatisticsHandler:
+    """PostgreSQL's column statistics: ``ANALYZE`` samples every column, so the most common
+    values of a table can still show a deleted value until the table is analyzed again. Every
+    table an applicable step reached is analyzed (the superseded statistics rows then go with
+    the documented compaction, docs/deletion.md)."""
+
+    index = "statistics"
+    tables: tuple[str, ...] = ()
+    stores: tuple[str, ...] = ()
+
+    def __init__(self, handlers: Sequence[Any]) -> None:
+        self._tables = {h.index: h.tables for h in handlers}
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        tables = sorted({t for index, plan in ctx.plans.items() if plan is not None
+                         for t in self._tables.get(index, ())})
+        return {"tables": tables} if tables else None
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        async with ctx.pool.acquire() as conn:
+            for table in plan["tables"]:
+                if await _has_table(conn, table):
+                    await conn.execute(f"ANALYZE {table}")
+        return {"tables": len(plan["tables"])}

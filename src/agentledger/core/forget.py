@@ -1,0 +1,71 @@
+"""The I/O-free rules of forgetting: which selectors are well formed, who may ask, the receipt digest.
+
+Every service that forgets imports these; the tombstone-fanout's saga
+(``services/tombstone_fanout``) is the I/O shell that drives the indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import msgspec
+from blake3 import blake3
+
+from agentledger.contracts import events as ev
+from agentledger.errors import ContractError, PermissionDeniedError
+
+# The one field each selector kind needs; every other selector field must be empty.
+_NEEDS = {"record": "record_id", "key": "key", "subject": "subject", "task": "task_id", "tenant": None}
+_FIELDS = ("record_id", "key", "scope", "subject", "task_id")
+
+
+def check_selector(selector: ev.ForgetSelector, tenant: str, path: str = "$.selector") -> None:
+    """Refuse a selector missing the field its kind needs, or carrying one it does not use."""
+    need = _NEEDS[selector.kind]
+    allowed = {need} | ({"scope"} if selector.kind == "key" else set())
+    for name in _FIELDS:
+        value = getattr(selector, name)
+        if name == need and value is None:
+            raise ContractError(f"a {selector.kind} selector needs {name}", code="missing_field",
+                                path=f"{path}.{name}")
+        if name not in allowed and value is not None:
+            raise ContractError(f"a {selector.kind} selector takes no {name}", code="unknown_field",
+                                path=f"{path}.{name}")
+    if selector.scope is not None and selector.scope.tenant != tenant:
+        raise ContractError("the scope's tenant must be the request's tenant", code="invalid_value",
+                            path=f"{path}.scope.tenant")
+    if selector.task_id is not None and selector.task_id.startswith(ev.RESERVED_TASK_PREFIX):
+        raise ContractError("the runtime's own ledgers are forgotten by record, key, subject or tenant",
+                            code="reserved_task", path=f"{path}.task_id")
+
+
+def check_may_forget(selector: ev.ForgetSelector, *, operator: bool) -> None:
+    """A tenant forgets inside itself (record, key, subject, task); a whole tenant only an operator."""
+    if selector.kind == "tenant" and not operator:
+        raise PermissionDeniedError("only an operator may forget a whole tenant", path="$.selector.kind")
+
+
+def receipt_digest(receipt: ev.DeletionReceipt) -> str:
+    """blake3 hex of the canonical JSON of every field of ``receipt`` but ``digest``.
+
+    Canonical: msgspec's encoding with the digest blanked (fields in declaration order,
+    defaults omitted), so the same receipt always hashes the same, in any process.
+    """
+    body = msgspec.structs.replace(receipt, digest="0" * 64)
+    return str(blake3(msgspec.json.encode(body)).hexdigest())
+
+
+def make_receipt(request: ev.ForgetRequested, *, tenant: str, requested_at: datetime,
+                 completed_at: datetime, indexes: Sequence[ev.IndexReceipt]) -> ev.DeletionReceipt:
+    """The sealed receipt of a finished request (indexes in the order they ran)."""
+    draft = ev.DeletionReceipt(
+        request_id=request.request_id, tenant=tenant, selector=request.selector,
+        requested_by=request.requested_by, requested_at=requested_at, completed_at=completed_at,
+        indexes=list(indexes), digest="0" * 64, subject=request.selector.subject)
+    return msgspec.structs.replace(draft, digest=receipt_digest(draft))
+
+
+def verify_receipt(receipt: ev.DeletionReceipt) -> bool:
+    """Whether ``receipt`` still hashes to its digest."""
+    return bool(receipt.digest == receipt_digest(receipt))

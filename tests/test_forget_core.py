@@ -1,0 +1,75 @@
+"""The I/O-free rules of forgetting: selectors, who may ask, and the receipt digest."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentledger.contracts import events as ev
+from agentledger.core.forget import check_may_forget, check_selector, make_receipt, verify_receipt
+from agentledger.errors import ContractError, PermissionDeniedError
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("selector", "code", "path"), [
+    ({"kind": "record"}, "missing_field", "$.selector.record_id"),
+    ({"kind": "subject", "subject": "s1", "task_id": "t1"}, "unknown_field", "$.selector.task_id"),
+    ({"kind": "task", "task_id": "_memory"}, "reserved_task", "$.selector.task_id"),
+    ({"kind": "tenant", "subject": "s1"}, "unknown_field", "$.selector.subject"),
+    ({"kind": "key", "key": "preference.language", "scope": {"level": "user", "tenant": "other", "id": "u1"}},
+     "invalid_value", "$.selector.scope.tenant"),
+    ({"kind": "record", "record_id": "r1", "scope": {"level": "tenant", "tenant": "acme"}},
+     "unknown_field", "$.selector.scope"),
+])
+def test_a_selector_names_exactly_what_its_kind_needs(selector: dict[str, object], code: str, path: str) -> None:
+    with pytest.raises(ContractError) as info:
+        check_selector(msgspec.convert(selector, ev.ForgetSelector), "acme")
+    assert (info.value.code, info.value.path) == (code, path)
+
+
+def test_well_formed_selectors_pass() -> None:
+    for selector in ({"kind": "record", "record_id": "r1"}, {"kind": "key", "key": "k"},
+                     {"kind": "key", "key": "k", "scope": {"level": "user", "tenant": "acme", "id": "u1"}},
+                     {"kind": "subject", "subject": "s1"}, {"kind": "task", "task_id": "t1"},
+                     {"kind": "tenant"}):
+        check_selector(msgspec.convert(selector, ev.ForgetSelector), "acme")
+
+
+def test_only_an_operator_forgets_a_whole_tenant() -> None:
+    tenant = ev.ForgetSelector(kind="tenant")
+    with pytest.raises(PermissionDeniedError):
+        check_may_forget(tenant, operator=False)
+    check_may_forget(tenant, operator=True)
+    check_may_forget(ev.ForgetSelector(kind="subject", subject="s1"), operator=False)
+
+
+def _receipt(counts: dict[str, int]) -> ev.DeletionReceipt:
+    request = ev.ForgetRequested(request_id="fg-1", selector=ev.ForgetSelector(kind="subject", subject="s1"),
+                                 requested_by="acme/bot")
+    indexes = [ev.IndexReceipt(index="keys", status="done", completed_at=T0 + timedelta(seconds=1),
+                               counts=counts),
+               ev.IndexReceipt(index="ledger", status="not_applicable", completed_at=T0)]
+    return make_receipt(request, tenant="acme", requested_at=T0, completed_at=T0 + timedelta(seconds=2),
+                        indexes=indexes)
+
+
+@given(st.dictionaries(st.sampled_from(["subjects", "rows", "messages"]), st.integers(0, 10**6), min_size=1))
+def test_the_digest_seals_every_field(counts: dict[str, int]) -> None:
+    """The same receipt always hashes the same; changing any count, index or time breaks it."""
+    receipt = _receipt(counts)
+    assert verify_receipt(receipt) and receipt == _receipt(dict(counts))
+    assert receipt.subject == "s1"
+    bumped = {k: v + 1 for k, v in counts.items()}
+    tampered = [
+        msgspec.structs.replace(receipt, indexes=[msgspec.structs.replace(receipt.indexes[0], counts=bumped),
+                                                  receipt.indexes[1]]),
+        msgspec.structs.replace(receipt, completed_at=receipt.completed_at + timedelta(microseconds=1)),
+        msgspec.structs.replace(receipt, indexes=receipt.indexes[:1]),
+        msgspec.structs.replace(receipt, tenant="other"),
+    ]
+    assert not any(verify_receipt(t) for t in tampered)
