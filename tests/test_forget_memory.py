@@ -32,12 +32,12 @@ from agentledger.client import Client, raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.api import AppendReply
-from agentledger.contracts.codec import encode
+from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import memory as m
 from agentledger.core.memory.authority import promoted_id_for
 from agentledger.errors import NotFoundError
 from agentledger.ledger import ledger_subject
-from agentledger.sealing import Keyring, load_kek
+from agentledger.sealing import Keyring, load_kek, unseal
 from agentledger.services.memory_policy.forget import MemoryHandler, ReadReceiptsHandler
 from agentledger.services.memory_policy.replay import fold_tenant, read_tenant, rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
@@ -390,7 +390,16 @@ async def test_forget_a_data_subject(env: Env) -> None:
     ctx, plans = await env.forget(selector("subject", subject="u1"))
     assert sorted(plans["memory"]["record_ids"]) == sorted([ids["u1-phone"], ids["u1-mail"]])
     assert plans["read_receipts:counts"] == {"receipts": 1, "usage": 1}
-    await env.assert_erased(plans["memory"]["seqs"])
+    # Their messages hold the values sealed under the destroyed key: left in place, unreadable.
+    assert plans["memory"]["erase"] is False and plans["memory"]["seqs"]
+    for seq in plans["memory"]["seqs"]:
+        data = (await env.js.get_msg(env.settings.stream, seq)).data
+        assert b"7946" not in data and b"ada@example.com" not in data
+        event = decode_event(data)
+        sealed = getattr(ev.payload_of(event), "sealed", None) or getattr(
+            getattr(ev.payload_of(event), "record", None), "sealed", None)
+        if sealed is not None:
+            assert await unseal(sealed, TENANT, ev.MEMORY_TASK, env.keyring) is None
     for pid in ("u1-phone", "u1-mail"):
         await env.assert_tombstone(ids[pid], "7946", "ada@example.com")
     got = await env.c.memory_get(TENANT, "phone", "user", "u1")

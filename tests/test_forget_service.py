@@ -207,8 +207,14 @@ async def test_forgetting_a_task_while_others_keep_writing_changes_nothing_of_th
 
         writers = [asyncio.create_task(writer(t)) for t in written]
         await asyncio.sleep(0.3)
+        # A data subject who wrote in the tasks that keep going, then the task of another.
+        await stack.append([event("variable_set", {"name": "leaving", "value": "a note of s-leaving",
+                                                   "personal": True}, "w0", tenant="acme")
+                            | {"data_subject": "s-leaving"}])
+        leaving = await stack.c.forget("acme", {"kind": "subject", "subject": "s-leaving"})
         reply = await stack.c.forget("acme", {"kind": "task", "task_id": "gone"})
         done = await stack.c.forget_wait("acme", reply.request_id, timeout_s=120)
+        assert (await stack.c.forget_wait("acme", leaving.request_id, timeout_s=120)).receipt is not None
         await asyncio.sleep(0.3)
         stop.set()
         await asyncio.gather(*writers)
@@ -217,6 +223,8 @@ async def test_forgetting_a_task_while_others_keep_writing_changes_nothing_of_th
         for task, n in written.items():
             view = (await stack.c.working_memory("acme", task, reveal_personal=True)).state
             assert [t["content"] for t in view["transcript"]] == [f"{task} line {i}" for i in range(1, n + 1)]
+            if task == "w0":
+                assert view["variables"]["leaving"].get("erased") is True
         with pytest.raises(AgentLedgerError) as info:
             await stack.c.working_memory("acme", "gone", wait_ms=0)
         assert info.value.code == "not_found"

@@ -169,8 +169,12 @@ class MemoryHandler:
         records = [{"record_id": r[0], "scope": r[1], "key": r[2], "kind": r[3]} for r in rows]
         ids = [r["record_id"] for r in records]
         seqs = [int(r[0]) for r in await ctx.pool.fetch(_HISTORY_SEQS, tenant, ids)] if ids else []
+        # A data subject's records are its personal ones, whose values every message holds sealed
+        # under the key the keys step destroyed: those messages are unreadable already, and
+        # erasing them one by one (an fsync each) would only add time. Any other record's value
+        # is plaintext in its messages: they are erased.
         return {"kind": sel.kind, "at": datetime.now(UTC).isoformat(), "records": records, "record_ids": ids,
-                "seqs": seqs}
+                "seqs": seqs, "erase": sel.kind != "subject"}
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         if plan["kind"] == "tenant":
@@ -185,6 +189,8 @@ class MemoryHandler:
         for event in forgotten_events(ctx, plan):
             last = max([last, *await ctx.append([event])])
         await applied(ctx, last)
+        if not plan.get("erase", True):
+            return {"records": len(ids), "sealed_messages_unreadable": len(plan["seqs"])}
         await ctx.erase(sorted({*plan["seqs"], *late}))
         return {"records": len(ids), "messages": len(plan["seqs"])}
 

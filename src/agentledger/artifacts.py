@@ -52,7 +52,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.artifacts import H_BLAKE3, H_PRODUCER, H_SCHEMA, H_TENANT, H_VERSION
 from agentledger.contracts.codec import contract_error
-from agentledger.erase import erase_subject
+from agentledger.erase import erase_few
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 
 URI_SCHEME = "artifact://"
@@ -273,8 +273,8 @@ class ArtifactStore:
         js = self._js
         erased = 0
         if info is not None and info.nuid:
-            erased += await erase_subject(js, stream, f"$O.{self.bucket}.C.{info.nuid}")
-        erased += await erase_subject(js, stream, meta_subject)
+            erased += await erase_few(js, stream, f"$O.{self.bucket}.C.{info.nuid}")
+        erased += await erase_few(js, stream, meta_subject)
         return info is not None or erased > 0
 
     async def names(self, tenant: str) -> list[str]:

@@ -110,3 +110,21 @@ async def erase_subject(js: JetStreamContext, stream: str, subject: str, *,
             break
         total += await erase_seqs(js, stream, seqs)
     return total
+
+
+async def erase_few(js: JetStreamContext, stream: str, subject: str) -> int:
+    """Securely erase the (few) messages of ``stream`` on ``subject``, one lookup each.
+
+    For a subject known to hold a handful of messages (an object's chunks and metadata):
+    a direct lookup per message costs less than the consumer ``scan_subject`` creates.
+    """
+    erased = 0
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return erased
+        assert msg.seq is not None
+        erased += await erase_seqs(js, stream, [msg.seq])
+        seq = msg.seq + 1
