@@ -423,3 +423,80 @@ async def test_a_retry_after_the_lease_moved_is_a_duplicate_not_a_refusal(client
     changed = {**event("s1", payload={"name": "x", "value": "other"}), "fencing_token": first["token"]}
     code = await fenced(client, changed, None, first["secret"])
     assert code == "event_id_conflict"
+
+
+# ---- the fence is tied to the commit (several writers; see test_writers_racing.py) ------------
+
+
+async def test_one_writers_fenced_appends_are_committed_against_its_own_knowledge(
+        stack: tuple[LedgerWriter, Client], settings: Settings,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one writer its own commits keep its knowledge of the task current: twenty fenced
+    appends after the grant read nothing from the ledger. Each stored fenced message carries the
+    grant it was checked against (Agentledger-Fence), and was committed with an expectation."""
+    writer, client = stack
+    await client.append(created())
+    got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=30)
+    grants = writer._leases._ledger
+    reads: list[Any] = []
+    real = grants.fence_at
+
+    async def counted(*args: Any, **kw: Any) -> tuple[int, int]:
+        reads.append(kw)
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(grants, "fence_at", counted)
+    for i in range(20):
+        await client.append(event(f"f{i}"), lease=got)
+    await client.append_batch([event("b1"), event("b2")], lease=got)
+    assert reads == []
+    services = await auth.connect(settings, auth.WRITER)
+    try:
+        js = services.jetstream()
+        last = (await js.stream_info(settings.stream)).state.last_seq
+        stamps = {(await js.get_msg(settings.stream, seq)).headers.get("Agentledger-Fence")
+                  for seq in range(got.token + 1, last + 1)}
+    finally:
+        await services.close()
+    assert stamps == {str(got.token)}
+
+
+async def test_what_was_appended_since_is_read_when_the_expectation_fails(
+        stack: tuple[LedgerWriter, Client], ledger: Any, settings: Settings) -> None:
+    """Messages the writer did not commit (published raw, as another writer would: unstamped)
+    make its expectation fail; it reads them, finds no grant and commits. A lease_granted among
+    them, which no lease-table entry knows (a grant of another writer whose entry is not there
+    yet), makes the holder's token stale, also when more messages follow it."""
+    _, client = stack
+    await client.append(created())
+    got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=30)
+    await client.append(event("a1"), lease=got)
+    await ledger.publish_all([event("raw1"), event("raw2")])
+    assert (await client.append(event("a2"), lease=got)).duplicate is False
+    grant = {**event("g-raw", "lease_granted", {"holder": "exec-z", "expires_at": time.time() + 30,
+                                                "secret_hash": "ab" * 32}),
+             "producer": "agentledger-ledger-writer"}
+    granted_at = await ledger.publish(grant)
+    await ledger.publish(event("raw3"))
+    with pytest.raises(AgentLedgerError) as info:
+        await client.append(event("a3"), lease=got)
+    assert (info.value.code, info.value.path) == ("stale_fencing_token", "$.events[0].fencing_token")
+    assert str(granted_at) in info.value.message
+    kinds = [body["event_id"] for _, body in await stored(settings)]
+    assert kinds[-3:] == ["a2", "g-raw", "raw3"]
+
+
+async def test_an_expectation_of_the_caller_is_checked_against_the_ledger_too(
+        stack: tuple[LedgerWriter, Client]) -> None:
+    """A fenced append with its own expected_last_seq: the current one is accepted; an old one,
+    one from before the lease's grant and one beyond the task's last message are conflicts
+    carrying the current sequence."""
+    _, client = stack
+    await client.append(created())
+    got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=30)
+    seq = (await client.append(event("e1"), lease=got)).seq
+    nxt = (await client.append(event("e2"), lease=got, expected_last_seq=seq)).seq
+    for wrong in (seq, got.token - 1, nxt + 5):
+        with pytest.raises(AgentLedgerError) as info:
+            await client.append(event(f"w{wrong}"), lease=got, expected_last_seq=wrong)
+        assert (info.value.code, info.value.current_seq) == ("conflict", nxt)

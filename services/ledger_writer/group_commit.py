@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ ERR_STREAM_LIMIT = 10077
 # "duplicate" with its sequence, a new id fails the check and nothing is written.
 # Real ids always contain two slashes, so this value can never match one.
 _PROBE_LAST_ID = "agentledger-probe"
+# On the messages of a fenced append: the token of the latest lease grant at or below them,
+# true because the append was committed with an expectation on its task's last sequence
+# (see agentledger.leases). Only the writer publishes to ledger subjects.
+FENCE = "Agentledger-Fence"
+# A refused expectation names the subject's actual last sequence (from the stream's leader).
+_WRONG_LAST = re.compile(r"wrong last sequence: (\d+)")
 _nuid = NUID()
 # A publish awaiting its ack: what ``Replies.send`` returns.
 _Sent = tuple[str, "asyncio.Future[Msg]", float]
@@ -83,6 +90,8 @@ class Unit:
     expected_last_seq: int | None = None
     # Content digest per event (``ledger.event_digest`` of the event before sealing).
     digests: list[str] = field(default_factory=list)
+    # The lease grant the unit was checked against (``FENCE`` on each message), if any.
+    fence: int | None = None
     future: asyncio.Future[list[AppendResult]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     # Awaited by the committer once the unit is settled, before it takes up other work: the
@@ -97,6 +106,8 @@ class Unit:
         headers = {MSG_ID: self.msg_ids[i]}
         if self.digests:
             headers[DIGEST] = self.digests[i]
+        if self.fence is not None:
+            headers[FENCE] = str(self.fence)
         return headers
 
 
@@ -408,7 +419,8 @@ class GroupCommitter:
                 "of this atomic append are not; resend only the new events",
                 path=f"$.events[{i}].event_id")
         if exc.err_code == ERR_WRONG_LAST_SEQUENCE:
-            current = await self.last_seq(unit.subject)
+            reported = _WRONG_LAST.search(exc.description)
+            current = int(reported[1]) if reported else await self.last_seq(unit.subject)
             return ConflictError(
                 f"expected last sequence {unit.expected_last_seq}, the task is at {current}",
                 path="$.expected_last_seq", current_seq=current)

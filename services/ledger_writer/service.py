@@ -54,7 +54,7 @@ from agentledger.contracts.codec import (
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
 from agentledger.core.detect import redact_event
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
-from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.errors import AgentLedgerError, ConflictError, ContractError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
@@ -69,6 +69,8 @@ log = structlog.get_logger()
 SERVICE_NAME = "agentledger-ledger-writer"
 
 Key = tuple[str, str]
+# A fenced append whose expectation other writers' appends keep overtaking is checked this often.
+FENCE_ATTEMPTS = 8
 
 
 def append_subject(prefix: str) -> str:
@@ -124,7 +126,7 @@ class LedgerWriter:
         self._leases = LeaseTable(self._nc, s.leases_bucket,
                                   LedgerGrants(self._nc, s, self._committer),
                                   max_per_tenant=s.max_leases_per_tenant,
-                                  max_bytes=s.max_leases_bytes)
+                                  max_bytes=s.max_leases_bytes, replicas=s.stream_replicas)
         await self._leases.start()
         self._service = await add_service(
             self._nc, name=SERVICE_NAME, version="0.1.0",
@@ -366,7 +368,11 @@ class LedgerWriter:
 
         Without an expectation or a token, on a task without a live lease, nothing
         needs checking; otherwise the task's lease lock is held from the lease check
-        to the ack, so no lease change and no other append slips in between.
+        to the ack, so no lease change made through this writer slips in between, and
+        the unit is committed with an expectation on the task's last sequence, so no
+        grant made through another writer does either: when the server refuses that
+        expectation, the check is made again on what was appended since (see
+        ``agentledger.leases``).
         """
         assert self._leases is not None and self._committer is not None
         first = events[0]
@@ -375,21 +381,38 @@ class LedgerWriter:
             future = self._committer.submit_nowait(unit)
             handed()
             return await future
+        requested = unit.expected_last_seq
+        tokens = [(kind_of(e), e.fencing_token) for e in events]
         async with self._leases.locked(first.tenant, first.task_id):
-            try:
-                await self._leases.check(first.tenant, first.task_id,
-                                         [(kind_of(e), e.fencing_token) for e in events],
-                                         lease_secret, caller)
-            except LeaseError:
-                # A retry of an append whose ack was lost, refused only because the lease
-                # lapsed or moved since: it is stored, so it is a duplicate, not a refusal.
-                stored = await self._committer.already_stored(unit)
-                if stored is not None:
-                    return stored
-                raise
-            future = self._committer.submit_nowait(unit)
-            handed()
-            return await future
+            moved: int | None = None
+            for _ in range(FENCE_ATTEMPTS):
+                try:
+                    fenced = await self._leases.fence(first.tenant, first.task_id, tokens,
+                                                      lease_secret, caller, expected=requested,
+                                                      moved=moved)
+                except (LeaseError, ConflictError):
+                    # A retry of an append whose ack was lost, refused only because the lease
+                    # lapsed or moved since: it is stored, so it is a duplicate, not a refusal.
+                    stored = await self._committer.already_stored(unit)
+                    if stored is not None:
+                        return stored
+                    raise
+                unit.expected_last_seq, unit.fence = fenced.expected, fenced.stamp
+                future = self._committer.submit_nowait(unit)
+                handed()
+                try:
+                    results = await future
+                except ConflictError as exc:
+                    if requested is not None or exc.code != "conflict" or exc.current_seq is None:
+                        raise  # the caller's own expectation, or not an expectation at all
+                    moved = exc.current_seq  # appended to since our knowledge: check again
+                    unit.future = asyncio.get_running_loop().create_future()
+                    continue
+                if fenced.expected is not None and results and not results[-1].duplicate:
+                    self._leases.committed(first.tenant, first.task_id, fenced, results[-1].seq)
+                return results
+        raise UnavailableError("the task is being appended to through other writers faster than "
+                               "this append could be checked; retry")
 
     def _lease_handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
         async def handle(req: Request) -> None:

@@ -32,9 +32,39 @@ its commit. An append to a task that has no lease that is or may be live, and
 no lease change under way, needs no check and takes no lock (``unleased``);
 a grant then waits until every append already accepted for the task is stored
 or refused before it picks its sequence (``GrantLedger.task_last_seq``), so no
-unfenced append lands after a grant. (With several writer processes, a check
-may see another writer's grant only after the watch delivers it; run one active
-writer where exact fencing matters.)
+unfenced append lands after a grant.
+
+Several writers. Each writer's copy of the table (the watch) may lag another
+writer's grant, so no writer trusts its copy alone; what is exact is tied to
+the server's compare-and-swaps:
+
+- **Who gets a lease** is decided by a compare-and-swap on the task's entry:
+  a grant first writes a *pending* entry (token 0: the holder, expiry and
+  secret hash, no token yet) over the revision it checked, then appends its
+  ``lease_granted`` event, then replaces the pending entry by the lease (over
+  the pending revision). Renewals and releases swap the same entry, so of any
+  grants, renewals and releases racing on any writers, each one that succeeds
+  saw the entry as the one before left it; a pending entry of another holder
+  is ``lease_held`` for a grant and ``lease_lost`` for a renewal or release.
+- **A fenced append is committed against one lease state**: the writer knows,
+  for the task, a ledger sequence and the latest grant at or below it
+  (``_Fence``), and commits the append with
+  ``Nats-Expected-Last-Subject-Sequence`` set to that sequence. If anything
+  was appended since (a grant by another writer included), the server refuses
+  it; the writer reads what came since (``GrantLedger.fence_at``: the last
+  message's ``Agentledger-Fence`` stamp, or a scan), checks again and retries,
+  or refuses ``stale_fencing_token`` when a later grant is among them. The
+  messages of a fenced append carry the grant they were checked against
+  (``Agentledger-Fence``), which is true of them because of that expectation.
+  A writer's own commits keep its knowledge current, so with one writer this
+  costs no read at all.
+
+Not exact across writers: an append without a token that a writer accepts as
+``unleased`` in the moment another writer grants the task's lease (before the
+watch delivers the grant) may be stored just after the grant, as if it had
+been sent just before it. Renewals and releases reach the other writers'
+checks through their watch; a holder's own append racing its release through
+another writer may be accepted (a later grant to anyone fences it).
 """
 
 from __future__ import annotations
@@ -60,7 +90,7 @@ from nats.js.errors import BucketNotFoundError
 
 from agentledger.contracts.api import MAX_LEASE_TTL_S
 from agentledger.contracts.events import EVENT_TYPES, WRITER_ONLY_KINDS
-from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.errors import AgentLedgerError, ConflictError, NotFoundError, UnavailableError
 from agentledger.identity import Caller
 
 log = structlog.get_logger()
@@ -81,10 +111,16 @@ _SKEW_S = 5.0
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 # "maximum bytes exceeded": the bucket is at its size limit and refuses new entries.
 _STORE_LIMIT = 10077
+# A pending entry's token: the grant's ledger sequence is not known yet.
+PENDING = 0
 
 
 class Lease(msgspec.Struct, frozen=True):
-    """A lease-table entry. ``expires_at``: seconds since the Unix epoch, writer clock."""
+    """A lease-table entry. ``expires_at``: seconds since the Unix epoch, writer clock.
+
+    ``token`` 0: a grant under way (its ``lease_granted`` event is being appended); it
+    keeps other holders out until it expires and opens nothing.
+    """
 
     holder: str
     token: int
@@ -115,6 +151,13 @@ class GrantLedger(Protocol):
     async def granted_at(self, tenant: str, task_id: str, token: int) -> tuple[str, str] | None:
         """(holder, secret hash) of this task's ``lease_granted`` event at ``token``, if it is one."""
 
+    async def fence_at(self, tenant: str, task_id: str, *, after: int, grant: int,
+                       seq: int | None = None) -> tuple[int, int]:
+        """(last, latest grant): the task's last ledger sequence (``seq`` when the caller
+        knows it, e.g. from a refused expectation) and the token of the latest
+        ``lease_granted`` at or below it, given that ``grant`` is the latest at or below
+        ``after``. ``last`` below ``after``: messages were removed or the read lagged."""
+
 
 def secret_hash(tenant: str, task_id: str, holder: str, secret: str) -> str:
     """Keyed blake3 of a lease secret, bound to the task and the holder it was granted to."""
@@ -136,6 +179,24 @@ class _Entry:
     verified: bool | None
 
 
+@dataclass
+class _Fence:
+    """What a writer knows of a task's ledger: ``grant`` is the latest ``lease_granted`` at
+    or below the task's message at ``seq`` (read, or committed by this writer with an
+    expectation, so nothing it does not know came in between)."""
+
+    seq: int
+    grant: int
+
+
+class Fenced(msgspec.Struct, frozen=True):
+    """How to commit an append the lease table checked: the expectation on the task's last
+    sequence (None: none) and the grant to stamp on its messages (None: no stamp)."""
+
+    expected: int | None
+    stamp: int | None
+
+
 class _StaleRevision(Exception):  # noqa: N818 - internal signal, never escapes this module
     """The entry changed since the mirror saw it (a TTL marker, another writer, a hand edit)."""
 
@@ -146,7 +207,8 @@ class LeaseTable:
     def __init__(self, nc: Client, bucket: str, ledger: GrantLedger, *,
                  clock: Callable[[], float] = time.time, linger_s: float | None = None,
                  marker_ttl_s: float | None = None,
-                 max_per_tenant: int = MAX_LEASES_PER_TENANT, max_bytes: int = 0) -> None:
+                 max_per_tenant: int = MAX_LEASES_PER_TENANT, max_bytes: int = 0,
+                 replicas: int = 1) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
         self._stream = f"KV_{bucket}"
@@ -157,10 +219,13 @@ class LeaseTable:
         self._kv: Any = None
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._mirror: dict[str, _Entry] = {}
+        # Per task key, the ledger state fenced appends are committed against (see _Fence).
+        self._fences: dict[str, _Fence] = {}
         # Keys of the mirror by tenant, so a grant counts only its tenant's leases.
         self._by_tenant: dict[str, set[str]] = {}
         self._max_per_tenant = max_per_tenant
         self._max_bytes = max_bytes
+        self._replicas = replicas
         self._watcher: Any = None
         self._watch_task: asyncio.Task[None] | None = None
 
@@ -192,7 +257,7 @@ class LeaseTable:
             except BucketNotFoundError:
                 self._kv = await self._js.create_key_value(
                     bucket=self._bucket, history=1, limit_marker_ttl=self._marker_ttl_s,
-                    max_bytes=self._max_bytes or -1)
+                    max_bytes=self._max_bytes or -1, replicas=self._replicas)
             info = await self._js.stream_info(self._stream)
             if not info.config.allow_msg_ttl or not info.config.subject_delete_marker_ttl:
                 # A bucket from before per-key TTLs: turn them (and removal markers) on.
@@ -241,6 +306,7 @@ class LeaseTable:
         return len(held)
 
     def _forget(self, key: str) -> None:
+        self._fences.pop(key, None)
         if self._mirror.pop(key, None) is None:
             return
         tenant = key.partition(".")[0]
@@ -273,13 +339,18 @@ class LeaseTable:
             return
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the lease bucket did not answer") from exc
+        known = self._mirror.get(key)
+        revision = int(msg.seq or 0)
+        if known is not None and known.revision == revision:
+            return  # the copy is current: keep what was verified of it
         headers = msg.headers or {}
         removed = headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
         lease = None if removed else _decode(msg.data)
-        self._keep(key, _Entry(lease, int(msg.seq or 0), None))
+        self._keep(key, _Entry(lease, revision, None))
 
-    async def _write(self, key: str, lease: Lease, revision: int) -> None:
-        """Compare-and-swap ``lease`` over ``revision``; the entry expires ``linger_s`` after it."""
+    async def _write(self, key: str, lease: Lease, revision: int) -> int:
+        """Compare-and-swap ``lease`` over ``revision``; the entry expires ``linger_s`` after it.
+        Returns the entry's new revision."""
         kv = await self._store()
         assert kv is not None
         ttl = max(1, math.ceil(lease.expires_at - self._clock() + self._linger_s))
@@ -298,6 +369,7 @@ class LeaseTable:
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the lease bucket did not answer") from exc
         self._remember(key, lease, ack.seq, True)
+        return int(ack.seq)
 
     @staticmethod
     def key(tenant: str, task_id: str) -> str:
@@ -340,6 +412,8 @@ class LeaseTable:
 
         An entry not written by this process is checked against the ledger once;
         one that fails the check (forged, or its grant is gone) counts as no lease.
+        A pending entry (token 0, a grant under way on some writer) is taken as it is:
+        it only keeps others out until it expires.
         """
         if self._watch_task is None:
             await self.start()
@@ -347,6 +421,8 @@ class LeaseTable:
         entry = self._mirror.get(key)
         if entry is None:
             return None, 0
+        if entry.lease is not None and entry.verified is None and entry.lease.token == PENDING:
+            entry.verified = True
         if entry.lease is not None and entry.verified is None:
             verified = await self._verify(tenant, task_id, entry.lease)
             if not verified:
@@ -373,11 +449,19 @@ class LeaseTable:
         A new grant always gets a new token (its ``lease_granted`` sequence) and a
         new secret; the previous secret stops working. A task with no ledger
         message is refused with ``not_found``.
+
+        Three steps, so that any number of writers grant exactly once: a pending
+        entry swapped over the revision that was checked (of writers granting at
+        once, only one swaps it; the others hear ``lease_held``), the grant's
+        ledger event, then the lease swapped over the pending entry.
         """
         key = self.key(tenant, task_id)
         async with self.locked(tenant, task_id):
             lease, revision = await self.current(tenant, task_id)
-            self._require_free(lease, holder)
+            if not self._free(lease, holder):
+                await self._refresh(key)  # our copy may lag a release made through another writer
+                lease, revision = await self.current(tenant, task_id)
+                self._require_free(lease, holder)
             self._require_room(tenant, key)
             last = await self._ledger.task_last_seq(tenant, task_id)
             if last == 0:
@@ -387,27 +471,67 @@ class LeaseTable:
             secret = secrets.token_urlsafe(32)
             digest = secret_hash(tenant, task_id, holder, secret)
             expires_at = self._clock() + ttl_s
-            token = await self._ledger.record_grant(tenant, task_id, holder=holder,
-                                                    expires_at=expires_at, secret_hash=digest,
-                                                    expected_last_seq=last)
-            granted = Lease(holder=holder, token=token, expires_at=expires_at, secret_hash=digest)
+            pending = Lease(holder=holder, token=PENDING, expires_at=expires_at, secret_hash=digest)
             try:
-                await self._write(key, granted, revision)
+                held = await self._write(key, pending, revision)
             except _StaleRevision:
-                # The entry moved under us: usually a TTL removal marker the watch has not
-                # delivered yet. Anything but a live lease of someone else may be replaced.
+                # The entry moved since our copy of it: a TTL removal marker the watch has not
+                # delivered yet, or another writer's grant, renewal or release.
                 await self._refresh(key)
                 lease, revision = await self.current(tenant, task_id)
                 self._require_free(lease, holder)
                 try:
-                    await self._write(key, granted, revision)
+                    held = await self._write(key, pending, revision)
                 except _StaleRevision as exc:
                     raise LeaseError("another writer changed this lease concurrently; retry",
                                      retryable=True, path="$.task_id") from exc
+            try:
+                token = await self._ledger.record_grant(tenant, task_id, holder=holder,
+                                                        expires_at=expires_at, secret_hash=digest,
+                                                        expected_last_seq=last)
+            except BaseException:
+                await self._abandon(key, pending, held)
+                raise
+            self._fences[key] = _Fence(seq=token, grant=token)
+            granted = Lease(holder=holder, token=token, expires_at=expires_at, secret_hash=digest)
+            await self._install(tenant, task_id, granted, held)
             return granted, secret
 
+    async def _install(self, tenant: str, task_id: str, granted: Lease, revision: int) -> None:
+        """Swap the granted lease over our pending entry at ``revision``.
+
+        The entry can have moved only to a grant of the same holder made at the same
+        time through another writer (a pending entry keeps other holders out), or to
+        anything once our pending entry expired. The later grant is the one the ledger
+        fences with, so the higher token wins: ours replaces a pending entry or a lower
+        token, and gives way to a higher one.
+        """
+        key = self.key(tenant, task_id)
+        for _ in range(4):
+            try:
+                await self._write(key, granted, revision)
+                return
+            except _StaleRevision:
+                await self._refresh(key)
+                lease, revision = await self.current(tenant, task_id)
+                if lease is not None and lease.token > granted.token:
+                    break
+        raise LeaseError("a later grant of this task, made at the same time through another "
+                         "writer, superseded this one; retry", retryable=True, path="$.task_id")
+
+    async def _abandon(self, key: str, pending: Lease, revision: int) -> None:
+        """A grant that failed after its pending entry was written: end the entry now, so it
+        does not keep the task from others until it expires (best effort)."""
+        with contextlib.suppress(Exception):
+            await self._write(key, msgspec.structs.replace(pending, expires_at=self._clock()),
+                              revision)
+
+    def _free(self, lease: Lease | None, holder: str) -> bool:
+        return lease is None or not lease.live(self._clock()) or lease.holder == holder
+
     def _require_free(self, lease: Lease | None, holder: str) -> None:
-        if lease is not None and lease.live(self._clock()) and lease.holder != holder:
+        if not self._free(lease, holder):
+            assert lease is not None
             raise LeaseError(f"task is leased to another executor until {lease.expires_at:.3f}",
                              path="$.task_id")
 
@@ -425,23 +549,31 @@ class LeaseTable:
                       secret: str | None, ttl_s: float | None) -> Lease:
         key = self.key(tenant, task_id)
         async with self.locked(tenant, task_id):
-            for attempt in range(2):
+            refreshed = False
+            for _ in range(3):
                 now = self._clock()
                 lease, revision = await self.current(tenant, task_id)
-                self._require(lease, tenant, task_id, holder, token, secret=secret, now=now)
+                try:
+                    self._require(lease, tenant, task_id, holder, token, secret=secret, now=now)
+                except LeaseError:
+                    if refreshed:
+                        raise
+                    # Our copy may lag: the grant, a renewal or a release came through another writer.
+                    await self._refresh(key)
+                    refreshed = True
+                    continue
                 assert lease is not None
                 changed = msgspec.structs.replace(
                     lease, expires_at=now + ttl_s if ttl_s is not None else now)
                 try:
                     await self._write(key, changed, revision)
-                except _StaleRevision as exc:
-                    if attempt:
-                        raise LeaseError("another writer changed this lease concurrently; retry",
-                                         retryable=True, path="$.token") from exc
+                except _StaleRevision:
                     await self._refresh(key)
+                    refreshed = True
                     continue
                 return changed
-        raise AssertionError("unreachable")
+        raise LeaseError("another writer changed this lease concurrently; retry", retryable=True,
+                         path="$.token")
 
     def _require(self, lease: Lease | None, tenant: str, task_id: str, holder: str, token: int, *,
                  secret: str | None, now: float) -> None:
@@ -481,7 +613,8 @@ class LeaseTable:
                                      code="fencing_token_required", path=path)
                 continue
             if lease is None or token != lease.token:
-                current = f"at token {lease.token}" if lease is not None else "not leased"
+                current = ("being granted" if lease is not None and lease.token == PENDING
+                           else f"at token {lease.token}" if lease is not None else "not leased")
                 raise LeaseError(f"fencing token {token} is stale; the task's lease is {current}",
                                  code="stale_fencing_token", path=path)
             if not live:
@@ -496,6 +629,98 @@ class LeaseTable:
                                      "it is missing or wrong", code="lease_secret_invalid",
                                      path="$.lease_secret")
                 secret_checked = True
+
+
+    async def fence(self, tenant: str, task_id: str, events: list[tuple[str, int | None]],
+                    secret: str | None, caller: Caller, *, expected: int | None = None,
+                    moved: int | None = None) -> Fenced:
+        """``check`` the events, against the ledger too; how to commit them (see ``Fenced``).
+
+        Call it while holding ``locked(tenant, task_id)`` and keep holding it until the
+        events are committed with the returned expectation; then call ``committed``.
+        ``expected``: the request's own ``expected_last_seq``. ``moved``: the task's last
+        sequence as the server reported it when it refused our previous expectation.
+
+        With a token, the latest ``lease_granted`` at or below the sequence the append
+        will be committed after must be that token's grant: the writer's knowledge of
+        the task is used when it is current, otherwise read (``GrantLedger.fence_at``).
+        A later grant (another writer's, which our copy of the table may not show
+        yet) makes the token ``stale_fencing_token``.
+        """
+        key = self.key(tenant, task_id)
+        try:
+            await self.check(tenant, task_id, events, secret, caller)
+        except LeaseError:
+            # Our copy may lag a grant or a renewal made through another writer: look once.
+            entry = self._mirror.get(key)
+            before = entry.revision if entry is not None else None
+            await self._refresh(key)
+            entry = self._mirror.get(key)
+            if (entry.revision if entry is not None else None) == before:
+                raise
+            await self.check(tenant, task_id, events, secret, caller)
+        tokens = {t for _, t in events if t is not None}
+        if not tokens:
+            # Nothing to fence; an expectation we know to be true keeps our knowledge current.
+            fence = self._fences.get(key)
+            if expected is not None:
+                known = fence is not None and fence.seq == expected
+                return Fenced(expected, fence.grant if known and fence is not None else None)
+            if fence is None or moved is not None:
+                self._fences.pop(key, None)
+                return Fenced(None, None)
+            return Fenced(fence.seq, fence.grant)
+        (token,) = tokens  # check() let through only the live lease's token
+        path = next(f"$.events[{i}].fencing_token" for i, (_, t) in enumerate(events) if t is not None)
+        known = self._fences.get(key)
+        if expected is not None and expected < max(token, known.seq if known is not None else 0):
+            # The task is already past it (its grant at least is): the server refuses it, or
+            # finds the append stored (a retry), and says which.
+            return Fenced(expected, None)
+        fence = await self._fence_of(tenant, task_id, token, path,
+                                     expected if expected is not None else moved)
+        if expected is not None:
+            if expected > fence.seq:
+                raise ConflictError(f"expected last sequence {expected}, the task is at {fence.seq}",
+                                    path="$.expected_last_seq", current_seq=fence.seq)
+            return Fenced(expected, fence.grant if expected == fence.seq else None)
+        return Fenced(fence.seq, fence.grant)
+
+    async def _fence_of(self, tenant: str, task_id: str, token: int, path: str,
+                        target: int | None) -> _Fence:
+        """Our knowledge of the task's ledger, current as of ``target`` (a sequence said to be
+        the task's last; None: ours is, unless we have none), with ``token``'s grant the
+        latest in it; ``stale_fencing_token`` when a later grant is."""
+        key = self.key(tenant, task_id)
+        fence = self._fences.get(key)
+        fresh = False
+        if fence is not None and fence.grant > token:
+            pass  # the ledger has a later grant than the token: stale (below)
+        elif fence is None or fence.grant != token or (target is not None and target < fence.seq):
+            fence, fresh = _Fence(token, token), True  # the token's grant is the lease's: known
+        if fence.grant == token and (fresh or (target is not None and target != fence.seq)):
+            last, grant = await self._ledger.fence_at(tenant, task_id, after=fence.seq,
+                                                      grant=fence.grant, seq=target)
+            if last < fence.seq and fence.seq != token:
+                last, grant = await self._ledger.fence_at(tenant, task_id, after=token,
+                                                          grant=token, seq=target)
+            if last < token:
+                raise LeaseError(f"fencing token {token} is stale; its grant is not in the "
+                                 "ledger", code="stale_fencing_token", path=path)
+            fence = self._fences[key] = _Fence(last, grant)
+        if fence.grant != token:
+            await self._refresh(key)
+            raise LeaseError(f"fencing token {token} is stale; the task's lease was granted again "
+                             f"at {fence.grant}", code="stale_fencing_token", path=path)
+        return fence
+
+    def committed(self, tenant: str, task_id: str, fenced: Fenced, last_seq: int) -> None:
+        """A unit committed as ``fenced`` said is stored, its last message at ``last_seq``:
+        nothing came between our knowledge and it, so our knowledge moves to it."""
+        fence = self._fences.get(self.key(tenant, task_id))
+        if (fence is not None and fenced.expected == fence.seq and fenced.stamp == fence.grant
+                and last_seq > fence.seq):
+            fence.seq = last_seq
 
 
 def _decode(value: bytes | None) -> Lease | None:
