@@ -15,13 +15,14 @@ from nats.js.kv import KeyValue
 T = TypeVar("T")
 
 
-async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyValue:
-    """The bucket, created on first use with one revision per key (history is not kept)
-    and at most ``max_bytes`` (0: no limit of its own)."""
+async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0, replicas: int = 1) -> KeyValue:
+    """The bucket, created on first use with one revision per key (history is not kept),
+    at most ``max_bytes`` (0: no limit of its own) and ``replicas`` (settings.stream_replicas)."""
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=bucket, history=1, max_bytes=max_bytes or -1)
+        return await js.create_key_value(bucket=bucket, history=1, max_bytes=max_bytes or -1,
+                                         replicas=replicas)
 
 
 class KVMirror(Generic[T]):

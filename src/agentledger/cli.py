@@ -43,12 +43,16 @@ def _connected(args: argparse.Namespace) -> Settings:
 def cmd_up(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
+    if args.cluster is not None:
+        settings = msgspec.structs.replace(settings, cluster_size=args.cluster)
     if settings.runtime_file.exists() and supervisor_alive(info := read_runtime(settings.runtime_file)):
         print("agentledger is already up")
     else:
         info = up(settings)
         print("agentledger is up")
     print(f"  NATS          {info.nats_url}")
+    for node in info.nats_nodes:
+        print(f"    {node.name:<11} {node.url} pid {node.pid}")
     print(f"  PostgreSQL    {info.database_url}")
     print(f"  data          {info.data_dir}")
     print(f"  supervisor    pid {info.supervisor_pid}")
@@ -349,7 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description=__doc__)
     _add_global_options(parser, None)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start NATS, PostgreSQL and the services").set_defaults(fn=cmd_up)
+    p = sub.add_parser("up", help="start NATS, PostgreSQL and the services")
+    p.add_argument("--cluster", type=int, default=None, metavar="N",
+                   help="run NATS as a JetStream cluster of N servers on loopback, the ledger, "
+                        "buckets and object store replicated (R3 for N >= 3); see docs/scaling.md")
+    p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
     sub.add_parser("demo", help="run the seeds' crash-and-replan scenario").set_defaults(fn=cmd_demo)
     p = sub.add_parser("append", help="append events (JSON from a file or - for stdin)")

@@ -53,8 +53,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_leases_per_tenant: int = 10_000
     # Largest lease bucket, in bytes (set when it is created; an entry is ~250 bytes).
     max_leases_bytes: int = 64 << 20
-    # Replicas of the ledger stream (1 on the embedded single server).
+    # Replicas of the ledger stream, the KV buckets and the object store (1 on the embedded single
+    # server; `up --cluster 3` makes it 3). On a cluster of your own, set it to 3 (or 5).
     stream_replicas: int = 1
+    # nats-server processes `agentledger up` starts as one JetStream cluster (1: a single server).
+    cluster_size: int = 1
     # JetStream dedupe window for event ids, in seconds.
     dedupe_window_s: float = 120.0
     # Group commit: most events in one atomic batch (JetStream allows 1000).
@@ -119,6 +122,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             raise ContractError(f"prefix {self.prefix!r} must be a lowercase letter followed by up "
                                 "to 31 lowercase letters or digits", code="invalid_config",
                                 path="AGENTLEDGER_PREFIX")
+        if self.cluster_size < 1:
+            raise ContractError(f"cluster_size {self.cluster_size} must be at least 1",
+                                code="invalid_config", path="AGENTLEDGER_CLUSTER_SIZE")
+        if not 1 <= self.stream_replicas <= 5:
+            # JetStream's own limit: a stream has 1 to 5 replicas.
+            raise ContractError(f"stream_replicas {self.stream_replicas} must be 1 to 5",
+                                code="invalid_config", path="AGENTLEDGER_STREAM_REPLICAS")
 
     @property
     def stream(self) -> str:
@@ -163,8 +173,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.data_dir / "runtime.json"
 
 
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS URL: ``nats://a:4222,nats://b:4222`` names a cluster, one URL a server.
+
+    Whitespace around each URL is ignored, and so are empty entries (a trailing comma).
+    """
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
-_INT = {"stream_replicas", "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
+_INT = {"stream_replicas", "cluster_size",
+        "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",

@@ -140,10 +140,11 @@ class Keyring:
     """
 
     def __init__(self, nc: Client, bucket: str, kek: bytes, *, max_bytes: int = 0,
-                 cache_bytes: int = KEY_CACHE_BYTES) -> None:
+                 cache_bytes: int = KEY_CACHE_BYTES, replicas: int = 1) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
         self._max_bytes = max_bytes
+        self._replicas = replicas
         self._kek = AESGCM(kek)
         self._cache: ByteLRU[str, tuple[str, AESGCM]] = ByteLRU(cache_bytes)
         self._kv: Any = None
@@ -155,7 +156,7 @@ class Keyring:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            self._kv = await open_keys_bucket(self._js, self._bucket, self._max_bytes)
+            self._kv = await open_keys_bucket(self._js, self._bucket, self._max_bytes, self._replicas)
         return self._kv
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
@@ -308,7 +309,8 @@ def key_name(tenant: str, subject: str) -> str:
     return f"{tenant}.{subject}"
 
 
-async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0) -> KeyValue:
+async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0,
+                           replicas: int = 1) -> KeyValue:
     """The bucket of wrapped keys, created on first use as ``buckets.open_kv`` does, except that
     its stream allows message deletes: ``Keyring.destroy`` erases through them (a KV bucket
     made by the client denies them, and a stream's deny_delete cannot be lifted later)."""
@@ -320,7 +322,7 @@ async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0
         name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"],
         allow_rollup_hdrs=True, deny_delete=False, deny_purge=False,
         discard=api.DiscardPolicy.NEW, duplicate_window=120, max_bytes=max_bytes or -1,
-        max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1, num_replicas=1,
+        max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1, num_replicas=replicas,
         storage=api.StorageType.FILE))
     return await js.key_value(bucket)
 

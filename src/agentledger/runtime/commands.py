@@ -6,6 +6,11 @@ supervisor, which runs every service in ``SERVICES`` as its own process. It
 returns once the ledger writer answers on NATS, so the runtime is usable the
 moment the command finishes. ``down`` stops everything ``up`` started, using
 the pids recorded in runtime.json.
+
+With ``cluster_size`` N > 1 (``up --cluster 3``) the embedded NATS is N
+nats-servers forming one JetStream cluster on loopback; ``up`` waits for its meta
+leader, and the ledger stream, KV buckets and object store get
+``stream_replicas`` (min(N, 3) unless set higher) replicas. See docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -15,23 +20,30 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import msgspec
 import nats
 import nats.errors
+import nats.js.errors
 import structlog
+from nats.aio.client import Client
 
 from agentledger import auth
-from agentledger.config import Settings
+from agentledger.config import Settings, nats_servers
 from agentledger.errors import RuntimeStateError
+from agentledger.natsclient import open_connection
 from agentledger.runtime.embedded import (
+    EmbeddedCluster,
     EmbeddedNats,
+    check_nats_layout,
     log_tail,
     pid_alive,
     terminate_pid,
@@ -39,6 +51,7 @@ from agentledger.runtime.embedded import (
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
     SUPERVISOR_MODULE,
+    NatsNode,
     RuntimeInfo,
     read_runtime,
     settings_env,
@@ -95,15 +108,27 @@ def up(settings: Settings, *, foreground: bool = False,
     _clear_stale(settings)
     with contextlib.ExitStack() as undo:
         nats_pid = postgres_pid = None
+        nats_nodes: list[NatsNode] = []
         started: list[object] = []
         if not settings.nats_url:
+            check_nats_layout(settings.data_dir, settings.cluster_size)
             identity = auth.AuthStore(settings.auth_root).init()
-            embedded_nats = EmbeddedNats(settings.data_dir, auth=identity,
-                                         server_root=settings.server_root).start()
-            undo.callback(embedded_nats.stop)
-            started.append(embedded_nats)
-            nats_pid = embedded_nats.pid
-            settings = msgspec.structs.replace(settings, nats_url=embedded_nats.url)
+            if settings.cluster_size > 1:
+                cluster = EmbeddedCluster(settings.data_dir, settings.cluster_size, auth=identity,
+                                          server_root=settings.server_root).start()
+                undo.callback(cluster.stop)
+                started.append(cluster)
+                nats_nodes = [NatsNode(name=node.name, url=node.url, pid=cluster.node(node.name).pid)
+                              for node in cluster.record.nodes]
+                settings = msgspec.structs.replace(settings, nats_url=cluster.url,
+                                                   stream_replicas=cluster_replicas(settings))
+            else:
+                embedded_nats = EmbeddedNats(settings.data_dir, auth=identity,
+                                             server_root=settings.server_root).start()
+                undo.callback(embedded_nats.stop)
+                started.append(embedded_nats)
+                nats_pid = embedded_nats.pid
+                settings = msgspec.structs.replace(settings, nats_url=embedded_nats.url)
         if not settings.database_url:
             embedded_pg = EmbeddedPostgres(settings.data_dir,
                                            server_root=settings.server_root).start()
@@ -112,9 +137,9 @@ def up(settings: Settings, *, foreground: bool = False,
             # The services' role and database; the URL names a passfile, never the password.
             settings = msgspec.structs.replace(
                 settings, database_url=embedded_pg.provision(EMBEDDED_DATABASE))
-        asyncio.run(_prepare(settings))
+        asyncio.run(_prepare(settings, cluster_nodes=len(nats_nodes)))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
-        supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground)
+        supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground, nats_nodes)
         undo.callback(_stop_process, supervisor)
         info = _wait_until_up(settings, supervisor)
         undo.pop_all()
@@ -131,17 +156,173 @@ def down(settings: Settings) -> None:
     settings.runtime_file.unlink(missing_ok=True)
 
 
-async def _prepare(settings: Settings) -> None:
-    """Bring the database schema and the ledger stream up to date before any service runs."""
+def cluster_replicas(settings: Settings) -> int:
+    """Replicas on an embedded cluster of ``cluster_size`` nodes: ``stream_replicas`` when set above
+    1, else min(nodes, 3) (R3 survives the loss of one node; more replicas cost latency)."""
+    if settings.stream_replicas > settings.cluster_size:
+        raise RuntimeStateError(f"stream_replicas {settings.stream_replicas} is more than the "
+                                f"{settings.cluster_size} nodes of the cluster")
+    return settings.stream_replicas if settings.stream_replicas > 1 else min(settings.cluster_size, 3)
+
+
+async def _prepare(settings: Settings, *, cluster_nodes: int = 0) -> None:
+    """Bring the database schema and the ledger stream up to date before any service runs.
+
+    ``cluster_nodes``: the size of the embedded cluster just started (0: not one), whose
+    JetStream must elect its meta leader before a stream can be created.
+    """
     # Imported here: these modules need the servers this module starts, not the reverse.
     from agentledger.db import migrate  # noqa: PLC0415
     from agentledger.ledger import ensure_stream  # noqa: PLC0415
 
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    if cluster_nodes:
+        await wait_for_cluster(settings, cluster_nodes, deadline)
     await migrate(settings.database_url)
-    await ensure_stream(settings)
+    # A cluster that restarts elects each stream's leader after its meta leader: until then the
+    # stream API times out or answers 503, so these are retried for a while.
+    await _until_streams_answer(lambda: ensure_stream(settings), deadline)
+    if settings.stream_replicas > 1:
+        await _until_streams_answer(lambda: ensure_bucket_replicas(settings), deadline)
     if auth.auth_store(settings).initialized:
         # A server that lost its resolver folder would not know the tenants any more.
         await auth.sync_tenants(settings)
+
+
+async def wait_for_cluster(settings: Settings, size: int, deadline: float) -> None:
+    """Wait until JetStream's meta group has a leader that sees all ``size`` servers current,
+    and every server serves JetStream to the services' account.
+
+    Asks every server for its JetStream report over the system account
+    (``$SYS.REQ.SERVER.PING.JSZ``); the leader's report lists its peers. A server can
+    take a moment longer to enable JetStream for an account (10039 "JetStream not
+    enabled for account" meanwhile), so each is then asked for the account's info.
+    """
+    sys_creds = auth.auth_store(settings).creds(auth.SYS_ROLE)
+    tls = ({"tls": ssl.create_default_context(cafile=str(settings.nats_ca_file))}
+           if settings.nats_ca_file is not None else {})
+    nc = await open_connection(settings.nats_url, user_credentials=str(sys_creds),
+                               name="agentledger-up", connect_timeout=5, reconnect_time_wait=0.25,
+                               **tls)
+    seen = "no answer"
+    try:
+        while (seen := await _meta_state(nc, size)) != "ready":
+            _check_deadline(deadline, f"no JetStream meta leader with all {size} servers current: {seen}")
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    for url in nats_servers(settings.nats_url):
+        node = await auth.connect(msgspec.structs.replace(settings, nats_url=url), auth.OPERATOR_ROLE,
+                                  allow_reconnect=False, connect_timeout=5)
+        try:
+            while True:
+                try:
+                    await node.jetstream().account_info()
+                    break
+                except nats.js.errors.Error as exc:
+                    _check_deadline(deadline, f"{url} does not serve JetStream yet: {exc}")
+                    await asyncio.sleep(0.2)
+        finally:
+            await node.close()
+
+
+async def _until_streams_answer(step: Callable[[], Awaitable[None]], deadline: float) -> None:
+    """Run ``step`` until the JetStream API stops answering "not now" (a timeout, 503), or
+    ``deadline`` (monotonic) passes; any other error propagates at once."""
+    while True:
+        try:
+            await step()
+            return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+                nats.js.errors.ServiceUnavailableError) as exc:
+            _check_deadline(deadline, f"the JetStream API answers {exc!r}")
+            log.info("jetstream_not_ready", error=repr(exc))
+            await asyncio.sleep(0.5)
+
+
+def _check_deadline(deadline: float, what: str) -> None:
+    if time.monotonic() > deadline:
+        raise RuntimeStateError(f"the NATS cluster was not ready within {READY_TIMEOUT_S:.0f} s: {what}")
+
+
+async def _meta_state(nc: Client, size: int) -> str:
+    """"ready", or what the meta leader's JetStream report says is still missing."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish("$SYS.REQ.SERVER.PING.JSZ", b"{}", reply=inbox)
+        reports: list[dict[str, Any]] = []
+        with contextlib.suppress(nats.errors.TimeoutError):
+            while len(reports) < size:
+                reports.append(json.loads((await sub.next_msg(timeout=0.5)).data))
+    finally:
+        await sub.unsubscribe()
+    for report in reports:
+        meta = (report.get("data") or {}).get("meta_cluster") or {}
+        if meta.get("leader") and meta.get("leader") == report.get("server", {}).get("name"):
+            peers = meta.get("replicas") or []
+            behind = [p.get("name") for p in peers if not p.get("current")]
+            if meta.get("cluster_size") == size and len(peers) == size - 1 and not behind:
+                return "ready"
+            return f"meta leader {meta['leader']}, peers not current: {behind or 'unknown'}"
+    return f"{len(reports)} of {size} servers answered, none is the meta leader"
+
+
+async def ensure_bucket_replicas(settings: Settings) -> None:
+    """Create the KV buckets and the object store with ``stream_replicas`` replicas, and bring
+    existing ones (made R1 before) to that count, before any service opens them.
+
+    The services create a missing bucket on first use; made here first, each is replicated
+    from its first write (leases and data-subject keys must survive a node).
+    """
+    # Imported here for the same reason as in _prepare.
+    from agentledger import artifacts, leases  # noqa: PLC0415
+    from agentledger.bindings import bindings_bucket  # noqa: PLC0415
+    from agentledger.buckets import open_kv  # noqa: PLC0415
+    from agentledger.identity import tenants_bucket  # noqa: PLC0415
+    from agentledger.sealing import open_keys_bucket  # noqa: PLC0415
+
+    replicas = settings.stream_replicas
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        js = nc.jetstream()
+        for bucket in (tenants_bucket(settings.prefix), bindings_bucket(settings.prefix)):
+            await open_kv(js, bucket, replicas=replicas)
+        await open_keys_bucket(js, settings.keys_bucket, settings.max_keys_bytes, replicas=replicas)
+        table = leases.LeaseTable(nc, settings.leases_bucket, _NO_GRANTS,
+                                  max_bytes=settings.max_leases_bytes, replicas=replicas)
+        await table.start()
+        await table.stop()
+        await artifacts.open(nc, settings)
+        streams = [f"KV_{tenants_bucket(settings.prefix)}", f"KV_{bindings_bucket(settings.prefix)}",
+                   f"KV_{settings.keys_bucket}", f"KV_{settings.leases_bucket}",
+                   f"OBJ_{artifacts.artifacts_bucket(settings)}"]
+        for name in streams:
+            config = (await js.stream_info(name)).config
+            if config.num_replicas != replicas:
+                log.info("bucket_replicas_changed", stream=name, replicas=replicas,
+                         was=config.num_replicas)
+                config.num_replicas = replicas
+                await js.update_stream(config)
+    finally:
+        await nc.close()
+
+
+class _NoGrants:
+    """The lease table opened by ``ensure_bucket_replicas`` only creates its bucket: no grants."""
+
+    async def task_last_seq(self, tenant: str, task_id: str) -> int:
+        raise RuntimeStateError("no grants while preparing the buckets")
+
+    async def record_grant(self, tenant: str, task_id: str, *, holder: str, expires_at: float,
+                           secret_hash: str, expected_last_seq: int) -> int:
+        raise RuntimeStateError("no grants while preparing the buckets")
+
+    async def granted_at(self, tenant: str, task_id: str, token: int) -> tuple[str, str] | None:
+        return None
+
+
+_NO_GRANTS = _NoGrants()
 
 
 def _clear_stale(settings: Settings) -> None:
@@ -167,6 +348,8 @@ def _teardown(info: RuntimeInfo) -> None:
         EmbeddedPostgres(data_dir).stop()
     if info.nats_pid is not None:
         EmbeddedNats(data_dir).stop()
+    if info.nats_nodes:
+        EmbeddedCluster(data_dir, len(info.nats_nodes)).stop()
 
 
 def _kill_orphaned_services(info: RuntimeInfo) -> None:
@@ -183,7 +366,8 @@ def _kill_orphaned_services(info: RuntimeInfo) -> None:
 
 
 def _start_supervisor(settings: Settings, nats_pid: int | None, postgres_pid: int | None,
-                      foreground: bool) -> subprocess.Popen[bytes]:
+                      foreground: bool, nats_nodes: list[NatsNode] | None = None,
+                      ) -> subprocess.Popen[bytes]:
     """Start the supervisor in its own process group (its own session unless foreground).
 
     Its own group lets ``down`` reach services the supervisor left behind; its own
@@ -196,6 +380,8 @@ def _start_supervisor(settings: Settings, nats_pid: int | None, postgres_pid: in
         argv += ["--nats-pid", str(nats_pid)]
     if postgres_pid is not None:
         argv += ["--postgres-pid", str(postgres_pid)]
+    if nats_nodes:
+        argv += ["--nats-nodes", msgspec.json.encode(nats_nodes).decode()]
     env = {**os.environ, **settings_env(settings)}
     log_dir = settings.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,10 @@ Everything here is synchronous: starting a server is a handful of blocking
 subprocess calls, and sync helpers can be used from the CLI, from ``up`` and
 from pytest fixtures alike, whether or not an event loop is running.
 
+``EmbeddedCluster`` runs N such servers on loopback as one JetStream cluster
+(``agentledger up --cluster 3``): each node has its own home, store, client port
+and route port, all kept across restarts, and the same operator-mode identity.
+
 Where a server's files live and as whom it runs (its own system user when
 started by root) is ``hosting``'s business; PostgreSQL is in ``postgres``.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,11 +33,13 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+import msgspec
 import structlog
 
 from agentledger.auth import AuthStore
 from agentledger.errors import RuntimeStateError
-from agentledger.runtime.hosting import ServerHome, free_port  # noqa: F401 - still exported here
+from agentledger.private_files import write_private
+from agentledger.runtime.hosting import RECORD_NAME, ServerHome, free_port, port_free
 
 log = structlog.get_logger(__name__)
 
@@ -128,8 +135,11 @@ class EmbeddedNats:
     """
 
     def __init__(self, data_dir: Path, port: int | None = None,
-                 auth: AuthStore | None = None, *, server_root: Path | None = None) -> None:
-        self.home = ServerHome(Path(data_dir), "nats", server_root)
+                 auth: AuthStore | None = None, *, server_root: Path | None = None,
+                 node: ClusterRole | None = None) -> None:
+        # A cluster node's home is named after it (``nats-2``); the single server's is ``nats``.
+        self.node = node
+        self.home = ServerHome(Path(data_dir), node.name if node else SINGLE_KIND, server_root)
         self.dir = self.home.dir
         # The port of the first start is kept (hosting records it).
         self.port = port or self.home.port
@@ -212,6 +222,7 @@ class EmbeddedNats:
 
     def _config(self) -> str:
         return "\n".join([
+            *(self.node.config_lines() if self.node else []),
             f"listen: 127.0.0.1:{self.port}",
             "max_payload: 8MB",
             f"pid_file: {json.dumps(str(self.pid_file))}",
@@ -236,6 +247,223 @@ class EmbeddedNats:
                 raise RuntimeStateError(f"embedded NATS did not accept clients within "
                                         f"{START_TIMEOUT_S:.0f} s:\n{log_tail(self.log_file)}")
             time.sleep(0.05)
+
+
+# --- a JetStream cluster on loopback -------------------------------------------------
+
+SINGLE_KIND = "nats"
+CLUSTER_NAME = "agentledger"
+# ``<data folder>/nats-cluster.json``: the nodes' names and ports, chosen at the first start.
+CLUSTER_RECORD = "nats-cluster.json"
+# Route connections authenticate with this user and a password kept in the data folder's secrets.
+ROUTE_USER = "route"
+ROUTE_SECRET = Path("secrets") / "nats-routes.secret"
+ROUTE_PING_INTERVAL = "1s"
+ROUTE_PING_MAX = 3
+
+
+class ClusterNode(msgspec.Struct, frozen=True, kw_only=True):
+    """One node of the embedded cluster: its server name (also its home's kind) and ports."""
+
+    name: str
+    port: int
+    route_port: int
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+
+class ClusterRecord(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    nodes: list[ClusterNode]
+
+
+class ClusterRole(msgspec.Struct, frozen=True, kw_only=True):
+    """What a node's config needs to join the others: its name, route port, every route, the secret."""
+
+    name: str
+    cluster: str
+    route_port: int
+    route_ports: list[int]
+    route_password: str
+
+    def config_lines(self) -> list[str]:
+        password = json.dumps(self.route_password)
+        routes = [f"    {json.dumps(f'nats-route://{ROUTE_USER}:{self.route_password}@127.0.0.1:{port}')}"
+                  for port in self.route_ports]
+        return [
+            f"server_name: {json.dumps(self.name)}",
+            "cluster {",
+            f"  name: {json.dumps(self.cluster)}",
+            f"  listen: 127.0.0.1:{self.route_port}",
+            # Only the other nodes may open routes: a route carries every account's traffic.
+            f"  authorization {{ user: {ROUTE_USER}, password: {password}, timeout: 2 }}",
+            # A frozen node keeps its TCP routes open, and its interest with them: direct gets
+            # (answered by any replica) routed to it go unanswered. Pinged every second, a route
+            # unanswered for 3 s is closed and its interest dropped (the default: 2 min, twice).
+            f'  ping_interval: "{ROUTE_PING_INTERVAL}"',
+            f"  ping_max: {ROUTE_PING_MAX}",
+            # Every node lists all of them; a route to itself is ignored.
+            "  routes: [",
+            ",\n".join(routes),
+            "  ]",
+            "}",
+        ]
+
+
+def read_cluster_record(data_dir: Path) -> ClusterRecord | None:
+    """The embedded cluster recorded for ``data_dir``, or None when it never ran one."""
+    try:
+        return msgspec.json.decode((Path(data_dir) / CLUSTER_RECORD).read_bytes(), type=ClusterRecord)
+    except FileNotFoundError:
+        return None
+    except msgspec.DecodeError as exc:
+        raise RuntimeStateError(f"{Path(data_dir) / CLUSTER_RECORD} is unreadable ({exc})") from exc
+
+
+def check_nats_layout(data_dir: Path, cluster_size: int) -> None:
+    """Refuse to start a single server where a cluster ran, or a cluster of another size.
+
+    Each keeps its own ledger: starting the other would serve an empty one beside the
+    kept data, and the projection in PostgreSQL would no longer match the ledger.
+    """
+    data_dir = Path(data_dir)
+    record = read_cluster_record(data_dir)
+    single = (data_dir / SINGLE_KIND / RECORD_NAME).exists()
+    if cluster_size > 1 and single:
+        raise RuntimeStateError(
+            f"{data_dir} holds the ledger of a single NATS server ({data_dir / SINGLE_KIND}); a "
+            f"{cluster_size}-node cluster would start an empty one: use another --data-dir, or "
+            "run `agentledger up` without --cluster")
+    if record is not None and len(record.nodes) != cluster_size:
+        how = f"--cluster {len(record.nodes)}" if len(record.nodes) > 1 else "without --cluster"
+        raise RuntimeStateError(
+            f"{data_dir} holds the ledger of a {len(record.nodes)}-node NATS cluster "
+            f"({data_dir / CLUSTER_RECORD}); run `agentledger up {how}`, or use another --data-dir")
+
+
+class EmbeddedCluster:
+    """``size`` nats-servers on loopback forming one JetStream cluster, with one operator identity.
+
+    Node ``i`` is ``nats-i`` (its server name and its home's kind), with a client port
+    and a route port chosen free at the first start and recorded in
+    ``<data_dir>/nats-cluster.json``; every later start, including the supervisor's
+    restart of one killed node, uses the same ports and the same store. The nodes
+    connect to each other over routes that need a password (generated once, kept
+    0600 in ``<data_dir>/secrets``), so no other local process can join the cluster.
+    """
+
+    def __init__(self, data_dir: Path, size: int, auth: AuthStore | None = None, *,
+                 server_root: Path | None = None) -> None:
+        if size < 2:
+            raise RuntimeStateError(f"a cluster needs at least 2 nodes, not {size}")
+        self.data_dir = Path(os.path.abspath(data_dir))
+        self.size = size
+        self.auth = auth
+        self.server_root = server_root
+        self.record_file = self.data_dir / CLUSTER_RECORD
+        self._record = read_cluster_record(self.data_dir)
+        self._started: list[EmbeddedNats] = []
+
+    @property
+    def record(self) -> ClusterRecord:
+        if self._record is None:
+            raise RuntimeStateError("the embedded cluster has not been started")
+        return self._record
+
+    @property
+    def url(self) -> str:
+        """Every node's client URL, comma-separated (what AGENTLEDGER_NATS_URL holds for a cluster)."""
+        return ",".join(node.url for node in self.record.nodes)
+
+    def nodes(self) -> list[EmbeddedNats]:
+        """One ``EmbeddedNats`` per node (each finds its running server through its pid file)."""
+        return [self.node(spec.name) for spec in self.record.nodes]
+
+    def node(self, name: str) -> EmbeddedNats:
+        spec = next((n for n in self.record.nodes if n.name == name), None)
+        if spec is None:
+            raise RuntimeStateError(f"the embedded cluster has no node {name!r}")
+        role = ClusterRole(name=spec.name, cluster=self.record.name, route_port=spec.route_port,
+                           route_ports=[n.route_port for n in self.record.nodes],
+                           route_password=self._route_password(create=False))
+        return EmbeddedNats(self.data_dir, spec.port, self.auth, server_root=self.server_root,
+                            node=role)
+
+    def start(self) -> EmbeddedCluster:
+        """Start every node that is not running, each until it accepts clients.
+
+        Returns before JetStream has elected its meta leader: waiting for that needs a
+        client connection (``commands`` does it before it creates the ledger stream).
+        A failure stops the nodes this call started.
+        """
+        check_nats_layout(self.data_dir, self.size)
+        if self._record is None:
+            self._record = self._plan()
+        self._route_password(create=True)
+        try:
+            for node in self.nodes():
+                if node.pid is None:
+                    self._started.append(node.start())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every node (started here or found through its pid file)."""
+        self._started.clear()
+        if self._record is None:
+            return
+        for node in self.nodes():
+            node.stop()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _plan(self) -> ClusterRecord:
+        """Names and ports of a new cluster (2 distinct free ports per node), recorded at once."""
+        ports: list[int] = []
+        while len(ports) < 2 * self.size:
+            port = free_port()
+            if port not in ports and port_free(port):
+                ports.append(port)
+        record = ClusterRecord(name=CLUSTER_NAME, nodes=[
+            ClusterNode(name=f"{SINGLE_KIND}-{i + 1}", port=ports[2 * i], route_port=ports[2 * i + 1])
+            for i in range(self.size)])
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        write_private(self.record_file, msgspec.json.encode(record).decode())
+        return record
+
+    def _route_password(self, *, create: bool) -> str:
+        """The routes' shared secret; created at the first start (empty when reading a cluster
+        that never started, whose config is never written)."""
+        path = self.data_dir / ROUTE_SECRET
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            if not create:
+                return ""
+        (self.data_dir / ROUTE_SECRET.parent).mkdir(mode=0o700, parents=True, exist_ok=True)
+        password = secrets.token_hex(24)
+        write_private(path, password + "\n")
+        return password
+
+
+def nats_homes(data_dir: Path, server_root: Path | None = None) -> list[EmbeddedNats]:
+    """The embedded NATS server(s) of ``data_dir``: every node of its cluster, else the single one.
+
+    For what reads their files (logs, stores) without starting anything.
+    """
+    record = read_cluster_record(data_dir)
+    if record is None:
+        return [EmbeddedNats(data_dir, server_root=server_root)]
+    return EmbeddedCluster(data_dir, len(record.nodes), server_root=server_root).nodes()
 
 
 def _nats_handshake(port: int) -> bool:

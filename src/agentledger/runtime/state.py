@@ -23,16 +23,27 @@ from agentledger.runtime.embedded import pid_matches
 SUPERVISOR_MODULE = "agentledger.runtime.supervisor"
 
 
+class NatsNode(msgspec.Struct, kw_only=True, frozen=True):
+    """One node of an embedded NATS cluster: its server name, client URL and pid (None while down)."""
+
+    name: str
+    url: str
+    pid: int | None = None
+
+
 class RuntimeInfo(msgspec.Struct, kw_only=True, frozen=True):
     """What ``up`` started: server URLs, and the pid of every process it owns."""
 
+    # Every server's URL, comma-separated, when NATS is a cluster.
     nats_url: str
     database_url: str
     # A string: msgspec does not encode pathlib.Path.
     data_dir: str
     supervisor_pid: int
-    # None when the server was given by URL instead of embedded.
+    # None when the server was given by URL instead of embedded, or is an embedded cluster.
     nats_pid: int | None = None
+    # The embedded cluster's nodes (`up --cluster N`); empty for a single server or one given by URL.
+    nats_nodes: list[NatsNode] = []
     postgres_pid: int | None = None
     # Service name -> pid of its live process; a crashed service is absent until restarted.
     services: dict[str, int] = {}

@@ -36,9 +36,9 @@ from agentledger import logs
 from agentledger.auth import AuthStore
 from agentledger.config import from_env
 from agentledger.errors import AgentLedgerError
-from agentledger.runtime.embedded import EmbeddedNats, pid_alive
+from agentledger.runtime.embedded import EmbeddedCluster, EmbeddedNats, pid_alive
 from agentledger.runtime.postgres import EmbeddedPostgres
-from agentledger.runtime.state import RuntimeInfo, settings_env, write_runtime
+from agentledger.runtime.state import NatsNode, RuntimeInfo, settings_env, write_runtime
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,8 @@ SERVER_PROBE_S = 2.0
 LIVENESS_TIMEOUT_S = 10.0
 
 ServiceSpec = tuple[str, Sequence[str]]
-# Where runtime.json keeps each embedded server's pid.
+# Where runtime.json keeps each embedded server's pid (a cluster node's is in `nats_nodes`,
+# under the node's name).
 _PID_FIELD = {"nats": "nats_pid", "postgres": "postgres_pid"}
 
 
@@ -94,14 +95,15 @@ class Supervisor:
         self._stop_timeout = stop_timeout
         self._liveness_timeout = liveness_timeout
         self._server_liveness_timeout = server_liveness_timeout
-        # Embedded servers to keep alive: name ("nats", "postgres") -> restart, returning the pid.
+        # Embedded servers to keep alive: name ("nats", "postgres", or a cluster node's name such
+        # as "nats-2") -> restart, returning the pid.
         self._servers = dict(servers or {})
         self._server_restart_at: dict[str, float] = {}
         self._server_failures: dict[str, int] = {}
-        self._prober = ServerProber({
-            name: addr for name, addr in (("nats", _address(info.nats_url)),
-                                          ("postgres", _address(info.database_url)))
-            if name in self._servers and addr is not None})
+        addresses = [("nats", _address(info.nats_url)), ("postgres", _address(info.database_url)),
+                     *((node.name, _address(node.url)) for node in info.nats_nodes)]
+        self._prober = ServerProber({name: addr for name, addr in addresses
+                                     if name in self._servers and addr is not None})
         # Set by the signal handler, which only records it: logging from a
         # handler could re-enter a write already in progress on stderr.
         self._stop_signal: int | None = None
@@ -196,7 +198,7 @@ class Supervisor:
         """SIGKILL an embedded server the prober has not heard from for too long (then it is dead)."""
         now = time.monotonic()
         for name in self._servers:
-            pid = getattr(self._info, _PID_FIELD[name])
+            pid = self._server_pid(name)
             silent = now - self._prober.last_answer(name, now)
             if pid is not None and pid_alive(pid) and silent > self._server_liveness_timeout:
                 log.error("server_unresponsive", server=name, pid=pid, silent_s=round(silent, 1))
@@ -212,7 +214,7 @@ class Supervisor:
         """
         changed = False
         for name, restart in self._servers.items():
-            pid = getattr(self._info, _PID_FIELD[name])
+            pid = self._server_pid(name)
             if pid is not None and pid_alive(pid):
                 continue
             now = time.monotonic()
@@ -232,9 +234,22 @@ class Supervisor:
             self._server_failures.pop(name, None)
             log.info("server_restarted", server=name, pid=new_pid)
             self._prober.forget(name)
-            self._info = msgspec.structs.replace(self._info, **{_PID_FIELD[name]: new_pid})
+            self._set_server_pid(name, new_pid)
             changed = True
         return changed
+
+    def _server_pid(self, name: str) -> int | None:
+        if name in _PID_FIELD:
+            return getattr(self._info, _PID_FIELD[name])  # type: ignore[no-any-return]
+        return next((node.pid for node in self._info.nats_nodes if node.name == name), None)
+
+    def _set_server_pid(self, name: str, pid: int | None) -> None:
+        if name in _PID_FIELD:
+            self._info = msgspec.structs.replace(self._info, **{_PID_FIELD[name]: pid})
+            return
+        nodes = [msgspec.structs.replace(node, pid=pid) if node.name == name else node
+                 for node in self._info.nats_nodes]
+        self._info = msgspec.structs.replace(self._info, nats_nodes=nodes)
 
     def _publish(self) -> None:
         services = {c.name: c.proc.pid for c in self._children if c.proc is not None}
@@ -332,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help='JSON list of [name, argv] pairs, e.g. [["x", ["sleep", "9"]]]')
     parser.add_argument("--nats-pid", type=int, help="pid of the embedded NATS, if any")
     parser.add_argument("--postgres-pid", type=int, help="pid of the embedded PostgreSQL, if any")
+    parser.add_argument("--nats-nodes", default="[]",
+                        help='JSON list of the embedded NATS cluster\'s nodes, [{"name", "url", "pid"}]')
     parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S,
                         help="seconds a service gets to exit after SIGTERM before SIGKILL")
     parser.add_argument("--liveness-timeout", type=float, default=LIVENESS_TIMEOUT_S,
@@ -346,6 +363,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.nats_pid is not None:
         servers["nats"] = lambda: EmbeddedNats(settings.data_dir, auth=AuthStore(settings.auth_root),
                                                server_root=settings.server_root).start().pid
+    nodes = msgspec.json.decode(args.nats_nodes, type=list[NatsNode])
+    if nodes:
+        cluster = EmbeddedCluster(settings.data_dir, len(nodes), auth=AuthStore(settings.auth_root),
+                                  server_root=settings.server_root)
+        for node in nodes:
+            servers[node.name] = lambda name=node.name: cluster.node(name).start().pid
     if args.postgres_pid is not None:
         servers["postgres"] = lambda: EmbeddedPostgres(settings.data_dir,
                                                        server_root=settings.server_root).start().pid
@@ -353,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     info = RuntimeInfo(nats_url=settings.nats_url, database_url=settings.database_url,
                        data_dir=str(settings.data_dir), supervisor_pid=os.getpid(),
                        nats_pid=args.nats_pid, postgres_pid=args.postgres_pid,
-                       started_at=datetime.now(UTC))
+                       nats_nodes=nodes, started_at=datetime.now(UTC))
     Supervisor(services, env={**os.environ, **settings_env(settings)},
                log_dir=settings.data_dir / "logs", runtime_file=settings.runtime_file,
                info=info, stop_timeout=args.stop_timeout, servers=servers,
