@@ -64,6 +64,9 @@ ERR_WRONG_LAST_SEQUENCE = 10071
 ERR_BATCH_DUPLICATE_ID = 10201
 # "maximum bytes / messages exceeded": the stream is at a limit and discards new messages.
 ERR_STREAM_LIMIT = 10077
+# "duplicate message id is in process": a clustered leader is still proposing an earlier copy
+# of this message; it will be stored, so the caller retries with the same ids.
+ERR_DUPLICATE_IN_PROCESS = 10158
 # `Nats-Expected-Last-Msg-Id` is checked after dedupe: a stored id answers
 # "duplicate" with its sequence, a new id fails the check and nothing is written.
 # Real ids always contain two slashes, so this value can never match one.
@@ -496,6 +499,9 @@ def _refused(exc: _BatchFailed) -> AgentLedgerError:
         return AgentLedgerError(f"the ledger is full ({exc.description}); nothing was stored. "
                                 "Raise AGENTLEDGER_MAX_LEDGER_BYTES or the server's storage",
                                 code="ledger_full", retryable=False)
+    if exc.err_code == ERR_DUPLICATE_IN_PROCESS:
+        return UnavailableError("an earlier copy of this append is still being replicated; retry with "
+                                "the same event ids (it is stored once)")
     return AgentLedgerError(f"the ledger refused the append: {exc.description}",
                             code="ledger_rejected")
 

@@ -133,7 +133,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import PermissionDeniedError, RuntimeStateError
 from agentledger.ledger import ledger_subject
-from agentledger.runtime.embedded import EmbeddedNats
+from agentledger.runtime.embedded import nats_homes
 from agentledger.runtime.postgres import EmbeddedPostgres, database_url
 
 CHUNK_BYTES = 1 << 20
@@ -701,7 +701,7 @@ def default_log_files(settings: Settings) -> list[Path]:
     data_dir = Path(settings.data_dir)
     if data_dir.is_dir():
         found.update(p for p in data_dir.rglob("*.log") if p.is_file() and not p.is_symlink())
-    for log_file in (EmbeddedNats(data_dir, server_root=settings.server_root).log_file,
+    for log_file in (*(n.log_file for n in nats_homes(data_dir, settings.server_root)),
                      EmbeddedPostgres(data_dir, server_root=settings.server_root).log_file):
         if log_file.is_file():
             found.add(log_file)
@@ -710,11 +710,12 @@ def default_log_files(settings: Settings) -> list[Path]:
 
 def default_raw_roots(settings: Settings) -> list[Path]:
     """What the raw scan reads for the embedded servers of ``settings.data_dir``: the JetStream
-    store, PostgreSQL's data folder, and both servers' logs (that exist)."""
+    store of every NATS node (the single server, or each node of ``up --cluster``, whose raft
+    logs hold recent payloads for minutes), PostgreSQL's data folder, and the servers' logs."""
     data_dir = Path(settings.data_dir)
-    nats_home = EmbeddedNats(data_dir, server_root=settings.server_root)
     pg_home = EmbeddedPostgres(data_dir, server_root=settings.server_root)
-    roots = [nats_home.dir / "jetstream", nats_home.log_file, pg_home.pgdata, pg_home.log_file]
+    roots = [p for n in nats_homes(data_dir, settings.server_root) for p in (n.dir / "jetstream", n.log_file)]
+    roots += [pg_home.pgdata, pg_home.log_file]
     return [p for p in roots if p.exists()]
 
 

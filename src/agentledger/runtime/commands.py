@@ -137,7 +137,10 @@ def up(settings: Settings, *, foreground: bool = False,
             # The services' role and database; the URL names a passfile, never the password.
             settings = msgspec.structs.replace(
                 settings, database_url=embedded_pg.provision(EMBEDDED_DATABASE))
-        asyncio.run(_prepare(settings, cluster_nodes=len(nats_nodes)))
+        if nats_nodes:
+            # JetStream must elect its meta leader before a stream can be created.
+            asyncio.run(wait_for_cluster(settings, len(nats_nodes), time.monotonic() + READY_TIMEOUT_S))
+        asyncio.run(_prepare(settings))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
         supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground, nats_nodes)
         undo.callback(_stop_process, supervisor)
@@ -165,19 +168,14 @@ def cluster_replicas(settings: Settings) -> int:
     return settings.stream_replicas if settings.stream_replicas > 1 else min(settings.cluster_size, 3)
 
 
-async def _prepare(settings: Settings, *, cluster_nodes: int = 0) -> None:
-    """Bring the database schema and the ledger stream up to date before any service runs.
-
-    ``cluster_nodes``: the size of the embedded cluster just started (0: not one), whose
-    JetStream must elect its meta leader before a stream can be created.
-    """
+async def _prepare(settings: Settings) -> None:
+    """Bring the database schema, the ledger stream and (replicated) buckets up to date before
+    any service runs."""
     # Imported here: these modules need the servers this module starts, not the reverse.
     from agentledger.db import migrate  # noqa: PLC0415
     from agentledger.ledger import ensure_stream  # noqa: PLC0415
 
     deadline = time.monotonic() + READY_TIMEOUT_S
-    if cluster_nodes:
-        await wait_for_cluster(settings, cluster_nodes, deadline)
     await migrate(settings.database_url)
     # A cluster that restarts elects each stream's leader after its meta leader: until then the
     # stream API times out or answers 503, so these are retried for a while.
