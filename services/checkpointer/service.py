@@ -60,6 +60,7 @@ from agentledger.core.state import WorkingMemory
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ledger_subject
+from agentledger.lifecycle import ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
@@ -95,10 +96,11 @@ def changed_wildcard(prefix: str) -> str:
     return f"{prefix}.wm.changed.>"
 
 
-class Checkpointer:
+class Checkpointer(ServiceShell):
     """Saves checkpoints by policy and on request; answers resume. See the module docstring."""
 
     name = "checkpointer"
+    log_name = "checkpointer"
 
     def __init__(self, settings: Settings, *, every_n: int = policy.EVERY_N_EVENTS,
                  keep: int = policy.KEEP_PER_TASK, ttl_s: float = policy.CHECKPOINT_TTL_S) -> None:
@@ -131,15 +133,6 @@ class Checkpointer:
         self.saves = 0
 
     # ---- lifecycle ----------------------------------------------------------------------
-
-    async def start(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
 
     async def _start(self) -> None:
         s = self.settings
@@ -480,14 +473,6 @@ class Checkpointer:
             data = encode(msgspec.structs.replace(reply, state=None, state_omitted=True))
         return data
 
-    # ---- NATS callbacks -----------------------------------------------------------------------------
-
-    async def _nats_error(self, exc: Exception) -> None:
-        log.warning("checkpointer.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
-
-    async def _nats_closed(self) -> None:
-        if not self._stopped and self._failed is not None and not self._failed.done():
-            self._failed.set_exception(ConnectionError("the NATS connection closed"))
 
 
 # Checkpoint ids are PostgreSQL bigints.

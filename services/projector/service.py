@@ -80,7 +80,7 @@ from agentledger.core.state import (
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
 from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
-from agentledger.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.lifecycle import SERVER_AWAY_ERRORS, ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector.cache import StateCache
@@ -221,7 +221,7 @@ class _View:
                          data=self.data[index * size:(index + 1) * size])
 
 
-class Projector:
+class Projector(ServiceShell):
     """Folds the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
 
     name = "projector"
@@ -263,16 +263,6 @@ class Projector:
         self._outage: str | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Connect, migrate, catch up the consumer position and serve; returns when ready."""
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
 
     async def _start(self) -> None:
         s = self.settings
