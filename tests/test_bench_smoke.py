@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild", "detector",
                   "memory", "forget"]
 EXPECTED = {
@@ -26,19 +28,23 @@ EXPECTED = {
     "memory_propose_latency_p99", "forget_subject_p50", "forget_subject_p99",
     "context_build_p50", "context_build_p99", "context_compaction_500_turns",
     "context_tokens_50_turns", "context_tokens_200_turns", "context_tokens_500_turns",
+    *(f"scaleout_{config}_{figure}" for config in ("single", "cluster3_x2")
+      for figure in ("throughput", "append_p99", "lag_p99")),
     *(f"{shape}_{figure}" for shape in ("single", "batch", "one_task")
       for figure in ("throughput", "vs_ceiling", "latency_p50", "latency_p99", "cpu_per_event")),
 }
 FIELDS = {"bench", "value", "unit", "baseline", "ratio", "target"}
 
 
+@pytest.mark.timeout(420)
 def test_bench_smoke_profile_prints_every_figure() -> None:
     # The bench starts its own servers; URLs of other servers in the environment would
     # send it elsewhere.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEDGER_")}
     argv = [str(Path(sys.executable).parent / "agentledger"), "bench", "--profile", "smoke",
-            "--only", "reducer", "--only", "context", *(a for name in SERVER_BENCHES for a in ("--only", name))]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=280, check=False)
+            "--only", "reducer", "--only", "context", "--only", "scaleout",
+            *(a for name in SERVER_BENCHES for a in ("--only", name))]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     assert {line["bench"] for line in lines} == EXPECTED

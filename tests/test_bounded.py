@@ -297,7 +297,7 @@ async def test_the_projector_state_cache_is_bounded_by_bytes(settings: Settings)
             await stack.append([created(f"t{i}"), variable(f"t{i}", "blob", "x" * 50_000)])
         last = await stack.append([variable("t0", "after", 1)])
         await stack.projected(last)
-        cache = stack.projector._cache
+        cache = stack.projector.lanes[0].cache
         assert cache.total_bytes <= budget and len(cache) < 13
         wm = await stack.c.working_memory(TENANT, "t0")
         assert wm.state["variables"]["after"]["value"] == 1

@@ -243,8 +243,8 @@ async def test_the_state_cache_counts_variable_rows(settings: Settings, ledger: 
     await caught_up(settings, ledger)
     rows = await fetch(settings, "SELECT octet_length(state) AS n FROM task_state WHERE task_id = 't1'"
                                  " UNION ALL SELECT octet_length(value) FROM task_variables WHERE task_id = 't1'")
-    assert projector._cache.total_bytes == sum(r["n"] for r in rows)
-    assert projector._cache.total_bytes > len(big)
+    assert projector.lanes[0].cache.total_bytes == sum(r["n"] for r in rows)
+    assert projector.lanes[0].cache.total_bytes > len(big)
 
 
 # ---- checkpoints of the first state version ---------------------------------------------------

@@ -176,7 +176,7 @@ async def test_read_your_writes_and_no_false_not_found(world: World) -> None:
     # the leadership lock a new projector only serves reads (a standby).
     await world.stack.projector.stop()
     lock = await asyncpg.connect(world.settings.database_url)
-    assert await lock.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK)
+    assert await lock.fetchval("SELECT pg_try_advisory_lock($1, 0)", LEADER_LOCK)
     world.stack.projector = Projector(world.settings)
     await world.stack.projector.start()
     results = await world.acme.client.append_batch(_task("acme", "rw", "agent-a"))

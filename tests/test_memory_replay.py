@@ -102,3 +102,27 @@ async def test_verify_does_not_wait_for_task_events_after_the_last_memory_event(
     await _history(mem)
     await mem.stack.append([created("after-memory")])
     assert await verify_memory(mem.stack.settings, wait_s=5.0) == []
+
+
+async def test_a_second_instance_waits_as_a_standby_and_takes_over(mem: Mem) -> None:
+    """Protects several memory-policy instances: one folds the memory projection, the other is a
+    standby (proposals reach either, and every one is decided and projected once); when the
+    folding one stops, the standby takes its lock over and carries on from the watermark."""
+    second = MemoryPolicy(mem.stack.settings)
+    await second.start()
+    try:
+        assert mem.service.projection is not None and second.projection is not None
+        assert mem.service.projection.leader and not second.projection.leader
+        for i in range(8):
+            reply = await mem.c.memory_propose(TENANT, [proposal(f"s{i}", f"fact number {i}", key=f"k{i}")])
+            assert reply.decisions[0].action == "write"
+        await mem.service.stop()
+        await assert_eventually(lambda: second.projection is not None and second.projection.leader,
+                                timeout=15, message="the standby never took the projection over")
+        reply = await mem.c.memory_propose(TENANT, [proposal("after", "the linter is ruff", key="linter")])
+        assert reply.decisions[0].action == "write"
+        assert await verify_memory(mem.stack.settings) == []
+        assert mem.stack.db is not None
+        assert await mem.stack.db.fetchval("SELECT count(*) FROM memory_records") == 9
+    finally:
+        await second.stop()

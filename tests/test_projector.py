@@ -24,7 +24,8 @@ from agentledger.core.validate import goal_hash
 from agentledger.errors import NotFoundError, UnavailableError
 from agentledger.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.ledger_writer.service import LedgerWriter
-from agentledger.services.projector.service import DURABLE, OutOfOrderError, Projector
+from agentledger.services.projector.lane import OutOfOrderError
+from agentledger.services.projector.service import DURABLE, Projector
 from agentledger.services.projector.store import Store
 from helpers import assert_eventually
 from raw_ledger import Ledger
@@ -325,13 +326,13 @@ async def test_gap_check_tells_a_skipped_message_from_a_deleted_one(
     """Protects against silent loss: a batch that starts past a message still in the stream is
     refused (the consumer would have skipped it), while a gap left by a deleted message is fine."""
     await ledger.publish_all(task_script("t1"))  # seqs 1..6
-    await projector._check_contiguous(1, [2, 3, 4])
+    await projector.lanes[0]._check_contiguous(1, [2, 3, 4])
     with pytest.raises(OutOfOrderError):
-        await projector._check_contiguous(1, [3, 4])
+        await projector.lanes[0]._check_contiguous(1, [3, 4])
     with pytest.raises(OutOfOrderError):
-        await projector._check_contiguous(1, [2, 3, 5])
+        await projector.lanes[0]._check_contiguous(1, [2, 3, 5])
     await ledger.nc.jsm().delete_msg(settings.stream, 4)
-    await projector._check_contiguous(1, [2, 3, 5, 6])
+    await projector.lanes[0]._check_contiguous(1, [2, 3, 5, 6])
 
 
 async def test_failed_transactions_are_retried_from_the_watermark(

@@ -216,7 +216,9 @@ class ProjectorProcess:
         return proc
 
     def kill(self) -> None:
-        proc = self.procs[-1]
+        self.kill_one(self.procs[-1])
+
+    def kill_one(self, proc: subprocess.Popen[bytes]) -> None:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 

@@ -69,6 +69,8 @@ from agentledger.services.projector.store import Store as ProjectionStore
 
 log = structlog.get_logger()
 
+# The queue group the checkpointer instances share the change notifications in.
+NOTIFY_QUEUE = "agentledger-checkpointer"
 SERVICE_NAME = "agentledger-checkpointer"
 SERVICE_VERSION = "0.1.0"
 WORKERS = 4
@@ -139,7 +141,7 @@ class Checkpointer(ServiceShell):
         self._nc = await auth.connect(s, "checkpointer",
                                       max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
         # The projector owns task_state; migrating here too lets either start first.
@@ -149,7 +151,12 @@ class Checkpointer(ServiceShell):
         self.resumer = Resumer(self._nc, s, self.store, await artifacts.open(self._nc, s))
         self._workers = [asyncio.create_task(self._work(), name=f"checkpointer-{i}")
                          for i in range(WORKERS)]
-        self._sub = await self._nc.subscribe(changed_wildcard(s.prefix), cb=self._on_changed,
+        # One queue group: with several checkpointer instances each notification reaches one of
+        # them, so they share the work. A save is exact whoever makes it (the pointer only moves
+        # forward, by compare-and-swap); an instance that did not see a task's last checkpoint
+        # may save one a little early (docs/scaling.md).
+        self._sub = await self._nc.subscribe(changed_wildcard(s.prefix), queue=NOTIFY_QUEUE,
+                                             cb=self._on_changed,
                                              pending_msgs_limit=0, pending_bytes_limit=0)
         self._service = await add_service(
             self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,

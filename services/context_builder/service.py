@@ -107,9 +107,9 @@ class ContextBuilder(ServiceShell):
         key = load_signing_key(s.context_key_path)
         self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
-        self._bindings = BindingRegistry(self._nc, s.prefix)
+        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._bindings.start()
         await db.migrate(s.database_url)
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)

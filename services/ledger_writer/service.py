@@ -112,10 +112,11 @@ class LedgerWriter:
         s = self.settings
         self._nc = await auth.connect(s, auth.WRITER, max_reconnect_attempts=-1)
         await ensure_stream(s, self._nc)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
         self._keyring = Keyring(self._nc, s.keys_bucket, kek_of(s),
-                                max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes)
+                                max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes,
+                                replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(self._nc, s)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches,

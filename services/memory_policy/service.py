@@ -105,9 +105,9 @@ class MemoryPolicy(ServiceShell):
         tokens.encoding(tokens.DEFAULT_ENCODING)
         self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
-        self._bindings = BindingRegistry(self._nc, s.prefix)
+        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._bindings.start()
         await db.migrate(s.database_url)
         # Iterative HNSW scans (pgvector 0.8) for every read: a filtered vector query returns k.

@@ -630,15 +630,16 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
 # ---- rebuild ---------------------------------------------------------------------
 
 async def build(nc: Client, conn: asyncpg.Connection, settings: Settings, schema: str,
-                progress: Progress | None = None) -> SpillingFold:
+                progress: Progress | None = None, *, partitions: int = 1) -> SpillingFold:
     """Fold the whole stream into ``schema`` (dropped and created anew) within the settings'
-    rebuild memory budget; the fold it returns holds nothing (it spilled at the end)."""
+    rebuild memory budget, with ``partitions`` projector partitions all at its end; the fold
+    it returns holds nothing (it spilled at the end)."""
     await db.drop_schema_conn(conn, schema)
     await db.migrate_conn(conn, schema)
     fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes)
     await read_stream(nc, settings, None, fold=fold, progress=progress)
     await fold.spill()
-    await fold.store.set_watermark(conn, fold.last_seq)
+    await fold.store.set_layout(conn, partitions, fold.last_seq)
     return fold
 
 
@@ -677,17 +678,27 @@ async def rebuild(settings: Settings, schema: str, progress: Progress | None = N
 
 
 async def replace_live_with(nc: Client, conn: asyncpg.Connection, settings: Settings,
-                            progress: Progress | None = None) -> RebuildReport:
+                            progress: Progress | None = None, *, partitions: int | None = None,
+                            only_if_empty: bool = False) -> RebuildReport | None:
     """``replace_live`` on existing connections (``conn`` must not be in a transaction).
 
     One rebuild at a time (an advisory lock), so the rebuild schema is this
     one's alone; a schema left by a rebuild that died is dropped by the next.
+    The new projection has ``partitions`` projector partitions, by default as
+    many as the live one. ``only_if_empty``: do nothing (None) if, once the lock
+    is held, the live projection is past seq 0 (another projector lane rebuilt
+    it meanwhile).
     """
     started = time.perf_counter()
     await conn.execute("SELECT pg_advisory_lock($1)", REBUILD_LOCK)
     try:
         await db.migrate_conn(conn, LIVE_SCHEMA)
-        fold = await build(nc, conn, settings, REBUILD_SCHEMA, progress)
+        live = await Store(LIVE_SCHEMA).layout(conn)
+        if only_if_empty and live is not None and live.watermark > 0:
+            return None
+        if partitions is None:
+            partitions = live.partitions if live is not None else 1
+        fold = await build(nc, conn, settings, REBUILD_SCHEMA, progress, partitions=partitions)
         # Catch up while the live projection serves, so the switch folds only a few messages.
         while await stream_last_seq(nc, settings) - fold.last_seq > SWITCH_GAP:
             await read_stream(nc, settings, None, fold=fold, start_seq=fold.last_seq + 1)
@@ -744,7 +755,8 @@ async def _switch(nc: Client, conn: asyncpg.Connection, settings: Settings,
                            " attempts; the live projection is unchanged")
 
 
-async def replace_live(settings: Settings, progress: Progress | None = None) -> RebuildReport:
+async def replace_live(settings: Settings, progress: Progress | None = None,
+                       partitions: int | None = None) -> RebuildReport:
     """Rebuild the live projection from the ledger beside it, then switch to it atomically.
 
     The live projection keeps serving (and the projector keeps projecting into
@@ -754,7 +766,9 @@ async def replace_live(settings: Settings, progress: Progress | None = None) -> 
     """
     nc, conn = await _connect(settings)
     try:
-        return await replace_live_with(nc, conn, settings, progress)
+        report = await replace_live_with(nc, conn, settings, progress, partitions=partitions)
+        assert report is not None  # only_if_empty is not asked for
+        return report
     finally:
         await conn.close()
         await nc.close()

@@ -1,44 +1,35 @@
 """The projector: folds the ledger stream into PostgreSQL and serves Working Memory.
 
-Consumer strategy. A durable pull consumer ``projector`` (AckAll) on the
-ledger wildcard, read by ``Puller`` (one open pull request at a time:
-``no_wait`` batches while there is a backlog, a long poll when drained).
-PostgreSQL's watermark is the truth: on start the consumer is kept only if its
-position agrees with it (ack floor and last delivered at or below the
-watermark, so nothing unapplied was delivered) and is otherwise recreated to
-start at ``watermark + 1``; after any failure inside a running process it is
-always recreated there. Messages at or below the watermark are skipped, and a
-batch that would jump over a message still in the stream is refused.
+The projection is cut into partitions of the task space (``projector_partitions``,
+fixed when the projection is built; one by default). Each partition is folded
+by a ``Lane`` (``lane``: its consumer, its watermark row, its batches, and why
+none of it can skip or double an event). A projector process runs the lanes of
+the partitions it holds: it takes each by a PostgreSQL advisory lock, aiming at
+a fair share of them among the projector instances that answer ``$SRV.PING``
+(``ownership``), and looks again every second. So any number of instances can
+run: with one partition, one folds and the others wait as standbys; with more,
+they share the partitions, and a dead instance's partitions are taken by the
+others within about two seconds (its locks go with its PostgreSQL session).
 
-Each fetched batch is applied in ONE transaction that row-locks the watermark,
-skips messages at or below it (a redelivery after a crash is a no-op), checks
-that nothing between the watermark and the batch is missing, claims the
-batch's event ids in the ``applied_events`` index (a repeat is a duplicate),
-applies the events to cached states, writes each touched task's core row and
-only the variable and turn rows the reducer changed, inserts rejection rows
-and advances the watermark. Only after the commit is the batch acked and
-``TaskChanged`` published. Any error drops the state cache and re-derives the
-consumer from the watermark, so nothing is skipped or applied twice.
+Every instance answers ``<prefix>.wm.get`` from the rows, whoever folds the
+task; a read that waits for its own write (``min_seq``) waits for the
+watermark of its task's partition.
 
-A watermark that is missing or differs from the one this process committed
-last (its seq, or the watermark table itself: ``agentledger replay`` switches in
-a rebuilt projection) means someone dropped or rebuilt the projection: the
-projector drops its cache, rebuilds an empty projection from the stream (beside
-it, in bounded memory, as ``replay`` does), and carries on from the watermark.
-
-One projector applies at a time: the process holds a PostgreSQL advisory lock
-(leadership) on a dedicated connection; a second process waits as a standby.
+A projection whose partition count differs from the configured one is
+re-partitioned when that is exact: when every partition's watermark is the
+same (a fresh projection, or one where every lane has caught up and nothing
+new arrived), all rows locked while it is done. Otherwise the projection keeps
+its count and the projector says so; ``agentledger replay`` rebuilds it with
+the configured count.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 import blake3
@@ -49,7 +40,6 @@ import structlog
 from nats import micro
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.micro.request import Request
 from nats.micro.service import Service
 
@@ -58,7 +48,6 @@ from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
 from agentledger.contracts.api import (
     ErrorBody,
-    EventRejected,
     RejectionItem,
     RejectionsPage,
     TaskRef,
@@ -66,91 +55,37 @@ from agentledger.contracts.api import (
     WorkingMemoryReply,
 )
 from agentledger.contracts.codec import decode_task_ref, encode
-from agentledger.contracts.events import AnyEvent
-from agentledger.core.checkpoint_policy import task_changed
-from agentledger.core.state import (
-    Changes,
-    core_hash,
-    core_view,
-    decode_state,
-    encode_core,
-    encode_turn,
-    encode_variable,
-)
+from agentledger.core.state import core_view, decode_state
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
 from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
-from agentledger.ledger import ensure_stream, ledger_subject, ledger_wildcard, subject_key
+from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.lifecycle import SERVER_AWAY_ERRORS, ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, kek_of, reveal
-from agentledger.services.projector.cache import StateCache
-from agentledger.services.projector.puller import ConsumerLostError, Puller
-from agentledger.services.projector.rebuild import (
-    LIVE_SCHEMA,
-    SubjectKeys,
-    decode_message,
-    fold_event,
-    is_service_ledger,
-    rejection_row,
-    replace_live_with,
-    stream_seq,
-    subject_tokens,
+from agentledger.services.projector import ownership
+from agentledger.services.projector.lane import (
+    DURABLE,
+    LOOP_STALL_S,
+    Lane,
+    changed_subject,
+    durable_name,
+    rejected_subject,
 )
-from agentledger.services.projector.store import (
-    Key,
-    Position,
-    ProjectionMissingError,
-    RejectionRow,
-    Store,
-    TaskRow,
-    TurnRow,
-    VariableRow,
-)
+from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
+from agentledger.services.projector.store import Layout, LayoutError, Store
+
+__all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
 
 log = structlog.get_logger()
 
-DURABLE = "projector"
 SERVICE_NAME = "agentledger-projector"
 SERVICE_VERSION = "0.1.0"
-# Advisory lock key of projector leadership ("agpj").
+# Advisory lock of partition k: (LEADER_LOCK, k) ("agpj").
 LEADER_LOCK = 0x61677069
-FETCH_TIMEOUT = 1.0
-ACK_WAIT = 60.0
-MAX_ACK_PENDING = 100_000
-# A consumer that would re-deliver more than this many already-projected messages is recreated.
-MAX_SKIP = 100_000
-CACHE_MAX = 50_000
+# How often the process looks at the partitions it holds and the instances running.
+BALANCE_S = 1.0
 # How often a read waiting for its own write re-reads the watermark (a commit wakes it sooner).
 READ_POLL_S = 0.05
-MAX_FAILURES = 30
-# The loop turns at least once per fetch timeout; not turning for this long means it is stuck
-# (an await that never returns, e.g. on a PostgreSQL that stopped answering): not alive.
-LOOP_STALL_S = 30.0
-# While PostgreSQL or NATS is away the loop retries this often, without counting failures.
-OUTAGE_RETRY_S = 0.5
-
-
-class ProjectionChangedError(Exception):
-    """The watermark is not the one this process committed: someone else wrote it."""
-
-
-class OutOfOrderError(Exception):
-    """The consumer delivered past a message that was never applied."""
-
-
-class LedgerUnusableError(Exception):
-    """The ledger stream is missing, or numbers below the watermark (it was deleted and
-    recreated without continuing its sequence): projecting now would skip or misfile events."""
-
-
-# Errors a message's content can cause while its batch is written (a value PostgreSQL
-# cannot store, a row too large, a state that does not encode): the batch is split so the
-# other messages commit and the one that fails alone becomes a rejection row. Anything else
-# (connection loss, a dropped projection, a constraint an operator added) fails the batch,
-# which is retried as a whole from the watermark.
-POISON_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.DataError, asyncpg.ProgramLimitExceededError, ValueError, TypeError, OverflowError,
-    RecursionError, msgspec.MsgspecError)
 
 
 # Present in a view's JSON exactly where a value or turn is sealed (a sealed field that is
@@ -177,15 +112,6 @@ async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None
     if keyring is None or (_SEALED not in variables and _SEALED not in transcript):
         return data
     return _view_encoder.encode(await reveal(msgspec.json.decode(data), keyring()))
-
-
-def changed_subject(prefix: str, tenant: str, task_id: str) -> str:
-    return f"{prefix}.wm.changed.{tenant}.{task_id}"
-
-
-def rejected_subject(prefix: str, tenant: str, task_id: str) -> str:
-    """Where a producer learns that the reducer refused an event it appended (after the ack)."""
-    return f"{prefix}.rejected.{tenant}.{task_id}"
 
 
 def get_subject(prefix: str) -> str:
@@ -221,46 +147,38 @@ class _View:
                          data=self.data[index * size:(index + 1) * size])
 
 
+
 class Projector(ServiceShell):
-    """Folds the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
+    """Folds its partitions of the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
 
     name = "projector"
 
     def __init__(self, settings: Settings) -> None:
+        super().__init__()
         self.settings = settings
         self.store = Store(LIVE_SCHEMA)
         self._nc: Client | None = None
         self._pool: asyncpg.Pool | None = None
-        # The batches' own connection (reads use the pool): no pool release reset per batch.
-        self._writer: asyncpg.Connection | None = None
         self._subject_keys = SubjectKeys(settings.prefix)
+        # Holds the advisory lock of every partition this process folds.
         self._lock_conn: asyncpg.Connection | None = None
-        self._sub: Puller | None = None
+        self._lanes: dict[int, Lane] = {}
         self._service: Service | None = None
         self._task: asyncio.Task[None] | None = None
-        self._failed: asyncio.Future[None] | None = None
         self._stopping = False
-        self._stopped = False
-        self._leader = False
-        # True while a batch or an initialization is in flight (stop lets it finish).
-        self._busy = False
-        self._cache = StateCache()
         # Rendered views too large for one reply, while their chunks are fetched.
         self._views: ByteLRU[tuple[str, str, bool, str], _View] = ByteLRU(
             settings.view_cache_bytes, ttl_s=VIEW_TTL_S)
         self._keys: Keyring | None = None
         self._evictions: Subscription | None = None
         self._tenants: TenantRegistry | None = None
-        # Rejections committed but not yet announced; a wake-up for readers waiting on a seq.
-        self._rejected: list[RejectionRow] = []
+        # A wake-up for readers waiting on a seq (every lane's commits set it).
         self._progress = asyncio.Event()
-        # Watermark this process committed last (None: not initialized), and in which
-        # projection (the oid of its watermark table: ``replay`` switches in another one).
-        self._committed: int | None = None
-        self._projection: int | None = None
-        # When the projection loop last turned (liveness; see ``alive``).
+        # When the ownership loop last turned (liveness; see ``alive``).
         self._turned = 0.0
-        self._outage: str | None = None
+        # The layout last seen, and the last thing said about a count that could not change.
+        self._layout: int | None = None
+        self._said: str | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -269,7 +187,7 @@ class Projector(ServiceShell):
         self._nc = await auth.connect(s, "projector",
                                       max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
         await db.migrate(s.database_url)
@@ -282,29 +200,30 @@ class Projector(ServiceShell):
         self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
                                              self._evict)
         self._lock_conn = await db.connect(s.database_url)
-        self._leader = await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK)
-        if self._leader:
-            await self._initialize()
-        else:
-            log.info("projector.standby", reason="another projector holds the leadership lock")
-        self._task = asyncio.create_task(self._run(), name="projector-run")
+        # The first turn initializes the lanes it takes before start returns (a projection
+        # that cannot be initialized fails the start, as a projector always did).
+        await self._balance(first=True)
+        if not self._lanes:
+            log.info("projector.standby", reason="other projectors hold every partition")
+        self._turned = time.monotonic()
+        self._task = asyncio.create_task(self._own(), name="projector-own")
 
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop cached states, rendered views and keys.
 
-        The state cache is only changed between batches (a batch folds into it), so this
-        waits for the batch in flight; the check and the drop run without a pause between.
+        A lane's state cache is only changed between batches (a batch folds into it), so
+        this waits until no lane has a batch in flight; the check and the drop run without
+        a pause between.
         """
-        while self._busy:  # noqa: ASYNC110 - _busy is a flag the batch loop owns, polled briefly
+        while any(lane.busy for lane in self._lanes.values()):  # noqa: ASYNC110 - flags the lanes own
             await asyncio.sleep(0.01)
-        states = [k for k in self._cache if k[0] == e.tenant and (e.whole_tenant or k[1] == e.task_id)]
-        for key in states:
-            self._cache.pop(key, None)
+        task = None if e.whole_tenant else e.task_id
+        states = sum(lane.evict(e.tenant, task) for lane in self._lanes.values())
         views = [k for k in self._views.keys() if k[0] == e.tenant]  # noqa: SIM118 - not a dict
         for view in views:
             self._views.pop(view)
         keys = evict.keys_of(self._keys, e) if self._keys is not None else 0
-        return {"states": len(states), "views": len(views), "keys": keys}
+        return {"states": states, "views": len(views), "keys": keys}
 
     async def _ensure_stream(self) -> None:
         """Create the ledger stream if it is missing (numbering after the watermark, so a
@@ -313,11 +232,13 @@ class Projector(ServiceShell):
         try:
             await self._nc.jetstream().stream_info(self.settings.stream)
         except nats.js.errors.NotFoundError:
-            wm = await self.store.watermark(self._pool) or 0
+            layout = await self.store.layout(self._pool)
+            wm = max(layout.seqs) if layout is not None else 0
             await ensure_stream(self.settings, self._nc, first_seq=wm + 1)
 
     async def stop(self) -> None:
-        """Stop fetching, let the in-flight batch commit or roll back, drain; idempotent."""
+        """Stop taking partitions, let every lane's batch in flight commit or roll back, drain;
+        idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -326,465 +247,173 @@ class Projector(ServiceShell):
                 await self._evictions.unsubscribe()
         self._stopping = True
         if self._task is not None:
-            if not self._busy:
-                self._task.cancel()  # idle in a fetch or a sleep: nothing to finish
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=15)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
-            except Exception as exc:  # noqa: BLE001 - already reported through wait_failed
-                log.debug("projector.run_ended", error=type(exc).__name__)
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await asyncio.gather(*(lane.stop() for lane in self._lanes.values()))
         if self._service is not None:
             try:
                 await self._service.stop()
             except Exception:
                 log.warning("projector.service_stop_failed", exc_info=True)
-        await self._close_readers()
+        if self._tenants is not None:
+            await self._tenants.stop()
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await self._nc.drain()
             except Exception:  # noqa: BLE001
                 await self._nc.close()
-        self._drop_writer()
         if self._lock_conn is not None:
             await self._lock_conn.close()
         if self._pool is not None:
             await self._pool.close()
-        log.info("projector.stopped", watermark=self._committed)
-
-    async def _close_readers(self) -> None:
-        if self._sub is not None:
-            await self._sub.close()
-        if self._tenants is not None:
-            await self._tenants.stop()
-
-    async def wait_failed(self) -> None:
-        """Return or raise only when the projection loop gave up."""
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._failed)
+        log.info("projector.stopped", partitions=sorted(self._lanes), watermark=self.watermark)
 
     def alive(self) -> bool:
-        """Whether the projector can make progress: its NATS read loop runs and its loop turns.
-
-        A standby turns too (it retries the leadership lock every second).
-        """
+        """Whether the projector can make progress: its NATS read loop runs, its ownership
+        loop turns, and so does every lane it runs (a standby runs none)."""
         if self._nc is None or not reader_alive(self._nc):
             return False
-        return self._task is not None and not self._task.done() and (
-            time.monotonic() - self._turned < LOOP_STALL_S)
+        if self._task is None or self._task.done() or time.monotonic() - self._turned >= LOOP_STALL_S:
+            return False
+        return all(lane.alive() or lane.done for lane in self._lanes.values())
 
     @property
     def watermark(self) -> int | None:
-        """The watermark this process committed last."""
-        return self._committed
+        """The lowest watermark this process's lanes committed last (None: none initialized)."""
+        marks = [lane.watermark for lane in self._lanes.values()]
+        return None if not marks or None in marks else min(m for m in marks if m is not None)
 
-    # ---- initialization and consumer ----------------------------------------------------
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this process folds now."""
+        return sorted(self._lanes)
 
-    async def _initialize(self) -> None:
-        """Derive everything from PostgreSQL: rebuild an empty projection, bind the consumer."""
-        assert self._pool is not None and self._nc is not None
-        s = self.settings
-        self._cache.clear()
-        self._committed = self._projection = None
-        await db.migrate(s.database_url)
-        async with self._pool.acquire() as conn:
-            position = await self.store.position(conn)
-            if position is None:
-                raise ProjectionMissingError("projector_watermark row is missing after migrate")
-            wm = position.seq
+    @property
+    def lanes(self) -> dict[int, Lane]:
+        return self._lanes
+
+    def _fail(self, exc: BaseException) -> None:
+        """A lane gave up: the process ends (and is restarted)."""
+        if self._failed is not None and not self._failed.done():
+            self._failed.set_exception(exc)
+
+    # ---- which partitions this process folds -------------------------------------------
+
+    async def _own(self) -> None:
+        """Every ``BALANCE_S``: take or let go of partitions (see ``ownership``)."""
+        while not self._stopping:
+            self._turned = time.monotonic()
             try:
-                info = await self._nc.jetstream().stream_info(s.stream)
-            except nats.js.errors.NotFoundError as exc:
-                raise LedgerUnusableError(f"the ledger stream {s.stream} does not exist; the "
-                                          "ledger-writer recreates it") from exc
-            last = int(info.state.last_seq) if info.state.messages else 0
-            # An empty stream recreated to continue numbering has assigned up to first_seq - 1.
-            numbered = max(int(info.state.last_seq), int(info.state.first_seq) - 1)
-            if wm > numbered:
-                raise LedgerUnusableError(
-                    f"the ledger stream numbers up to {numbered} but the projection is at {wm}: it "
-                    "was deleted and recreated from the start; projecting would skip events. "
-                    "Rebuild the projection from what the ledger holds now (`agentledger replay`)")
-            if wm == 0 and last > 0:
-                # Built beside the empty projection in bounded memory and switched in, as
-                # `agentledger replay` does.
-                log.info("projector.rebuilding", reason="empty projection", last_seq=last)
-                await replace_live_with(self._nc, conn, s, progress=self._rebuild_progress)
-                position = await self.store.position(conn)
-                if position is None:
-                    raise ProjectionMissingError("projector_watermark row is missing after rebuild")
-                wm = position.seq
-        await self._bind_consumer(wm)
-        self._committed, self._projection = wm, position.projection
-        log.info("projector.initialized", watermark=wm)
+                await self._balance()
+            except asyncio.CancelledError:
+                raise
+            except (*SERVER_AWAY_ERRORS, LayoutError) as exc:
+                # The lanes wait out an outage themselves; this tries again next turn.
+                log.debug("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
+            except Exception as exc:  # noqa: BLE001 - the next turn tries again
+                log.warning("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
+            await asyncio.sleep(BALANCE_S)
 
-    def _rebuild_progress(self, done: int, total: int) -> None:
-        """A rebuild is the loop at work: keep liveness fresh while it folds the stream."""
-        self._turned = time.monotonic()
+    async def _balance(self, first: bool = False) -> None:
+        """One turn: the layout, the instances running, then take or let go of partitions."""
+        assert self._pool is not None and self._nc is not None and self._service is not None
+        if self._lock_conn is None or self._lock_conn.is_closed():
+            # Its locks went with its session: another process may hold them now.
+            await self._drop_lanes(list(self._lanes), unlock=False)
+            self._lock_conn = await db.connect(self.settings.database_url)
+        layout = await self._current_layout()
+        count = layout.partitions
+        stale = [k for k, lane in self._lanes.items() if lane.partitions != count or lane.done]
+        await self._drop_lanes(stale)
+        if count != self._layout:
+            if self._layout is not None:
+                log.info("projector.layout", partitions=count, was=self._layout)
+            self._layout = count
+            await self._drop_stale_consumers(count)
+        members = 1 if count == 1 else await self._members()
+        decision = ownership.plan(self._service.id, count, members, set(self._lanes))
+        if decision.drop is not None:
+            log.info("projector.partition_released", partition=decision.drop, partitions=count,
+                     instances=members)
+            await self._drop_lanes([decision.drop])
+        aim = ownership.share(count, members)
+        for k in decision.take:
+            if len(self._lanes) >= aim:
+                break
+            if await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LEADER_LOCK, k):
+                await self._add_lane(k, count, first)
 
-    async def _bind_consumer(self, wm: int) -> None:
-        """Make the durable consumer deliver from ``wm + 1`` and attach a fresh ``Puller``."""
+    async def _current_layout(self) -> Layout:
+        """The projection's partitions, re-partitioned to the configured count when exact."""
+        assert self._pool is not None
+        layout = await self.store.layout(self._pool)
+        if layout is None:
+            await db.migrate(self.settings.database_url)
+            layout = await self.store.layout(self._pool)
+            if layout is None:
+                raise LayoutError("the projection has no watermark row after migrate")
+        wanted = self.settings.projector_partitions
+        if layout.partitions == wanted:
+            return layout
+        async with self._pool.acquire() as conn:
+            at = await self.store.repartition_if_level(conn, wanted)
+        if at is not None:
+            log.info("projector.repartitioned", partitions=wanted, was=layout.partitions, seq=at)
+            return await self._current_layout()
+        said = f"{layout.partitions}/{wanted}"
+        if said != self._said:
+            log.warning("projector.partitions_kept", partitions=layout.partitions, configured=wanted,
+                        reason="the partitions are at different watermarks; the count changes when "
+                               "they meet (nothing new to fold), or run `agentledger replay`")
+            self._said = said
+        return layout
+
+    async def _members(self) -> int:
+        """How many projector instances answer ``$SRV.PING`` (at least this one)."""
+        assert self._nc is not None
+        try:
+            found = await evict.running(self._nc, frozenset({SERVICE_NAME}))
+        except (*SERVER_AWAY_ERRORS, nats.errors.Error):
+            return 1
+        return max(1, len(found))
+
+    async def _add_lane(self, partition: int, partitions: int, first: bool) -> None:
+        assert self._nc is not None and self._pool is not None
+        lane = Lane(self.settings, self._nc, self._pool, partition, partitions,
+                    store=self.store, subject_keys=self._subject_keys, progress=self._progress,
+                    on_failure=self._fail)
+        self._lanes[partition] = lane
+        log.info("projector.partition_taken", partition=partition, partitions=partitions)
+        if first:
+            await lane.prime()
+        lane.start()
+
+    async def _drop_lanes(self, partitions: list[int], unlock: bool = True) -> None:
+        """Stop those lanes (each lets its batch in flight finish), then free their partitions."""
+        lanes = [self._lanes.pop(k) for k in partitions if k in self._lanes]
+        await asyncio.gather(*(lane.stop() for lane in lanes))
+        if unlock and self._lock_conn is not None and not self._lock_conn.is_closed():
+            for lane in lanes:
+                with contextlib.suppress(*SERVER_AWAY_ERRORS):
+                    await self._lock_conn.execute("SELECT pg_advisory_unlock($1, $2)", LEADER_LOCK,
+                                                  lane.partition)
+
+    async def _drop_stale_consumers(self, partitions: int) -> None:
+        """Delete the durable consumers of other layouts' partitions (a re-partitioned
+        projection's old lanes): they would keep messages pending for no one."""
         assert self._nc is not None
         js = self._nc.jetstream()
-        stream = self.settings.stream
-        # Re-binding inside a running process: a pull request of the old puller may still be
-        # open, so the consumer is always recreated (its open requests die with it).
-        rebind = self._sub is not None
-        if self._sub is not None:
-            await self._sub.close()
-            self._sub = None
+        current = {durable_name(k, partitions) for k in range(partitions)}
         try:
-            info: ConsumerInfo | None = await js.consumer_info(stream, DURABLE)
+            infos = await js.consumers_info(self.settings.stream)
         except nats.js.errors.NotFoundError:
-            info = None
-        if info is not None and (rebind or not self._consumer_agrees(info, wm)):
-            log.info("projector.consumer_reset", watermark=wm,
-                     ack_floor=info.ack_floor.stream_seq if info.ack_floor else None,
-                     delivered=info.delivered.stream_seq if info.delivered else None)
-            await js.delete_consumer(stream, DURABLE)
-            info = None
-        if info is None:
-            await js.add_consumer(stream, ConsumerConfig(
-                name=DURABLE, durable_name=DURABLE, filter_subject=ledger_wildcard(self.settings.prefix),
-                ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
-                max_waiting=16, description="agentledger projector (position follows PostgreSQL)"))
-        self._sub = Puller(self._nc, stream, DURABLE)
-        await self._sub.start()
-
-    def _consumer_agrees(self, info: ConsumerInfo, wm: int) -> bool:
-        cfg = info.config
-        if (cfg.filter_subject != ledger_wildcard(self.settings.prefix)
-                or cfg.ack_policy != AckPolicy.ALL
-                or cfg.deliver_subject):
-            return False
-        floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        delivered = info.delivered.stream_seq if info.delivered else 0
-        # Beyond the watermark nothing may be delivered-but-unapplied (it would be skipped),
-        # and re-delivering a long stretch of applied messages is wasted work.
-        return floor <= wm and delivered <= wm and wm - floor <= MAX_SKIP
-
-    # ---- the loop ---------------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        failures = 0
-        try:
-            while not self._stopping:
-                self._turned = time.monotonic()
-                try:
-                    if await self._step():
-                        failures = 0
-                        self._servers_back()
-                except asyncio.CancelledError:
-                    raise
-                except (*SERVER_AWAY_ERRORS, LedgerUnusableError) as exc:
-                    if self._stopping:
-                        break
-                    await self._wait_out(exc)
-                except (ProjectionMissingError, ProjectionChangedError) as exc:
-                    # Someone dropped or rebuilt the projection: start over from PostgreSQL.
-                    log.info("projector.projection_reset", reason=str(exc))
-                    await self._reset()
-                except Exception as exc:
-                    if self._stopping:
-                        break
-                    failures += 1
-                    # A deleted consumer is recreated from the watermark by the reset below.
-                    log.warning("projector.consumer_lost" if isinstance(exc, ConsumerLostError)
-                                else "projector.batch_failed", failures=failures,
-                                error=type(exc).__name__, detail=_safe(exc), watermark=self._committed)
-                    await self._reset()
-                    if failures >= MAX_FAILURES:
-                        raise
-                    await asyncio.sleep(min(0.05 * 2 ** failures, 5.0))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            log.error("projector.failed", error=type(exc).__name__, detail=_safe(exc))
-            if self._failed is not None and not self._failed.done():
-                self._failed.set_exception(exc)
-            raise
-
-    async def _step(self) -> bool:
-        """One turn of the loop: lead, initialize, fetch and apply one batch (or check when idle).
-
-        True when the turn reached the servers and found them well.
-        """
-        if not self._leader:
-            await self._become_leader()
-            return False
-        if self._committed is None or self._sub is None:
-            await self._guarded(self._initialize())
-        assert self._sub is not None
-        try:
-            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
-        except TimeoutError:
-            await self._idle_check()
-            return True
-        await self._guarded(self._process(msgs))
-        return True
-
-    async def _wait_out(self, exc: BaseException) -> None:
-        """A server is away, or the ledger unusable: wait without counting failures (restarting
-        the process would not fix it sooner), then start over from PostgreSQL.
-
-        Reads keep answering from the rows meanwhile. One log line per change of reason,
-        not one per retry; an unusable ledger is an error an operator must see.
-        """
-        unusable = isinstance(exc, LedgerUnusableError)
-        reason = f"{type(exc).__name__}: {_safe(exc)}"
-        if reason != self._outage:
-            log.log(logging.ERROR if unusable else logging.WARNING,
-                    "projector.waiting_for_servers", reason=reason, watermark=self._committed)
-            self._outage = reason
-        await self._reset()
-        await asyncio.sleep(OUTAGE_RETRY_S * (4 if unusable else 1))
-
-    def _servers_back(self) -> None:
-        if self._outage is not None:
-            log.info("projector.servers_back", watermark=self._committed)
-            self._outage = None
-
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run work that ``stop`` lets finish rather than cancel."""
-        self._busy = True
-        try:
-            await work
-        finally:
-            self._busy = False
-
-    async def _reset(self) -> None:
-        """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
-        self._cache.clear()
-        self._committed = self._projection = None
-        self._drop_writer()  # plans cached against dropped tables go with it
-        if self._pool is not None:
-            await self._pool.expire_connections()  # drop plans cached against dropped tables
-        if self._lock_conn is None or self._lock_conn.is_closed():
-            self._leader = False
-
-    async def _conn(self) -> asyncpg.Connection:
-        """The connection batches are written on, opened on first use (and after a reset)."""
-        if self._writer is None or self._writer.is_closed():
-            self._writer = await db.connect(self.settings.database_url)
-        return self._writer
-
-    def _drop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None and not writer.is_closed():
-            writer.terminate()
-
-    async def _become_leader(self) -> None:
-        if self._lock_conn is None or self._lock_conn.is_closed():
-            self._lock_conn = await db.connect(self.settings.database_url)
-        if await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
-            self._leader = True
-            log.info("projector.leader")
             return
-        await asyncio.sleep(1.0)
-
-    async def _idle_check(self) -> None:
-        """Between batches: notice a dropped or rebuilt projection without waiting for traffic."""
-        assert self._pool is not None
-        position = await self.store.position(self._pool)
-        if position is None:
-            raise ProjectionMissingError("the projection tables are gone")
-        self._check_position(position)
-
-    def _check_position(self, position: Position) -> int:
-        """The watermark of ``position``; ``ProjectionChangedError`` unless it is the one this
-        process committed last, in the same projection (a rebuild may switch in another one
-        at the very same watermark, and this process's cache knows nothing of it)."""
-        if position.seq != self._committed or position.projection != self._projection:
-            raise ProjectionChangedError(
-                f"watermark is {position.seq} of projection {position.projection}, this projector"
-                f" committed {self._committed} of projection {self._projection}")
-        return position.seq
-
-    async def _process(self, msgs: list[Any]) -> None:
-        """Apply one fetched batch in one transaction (split if one message fails it), then ack and notify."""
-        batch = {stream_seq(msg): msg for msg in msgs}
-        rows = await self._commit(sorted(batch.items()))
-        await self._after_commit(batch[max(batch)], rows)
-        if rows:
-            log.debug("projector.batch", events=len(batch), tasks=len(rows), watermark=self._committed)
-
-    async def _commit(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
-        """Commit ``items`` (sorted); a transaction that a message's content fails is bisected.
-
-        The halves commit on their own; a single message that still fails becomes a
-        ``projection_error`` rejection row, so the same batch is never retried forever.
-        """
-        try:
-            return await self._commit_once(items)
-        except POISON_ERRORS as exc:
-            self._cache.clear()  # states were folded in memory for a transaction that rolled back
-            if len(items) > 1:
-                log.warning("projector.batch_split", events=len(items), first=items[0][0],
-                            last=items[-1][0], error=type(exc).__name__)
-                mid = len(items) // 2
-                return await self._commit(items[:mid]) + await self._commit(items[mid:])
-            seq, msg = items[0]
-            log.error("projector.poison_message", seq=seq, error=type(exc).__name__,
-                      detail=_safe(exc))
-            await self._commit_poison(seq, msg, exc)
-            return []
-
-    async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
-        conn = await self._conn()
-        async with conn.transaction():
-            wm = self._check_position(await self.store.lock_position(conn))
-            fresh = [(seq, msg) for seq, msg in items if seq > wm]
-            rejected: list[RejectionRow] = []
-            rows = await self._apply(conn, wm, fresh, rejected) if fresh else []
-        self._committed = fresh[-1][0] if fresh else wm
-        self._rejected.extend(rejected)  # committed: tell the producers after the ack
-        return rows
-
-    async def _commit_poison(self, seq: int, msg: Any, exc: BaseException) -> None:
-        """Record one message that cannot be written as a rejection row and move past it."""
-        assert self._pool is not None
-        key = subject_key(self.settings.prefix, msg.subject) or subject_tokens(msg.subject)
-        headers = msg.headers or {}
-        mid = headers.get("Nats-Msg-Id") or ""
-        row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
-                             f"the projection could not store this message ({type(exc).__name__})"))
-        conn = await self._conn()
-        async with conn.transaction():
-            wm = self._check_position(await self.store.lock_position(conn))
-            if seq <= wm:
-                return
-            await self._check_contiguous(wm, [seq])
-            await self.store.insert_rejections(conn, [row])
-            await self.store.set_watermark(conn, seq)
-        self._committed = seq
-
-    async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]],
-                     rejections: list[RejectionRow]) -> list[TaskRow]:
-        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write what it changed, in the
-        caller's transaction; the rejections it records are appended to ``rejections``.
-
-        Written: the core row of every task touched, and only the variable and turn
-        rows the reducer reported changed.
-        """
-        await self._check_contiguous(wm, [seq for seq, _ in fresh])
-        cache = self._cache
-        changes: dict[Key, Changes] = {}
-        changed: dict[Key, int] = {}
-        events = self._decode(fresh, rejections)
-        first = await self._first_occurrences(conn, events)
-        missing = list({key for _, key, _ in events if key not in cache})
-        if missing:
-            for loaded in await self.store.load_states(conn, missing):
-                cache.load(loaded)
-        for seq, key, event in events:
-            before = len(rejections)
-            first_seq = first[(key[0], key[1], event.event_id)]
-            task_changes = changes.get(key)
-            if task_changes is None:
-                task_changes = changes[key] = Changes()
-            fold_event(cache, key, event, seq, first_seq=None if first_seq == seq else first_seq,
-                       changes=task_changes, rejections=rejections)
-            changed[key] = seq
-            if len(rejections) > before:
-                log.info("projector.rejected", code=rejections[-1][5], tenant=key[0], task=key[1],
-                         seq=seq)
-        rows: list[TaskRow] = []
-        variables: list[VariableRow] = []
-        turns: list[TurnRow] = []
-        for key, seq in changed.items():
-            state = cache[key]
-            core = encode_core(state)
-            rows.append((key[0], key[1], seq, core, core_hash(core)))
-            written: dict[str, int] = {}
-            for name in changes[key].variables:
-                data = encode_variable(state.variables[name])
-                variables.append((key[0], key[1], name, state.variables[name].seq, data))
-                written[name] = len(data)
-            turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes[key].turns)
-            cache.touch(key)  # recently changed tasks live at the young end
-            cache.note(key, len(core), written)
-        await self.store.upsert_tasks(conn, rows)
-        # The variable, turn and rejection rows and the watermark: one statement, one round trip.
-        await self.store.write_rest(conn, variables, turns, rejections, fresh[-1][0])
-        return rows
-
-    def _decode(self, fresh: list[tuple[int, Any]],
-                rejections: list[RejectionRow]) -> list[tuple[int, Key, AnyEvent]]:
-        """The events of ``fresh`` filed under their tasks; the other messages become rows."""
-        events: list[tuple[int, Key, AnyEvent]] = []
-        keys = self._subject_keys
-        if len(keys) > CACHE_MAX:
-            keys.clear()
-        for seq, msg in fresh:
-            subject = msg.subject
-            key = keys[subject]
-            event = decode_message(key, msg.data, seq, msg.headers, rejections=rejections,
-                                   subject=subject)
-            if event is not None and key is not None:
-                events.append((seq, key, event))
-            elif not is_service_ledger(key):  # memory and document events only move the watermark
-                log.info("projector.rejected", code=rejections[-1][5], tenant=key[0] if key else "",
-                         task=key[1] if key else "", seq=seq)
-        return events
-
-    async def _first_occurrences(self, conn: asyncpg.Connection, events: list[tuple[int, Key, AnyEvent]]
-                                 ) -> dict[tuple[str, str, str], int]:
-        """The seq of the first occurrence of each (tenant, task, event id) of the batch.
-
-        Idempotency past JetStream's dedupe window: the first occurrence of an id in
-        the batch claims it in the ``applied_events`` index; an id the index already
-        held keeps its recorded seq. An event whose seq is not its id's first is a
-        duplicate (the reducer's rule, which replay applies in memory).
-        """
-        first: dict[tuple[str, str, str], int] = {}
-        for seq, key, event in events:
-            first.setdefault((key[0], key[1], event.event_id), seq)
-        claimed = await self.store.claim_events(conn, [(*k, s) for k, s in first.items()])
-        if len(claimed) < len(first):  # rare: ids consumed by an earlier batch
-            first.update(await self.store.first_seqs(conn, [k for k in first if k not in claimed]))
-        return first
-
-    async def _after_commit(self, last: Any, rows: list[TaskRow]) -> None:
-        """Ack the batch (AckAll: its highest sequence), notify, trim the cache."""
-        assert self._nc is not None
-        try:
-            await last.ack()
-        except Exception:  # noqa: BLE001 - a lost ack means a redelivery, which is a no-op
-            log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
-        rejected, self._rejected = self._rejected, []
-        try:
-            for tenant, task_id, seq, _, digest in rows:
-                await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),
-                                       encode(task_changed(tenant, task_id, seq, digest,
-                                                           self._cache.get((tenant, task_id)))))
-            for r in rejected:
-                await self._nc.publish(rejected_subject(self.settings.prefix, r[0], r[1]),
-                                       encode(EventRejected(tenant=r[0], task_id=r[1], seq=r[2],
-                                                            event_id=r[3], kind=r[4], code=r[5],
-                                                            reason=r[6])))
-        except Exception:  # noqa: BLE001 - notifications are best effort; the rows are the record
-            log.warning("projector.notify_failed")
-        self._progress.set()
-        self._cache.trim(CACHE_MAX, self.settings.projector_cache_bytes)
-
-    async def _check_contiguous(self, wm: int, seqs: list[int]) -> None:
-        """Raise ``OutOfOrderError`` if a stored message between ``wm`` and the batch was not delivered."""
-        assert self._nc is not None
-        expected = wm + 1
-        for seq in seqs:
-            if seq != expected:
-                try:
-                    nxt = await self._nc.jetstream().get_msg(
-                        self.settings.stream, seq=expected, subject=ledger_wildcard(self.settings.prefix),
-                        next=True)
-                except nats.js.errors.NotFoundError:
-                    nxt = None
-                if nxt is not None and nxt.seq is not None and nxt.seq < seq:
-                    raise OutOfOrderError(f"message {nxt.seq} was not delivered before {seq}")
-            expected = seq + 1
+        for info in infos:
+            name = info.name
+            if name not in current and (name == DURABLE or name.startswith(f"{DURABLE}-")):
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await js.delete_consumer(self.settings.stream, name)
+                    log.info("projector.consumer_dropped", consumer=name, partitions=partitions)
 
     # ---- read API -------------------------------------------------------------------------
 
@@ -823,7 +452,7 @@ class Projector(ServiceShell):
         assert self._pool is not None
         _check_read_request(ref)
         try:
-            if ref.min_seq is not None and not await self._reached(ref.min_seq, ref.wait_ms):
+            if ref.min_seq is not None and not await self._reached(ref, ref.min_seq, ref.wait_ms):
                 raise UnavailableError(f"the projection has not reached seq {ref.min_seq} within "
                                        f"{ref.wait_ms} ms; retry", path="$.min_seq")
             if ref.rejections is not None:
@@ -870,7 +499,8 @@ class Projector(ServiceShell):
         query = ref.rejections
         async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
                                                                    readonly=True):
-            wm = await self.store.watermark(conn) or 0
+            layout = await self.store.layout(conn)
+            wm = layout.of_task(ref.tenant, ref.task_id) if layout is not None else 0
             rows = await self.store.rejections_after(conn, ref.tenant, ref.task_id,
                                                      query.after_seq, query.limit + 1)
         room = self._reply_budget() - REPLY_ENVELOPE
@@ -885,17 +515,18 @@ class Projector(ServiceShell):
         return WorkingMemoryReply(ok=True, seq=wm, rejections=RejectionsPage(
             items=items, next_after_seq=items[-1].seq if more and items else None))
 
-    async def _reached(self, seq: int, wait_ms: int) -> bool:
-        """Whether the committed watermark reaches ``seq`` within ``wait_ms`` (read-your-writes).
+    async def _reached(self, ref: TaskRef, seq: int, wait_ms: int) -> bool:
+        """Whether the committed watermark of the task's partition reaches ``seq`` within
+        ``wait_ms`` (read-your-writes).
 
-        Reads the watermark row, so a standby answers as truly as the leader; the
-        leader's commits wake the wait early.
+        Reads the watermark rows, so an instance that does not fold the task answers
+        as truly as the one that does; this process's commits wake the wait early.
         """
         assert self._pool is not None
         deadline = asyncio.get_running_loop().time() + wait_ms / 1000
         while True:
-            async with self._pool.acquire() as conn:
-                wm = await self.store.watermark(conn)
+            layout = await self.store.layout(self._pool)
+            wm = layout.of_task(ref.tenant, ref.task_id) if layout is not None else None
             if wm is not None and wm >= seq:
                 return True
             left = deadline - asyncio.get_running_loop().time()
@@ -960,3 +591,4 @@ def _error(code: str, message: str, path: str | None = None, retryable: bool = F
 def _safe(exc: BaseException) -> str:
     """An exception's text, bounded (our errors never carry event content)."""
     return str(exc)[:300]
+

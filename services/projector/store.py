@@ -22,7 +22,8 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from agentledger.core.state import WorkingMemory, decode_state, decode_variable
-from agentledger.db import WATERMARK_NAME, check_schema
+from agentledger.db import WATERMARK_NAME, check_schema, watermark_name
+from agentledger.ledger import partition_of
 
 Key = tuple[str, str]
 # (tenant, task_id, seq, core bytes, hash of the core bytes)
@@ -51,6 +52,45 @@ class Position(NamedTuple):
     projection: int
 
 
+class Layout(NamedTuple):
+    """A projection's partitions: the watermark of each (by partition), and which projection."""
+
+    seqs: tuple[int, ...]
+    projection: int
+
+    @property
+    def partitions(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def watermark(self) -> int:
+        """Every message at or below this is folded, in every partition."""
+        return min(self.seqs)
+
+    def of_task(self, tenant: str, task_id: str) -> int:
+        """The watermark of the partition that folds the task."""
+        return self.seqs[partition_of(tenant, task_id, len(self.seqs))]
+
+
+class LayoutError(Exception):
+    """The watermark rows are not the rows of one layout (someone edited them)."""
+
+
+def parse_layout(rows: Sequence[tuple[str, int, int]]) -> Layout | None:
+    """The layout of (name, seq, table oid) rows of the projector's watermark family."""
+    if not rows:
+        return None
+    projection = int(rows[0][2])
+    if len(rows) == 1 and rows[0][0] == WATERMARK_NAME:
+        return Layout((int(rows[0][1]),), projection)
+    count = len(rows)
+    seqs: dict[str, int] = {name: int(seq) for name, seq, _ in rows}
+    wanted = [watermark_name(k, count) for k in range(count)]
+    if sorted(seqs) != sorted(wanted):
+        raise LayoutError(f"the projector watermark rows {sorted(seqs)} are not one layout")
+    return Layout(tuple(seqs[n] for n in wanted), projection)
+
+
 class Loaded(NamedTuple):
     """A task's state as read back from its rows, with the size of each row."""
 
@@ -68,13 +108,22 @@ PART_TABLES = {"variables": ("task_variables", ("name",), "value"),
 
 
 # SQL templates; ``{s}`` is the quoted, validated schema name.
-_GET_WM = "SELECT seq FROM {s}.projector_watermark WHERE name = $1"
 # ``tableoid``: which watermark table answered, so which projection (a switch brings another).
 _LOCK_POSITION = ("SELECT seq, tableoid::bigint FROM {s}.projector_watermark WHERE name = $1"
                   " FOR UPDATE")
 _GET_POSITION = "SELECT seq, tableoid::bigint FROM {s}.projector_watermark WHERE name = $1"
 _SET_WM = ("INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, $2)"
            " ON CONFLICT (name) DO UPDATE SET seq = excluded.seq")
+# The watermark rows of every partition (``db.watermark_name``).
+_LAYOUT = ("SELECT name, seq, tableoid::bigint FROM {s}.projector_watermark"
+           " WHERE (name = 'projector' OR name LIKE 'projector/%')")
+_LOCK_LAYOUT = _LAYOUT + " ORDER BY name FOR UPDATE"
+_SET_ALL = ("UPDATE {s}.projector_watermark SET seq = $1"
+            " WHERE (name = 'projector' OR name LIKE 'projector/%')")
+_DROP_LAYOUT = ("DELETE FROM {s}.projector_watermark"
+                " WHERE (name = 'projector' OR name LIKE 'projector/%')")
+_NEW_LAYOUT = ("INSERT INTO {s}.projector_watermark(name, seq)"
+               " SELECT unnest($1::text[]), $2")
 _LOAD = ("SELECT t.tenant, t.task_id, t.seq, t.state FROM {s}.task_state t"
          " JOIN unnest($1::text[], $2::text[]) AS k(tenant, task_id)"
          " ON t.tenant = k.tenant AND t.task_id = k.task_id")
@@ -149,10 +198,14 @@ class Store:
     def __init__(self, schema: str = "public") -> None:
         self.schema = schema
         s = check_schema(schema)
-        self._get_wm = _qualify(_GET_WM, s)
         self._lock_position = _qualify(_LOCK_POSITION, s)
         self._get_position = _qualify(_GET_POSITION, s)
         self._set_wm = _qualify(_SET_WM, s)
+        self._layout = _qualify(_LAYOUT, s)
+        self._lock_layout = _qualify(_LOCK_LAYOUT, s)
+        self._set_all = _qualify(_SET_ALL, s)
+        self._drop_layout = _qualify(_DROP_LAYOUT, s)
+        self._new_layout = _qualify(_NEW_LAYOUT, s)
         self._load = _qualify(_LOAD, s)
         self._load_variables = _qualify(_LOAD_VARIABLES, s)
         self._put_variables = _qualify(_PUT_VARIABLES, s)
@@ -174,34 +227,66 @@ class Store:
     # ---- watermark -------------------------------------------------------------
 
     async def watermark(self, conn: asyncpg.Connection | asyncpg.Pool) -> int | None:
-        """The watermark, or None when the projection does not exist (yet)."""
+        """The projection's watermark (the lowest of its partitions': everything at or below
+        it is folded), or None when the projection does not exist (yet)."""
+        layout = await self.layout(conn)
+        return None if layout is None else layout.watermark
+
+    async def layout(self, conn: asyncpg.Connection | asyncpg.Pool) -> Layout | None:
+        """Every partition's watermark, in one statement; None when there is no projection."""
         try:
-            seq = await conn.fetchval(self._get_wm, WATERMARK_NAME)
+            rows = await conn.fetch(self._layout)
         except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
             return None
-        return None if seq is None else int(seq)
+        return parse_layout([(r[0], r[1], r[2]) for r in rows])
 
-    async def lock_position(self, conn: asyncpg.Connection) -> Position:
-        """The watermark, row-locked until the end of the transaction, with the projection
-        it belongs to."""
+    async def lock_position(self, conn: asyncpg.Connection, name: str = WATERMARK_NAME) -> Position:
+        """One partition's watermark (row ``name``), row-locked until the end of the
+        transaction, with the projection it belongs to."""
         try:
-            row = await conn.fetchrow(self._lock_position, WATERMARK_NAME)
+            row = await conn.fetchrow(self._lock_position, name)
         except asyncpg.UndefinedTableError as exc:
             raise ProjectionMissingError("projector_watermark table is missing") from exc
         if row is None:
-            raise ProjectionMissingError("projector_watermark row is missing")
+            raise ProjectionMissingError(f"projector_watermark row {name!r} is missing")
         return Position(int(row[0]), int(row[1]))
 
-    async def position(self, conn: asyncpg.Connection | asyncpg.Pool) -> Position | None:
-        """``watermark``, with the projection it belongs to; None when there is no projection."""
+    async def position(self, conn: asyncpg.Connection | asyncpg.Pool,
+                       name: str = WATERMARK_NAME) -> Position | None:
+        """One partition's watermark, with the projection it belongs to; None when it has none."""
         try:
-            row = await conn.fetchrow(self._get_position, WATERMARK_NAME)
+            row = await conn.fetchrow(self._get_position, name)
         except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
             return None
         return None if row is None else Position(int(row[0]), int(row[1]))
 
-    async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None:
-        await conn.execute(self._set_wm, WATERMARK_NAME, seq)
+    async def set_watermark(self, conn: asyncpg.Connection, seq: int,
+                            name: str | None = None) -> None:
+        """Move one partition's watermark (``name``), or every partition's (None)."""
+        if name is None:
+            await conn.execute(self._set_all, seq)
+        else:
+            await conn.execute(self._set_wm, name, seq)
+
+    async def set_layout(self, conn: asyncpg.Connection, partitions: int, seq: int) -> None:
+        """Replace the watermark rows by ``partitions`` rows at ``seq`` (in the caller's
+        transaction). Exact only where every partition has folded exactly up to ``seq``:
+        a rebuild's end, or a projection whose rows all hold ``seq`` and are locked."""
+        await conn.execute(self._drop_layout)
+        await conn.execute(self._new_layout, [watermark_name(k, partitions) for k in range(partitions)],
+                           seq)
+
+    async def repartition_if_level(self, conn: asyncpg.Connection, partitions: int) -> int | None:
+        """Give the projection ``partitions`` partitions if every partition's watermark is the
+        same (all rows locked while it checks): the seq it did it at, else None."""
+        async with conn.transaction():
+            rows = await conn.fetch(self._lock_layout)
+            layout = parse_layout([(r[0], r[1], r[2]) for r in rows])
+            if layout is None or len(set(layout.seqs)) != 1:
+                return None
+            if layout.partitions != partitions:
+                await self.set_layout(conn, partitions, layout.watermark)
+            return layout.watermark
 
     # ---- tasks -------------------------------------------------------------------
 
@@ -236,11 +321,11 @@ class Store:
 
     async def write_rest(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                          turns: Sequence[TurnRow], rejections: Sequence[RejectionRow],
-                         watermark: int) -> None:
+                         watermark: int, *, name: str = WATERMARK_NAME) -> None:
         """``write_parts``, ``insert_rejections`` and ``set_watermark`` in one statement (one
         round trip instead of four, in the caller's transaction): the live projector's batch."""
         await conn.execute(self._write_rest, *_columns(variables, 5), *_columns(turns, 5),
-                           *_columns(rejections, 7), WATERMARK_NAME, watermark)
+                           *_columns(rejections, 7), name, watermark)
 
     async def write_parts(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                           turns: Sequence[TurnRow]) -> None:

@@ -20,9 +20,11 @@ from agentledger.artifacts import artifact_refs
 from agentledger.bindings import bindings_bucket
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
+from agentledger.db import watermark_name
 from agentledger.erase import delete_denied, erase_seqs, scan_subject, subject_seqs
 from agentledger.ledger import ledger_subject
-from agentledger.services.projector.service import DURABLE as PROJECTOR_DURABLE
+from agentledger.services.projector.lane import durable_name
+from agentledger.services.projector.store import Store
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 
 # Artifacts erased at once (each a few JetStream round trips).
@@ -174,7 +176,11 @@ class WorkingMemoryHandler:
         if where is None:
             return {"sealed_turns_unreadable": plan["sealed_turns"],
                     "sealed_variables_unreadable": plan["sealed_variables"]}
-        await ctx.wait_watermark(PROJECTOR_DURABLE, "projector_watermark", "projector")
+        layout = await Store().layout(ctx.pool)
+        count = layout.partitions if layout is not None else 1
+        for k in range(count):  # every partition's lane: any may hold a batch in flight
+            await ctx.wait_watermark(durable_name(k, count), "projector_watermark",
+                                     watermark_name(k, count))
         cond, args = where
         async with ctx.pool.acquire() as conn, conn.transaction():
             for table in self.tables:

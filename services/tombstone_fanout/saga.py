@@ -212,7 +212,8 @@ class Saga:
 
 
 class Worker:
-    """Runs every pending request, oldest first, again and again until each is complete."""
+    """Runs every pending request, oldest first, again and again until each is complete;
+    only in the instance that leads the forget log (the others' workers wait)."""
 
     RETRY_S = 2.0
 
@@ -240,6 +241,10 @@ class Worker:
 
     async def _loop(self) -> None:
         while not self._stopping:
+            if not self._log.leader:
+                # Requests are run by the instance that folds the forget log: one run of each.
+                await asyncio.sleep(1.0)
+                continue
             self._log.new_requests.clear()
             failed = False
             try:

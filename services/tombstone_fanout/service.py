@@ -92,14 +92,14 @@ class TombstoneFanout(ServiceShell):
         s = self.settings
         self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
                                       closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix)
+        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
         await db.migrate(s.database_url)
         self._pool = await asyncpg.create_pool(s.database_url, min_size=1, max_size=4,
                                                timeout=db.CONNECT_TIMEOUT_S)
         self.log = ForgetLog(s, self._nc, self._pool)
         await self.log.start()
-        keyring = Keyring(self._nc, s.keys_bucket, kek_of(s))
+        keyring = Keyring(self._nc, s.keys_bucket, kek_of(s), replicas=s.stream_replicas)
         store = await artifacts.open(self._nc, s)
         self.saga = Saga(s, self._nc, self._pool, self.log, handlers=HANDLERS, keyring=keyring,
                          artifacts=store)

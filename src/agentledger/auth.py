@@ -47,6 +47,7 @@ from typing import Any
 
 import msgspec
 import nats
+import nats.js.errors
 import nkeys
 from nats.aio.client import Client
 
@@ -450,9 +451,15 @@ async def _register(settings: Settings, record: TenantRecord) -> None:
     """Write the tenant's registry entry (as the operator) so the services know its account."""
     nc = await connect(settings, OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
-        kv = await open_kv(nc.jetstream(), tenants_bucket(settings.prefix))
+        kv = await open_kv(nc.jetstream(), tenants_bucket(settings.prefix),
+                           replicas=settings.stream_replicas)
         entry = TenantEntry(tenant=record.tenant, status=record.status, prefix=record.prefix)
         await kv.put(record.account, msgspec.json.encode(entry))
+    except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
+            nats.errors.NoRespondersError) as exc:
+        # On a cluster, while the bucket's raft group elects a leader: try again in seconds.
+        raise UnavailableError(f"the tenant registry did not take the entry ({type(exc).__name__}); "
+                               "retry") from exc
     finally:
         await nc.close()
 

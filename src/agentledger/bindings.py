@@ -50,7 +50,8 @@ async def bind_agent(settings: Settings, tenant: str, agent: str, users: Sequenc
     binding = Binding(users=frozenset(users), projects=frozenset(projects))
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
-        kv = await open_kv(nc.jetstream(), bindings_bucket(settings.prefix))
+        kv = await open_kv(nc.jetstream(), bindings_bucket(settings.prefix),
+                           replicas=settings.stream_replicas)
         await kv.put(binding_key(tenant, agent),
                      msgspec.json.encode({"users": sorted(users), "projects": sorted(projects)}))
     finally:
@@ -64,7 +65,8 @@ async def unbind_agent(settings: Settings, tenant: str, agent: str) -> None:
     auth.check_name(agent, "agent")
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
-        kv = await open_kv(nc.jetstream(), bindings_bucket(settings.prefix))
+        kv = await open_kv(nc.jetstream(), bindings_bucket(settings.prefix),
+                           replicas=settings.stream_replicas)
         with contextlib.suppress(KeyNotFoundError):
             await kv.delete(binding_key(tenant, agent))
     finally:
@@ -74,8 +76,8 @@ async def unbind_agent(settings: Settings, tenant: str, agent: str) -> None:
 class BindingRegistry(KVMirror[Binding]):
     """In-memory mirror of the bindings bucket (an unreadable value: no user or project scope)."""
 
-    def __init__(self, nc: Client, prefix: str) -> None:
-        super().__init__(nc, bindings_bucket(prefix), Binding, "binding-registry")
+    def __init__(self, nc: Client, prefix: str, replicas: int = 1) -> None:
+        super().__init__(nc, bindings_bucket(prefix), Binding, "binding-registry", replicas)
 
     async def get(self, tenant: str, agent: str) -> Binding:
         """The agent's binding; a miss asks the bucket once (the watch may lag a bind)."""

@@ -32,9 +32,12 @@ class KVMirror(Generic[T]):
     nothing, never a guess). A miss asks the bucket once, since the watch may lag a write.
     """
 
-    def __init__(self, nc: Client, bucket: str, value_type: type[T], name: str) -> None:
+    def __init__(self, nc: Client, bucket: str, value_type: type[T], name: str,
+                 replicas: int = 1) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
+        # Replicas of the bucket if this mirror is the first to open it (settings.stream_replicas).
+        self._replicas = replicas
         self._decoder = msgspec.json.Decoder(value_type)
         self._name = name
         self._kv: Any = None
@@ -44,7 +47,7 @@ class KVMirror(Generic[T]):
 
     async def start(self) -> None:
         """Load the bucket and keep following it; returns once loaded."""
-        self._kv = await open_kv(self._js, self._bucket)
+        self._kv = await open_kv(self._js, self._bucket, replicas=self._replicas)
         self._watcher = await self._kv.watchall()
         loaded = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._follow(loaded), name=self._name)

@@ -45,6 +45,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.cluster is not None:
         settings = msgspec.structs.replace(settings, cluster_size=args.cluster)
+    if args.instances is not None:
+        settings = msgspec.structs.replace(settings, instances=args.instances)
+    if args.partitions is not None:
+        settings = msgspec.structs.replace(settings, projector_partitions=args.partitions)
     if settings.runtime_file.exists() and supervisor_alive(info := read_runtime(settings.runtime_file)):
         print("agentledger is already up")
     else:
@@ -158,7 +162,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                             else "equal to a fold of the ledger"))
             problems += found
         return 0 if report.ok and not problems else 1
-    report = asyncio.run(rebuild.replace_live(settings, progress=_progress))
+    report = asyncio.run(rebuild.replace_live(settings, progress=_progress, partitions=args.partitions))
     print(f"rebuilt {report.events} events into {report.tasks} tasks up to seq {report.last_seq}"
           f" beside the live projection and switched to it; {report.spills} spill(s), at most"
           f" {report.peak_bytes} of {report.budget_bytes} bytes held; {report.seconds}s")
@@ -357,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", type=int, default=None, metavar="N",
                    help="run NATS as a JetStream cluster of N servers on loopback, the ledger, "
                         "buckets and object store replicated (R3 for N >= 3); see docs/scaling.md")
+    p.add_argument("--instances", type=int, default=None, metavar="N",
+                   help="run N ledger-writers and N projectors (docs/scaling.md)")
+    p.add_argument("--partitions", type=int, default=None, metavar="N",
+                   help="projector partitions of a new projection (re-partitions an existing one "
+                        "when its partitions are level; docs/scaling.md)")
     p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
     sub.add_parser("demo", help="run the seeds' crash-and-replan scenario").set_defaults(fn=cmd_demo)
@@ -377,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       " then switch to it")
     p.add_argument("--verify", action="store_true",
                    help="rebuild into a scratch schema and compare with the live projection")
+    p.add_argument("--partitions", type=int, default=None, metavar="N",
+                   help="give the rebuilt projection N projector partitions (default: as many "
+                        "as the live one)")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("resume", help="resume a task: checks, replay, reconcile, lease (JSON out)")
     p.add_argument("tenant")

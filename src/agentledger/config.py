@@ -17,6 +17,11 @@ import msgspec
 
 from agentledger.errors import ContractError
 
+# Most projector partitions: each costs a consumer that reads the whole ledger (docs/scaling.md).
+MAX_PARTITIONS = 64
+# Most processes `up` runs of one service.
+MAX_INSTANCES = 16
+
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Runtime configuration shared by the services, the client and the CLI."""
@@ -66,6 +71,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_batches: int = 4
     # Projector: most messages fetched and committed in one transaction.
     projector_batch: int = 500
+    # Projector: partitions of the task space (docs/scaling.md). Each has its own consumer and
+    # watermark and is folded by one projector instance at a time; the count is fixed when a
+    # projection is built (first start, or `agentledger replay`, which re-partitions).
+    projector_partitions: int = 1
+    # Processes `agentledger up` runs of each service that scales out (the ledger-writer and the
+    # projector; docs/scaling.md).
+    instances: int = 1
     # Key-encryption key wrapping the data-subject keys. It never lives in the data folder it
     # protects (a copy of that folder must not carry the key that opens it): default, a file
     # named for the data folder in kek_dir (default $XDG_CONFIG_HOME/agentledger/keks).
@@ -129,6 +141,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             # JetStream's own limit: a stream has 1 to 5 replicas.
             raise ContractError(f"stream_replicas {self.stream_replicas} must be 1 to 5",
                                 code="invalid_config", path="AGENTLEDGER_STREAM_REPLICAS")
+        if not 1 <= self.instances <= MAX_INSTANCES:
+            raise ContractError(f"instances {self.instances} must be 1 to {MAX_INSTANCES}",
+                                code="invalid_config", path="AGENTLEDGER_INSTANCES")
+        if not 1 <= self.projector_partitions <= MAX_PARTITIONS:
+            raise ContractError(f"projector_partitions {self.projector_partitions} must be 1 to "
+                                f"{MAX_PARTITIONS}", code="invalid_config",
+                                path="AGENTLEDGER_PROJECTOR_PARTITIONS")
 
     @property
     def stream(self) -> str:
@@ -182,7 +201,7 @@ def nats_servers(url: str) -> list[str]:
 
 
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,31}$")
-_INT = {"stream_replicas", "cluster_size",
+_INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",

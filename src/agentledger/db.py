@@ -8,8 +8,9 @@ so every service simply calls it on start.
 Tables (in the schema given to ``migrate``, ``public`` for the live projection):
 
 * ``projector_watermark(name, seq)``: the last ledger sequence folded into the
-  projection. The projector's consumer position is derived from it, never the
-  other way round.
+  projection, one row per projector partition (``watermark_name``). The
+  projector's consumer positions are derived from them, never the other way
+  round.
 * ``task_state``: one row per task: the core of its Working Memory state
   (``encode_core`` bytes: everything but the variables, small whatever the
   task's history), its blake3 hash and the sequence of the last ledger message
@@ -39,6 +40,13 @@ import re
 import asyncpg
 
 WATERMARK_NAME = "projector"
+
+
+def watermark_name(partition: int, partitions: int) -> str:
+    """The watermark row of one projector partition: ``projector`` when there is one partition
+    (the name it always had), else ``projector/<k>of<n>``, so a row names its layout and a
+    re-partitioned projection never shares a row with the old one."""
+    return WATERMARK_NAME if partitions == 1 else f"{WATERMARK_NAME}/{partition}of{partitions}"
 # Arbitrary constant: the advisory lock taken while migrating.
 _MIGRATE_LOCK = 0x61676C6D  # "aglm"
 # A server that accepts TCP but never answers (stopped, overloaded) fails a connect in this
@@ -373,7 +381,10 @@ PROJECTION_TABLES = ("projector_watermark", "task_state", "task_variables", "tas
                      "applied_events", "rejections")
 _DONE = "SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
 _RECORD = "INSERT INTO {s}.schema_migrations(version) VALUES ($1)"
-_WATERMARK_ROW = "INSERT INTO {s}.projector_watermark(name, seq) VALUES ($1, 0) ON CONFLICT DO NOTHING"
+# A projection without watermark rows gets the one row of a single partition; one that has
+# rows keeps them (a partitioned projection has a row per partition and no bare one).
+_WATERMARK_ROW = ("INSERT INTO {s}.projector_watermark(name, seq) SELECT $1, 0 WHERE NOT EXISTS"
+                  " (SELECT 1 FROM {s}.projector_watermark WHERE name = $1 OR name LIKE $1 || '/%')")
 
 
 def _sql(template: str, quoted_schema: str) -> str:

@@ -93,8 +93,8 @@ def tenants_bucket(prefix: str) -> str:
 class TenantRegistry(KVMirror[TenantEntry]):
     """In-memory mirror of the tenant registry bucket; resolves request headers to callers."""
 
-    def __init__(self, nc: Client, prefix: str) -> None:
-        super().__init__(nc, tenants_bucket(prefix), TenantEntry, "tenant-registry")
+    def __init__(self, nc: Client, prefix: str, replicas: int = 1) -> None:
+        super().__init__(nc, tenants_bucket(prefix), TenantEntry, "tenant-registry", replicas)
         self._prefix = prefix
 
     async def caller(self, headers: Mapping[str, str] | None) -> Caller:

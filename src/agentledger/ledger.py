@@ -54,6 +54,19 @@ def subject_key(prefix: str, subject: str) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
+def partition_of(tenant: str, task_id: str, partitions: int) -> int:
+    """The projector partition (0 to ``partitions - 1``) that folds a task's events.
+
+    blake3 of ``tenant/task`` (ids never hold ``/``), its first 8 bytes big-endian, modulo
+    the count: the same in every process and language, spread evenly, and a task never
+    moves while the count stays.
+    """
+    if partitions == 1:
+        return 0
+    digest = blake3.blake3(f"{tenant}/{task_id}".encode()).digest(8)
+    return int.from_bytes(digest, "big") % partitions
+
+
 def event_digest(event: EventBase) -> str:
     """blake3 of the event's canonical (sorted-keys) JSON, taken before sealing."""
     return blake3.blake3(_canonical.encode(event)).hexdigest()

@@ -12,6 +12,13 @@ watermark this process did not write (a replay rebuilt the projection) makes
 it start over from the new one; a server away is waited out without counting
 failures.
 
+One instance folds at a time: the projection runs only in the process that
+holds its PostgreSQL advisory lock (``leader``; a key derived from the durable's
+name), on a connection of its own; other instances of the service wait as
+standbys, retry the lock every second and take over when the holder's session
+ends. Their endpoints serve meanwhile (reads wait for the committed watermark).
+The watermark check of every batch keeps even a second folder exact.
+
 Only what a batch does to the rows differs, so ``LedgerProjection`` is the
 rest and each projection supplies its subject filter, its store and ``apply``:
 a fix to the loop is made once for both.
@@ -25,6 +32,7 @@ import time
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import asyncpg
+import blake3
 import nats.js.errors
 import structlog
 from nats.aio.client import Client
@@ -45,6 +53,14 @@ ACK_WAIT = 60.0
 LOOP_STALL_S = 30.0
 OUTAGE_RETRY_S = 0.5
 MAX_FAILURES = 30
+# A standby retries the leadership lock this often.
+LEADER_RETRY_S = 1.0
+
+
+def leader_key(durable: str) -> int:
+    """The advisory lock (a signed 64-bit key) of the projection behind ``durable``."""
+    return int.from_bytes(blake3.blake3(f"agentledger-projection/{durable}".encode()).digest(8),
+                          "big", signed=True)
 
 
 class WatermarkStore(Protocol):
@@ -91,6 +107,9 @@ class LedgerProjection(Generic[StoreT]):
         self._pool = pool
         self._sub: Puller | None = None
         self._writer: asyncpg.Connection | None = None
+        # Holds the leadership lock while this instance folds (``leader``).
+        self._lock_conn: asyncpg.Connection | None = None
+        self.leader = False
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._busy = False
@@ -114,7 +133,11 @@ class LedgerProjection(Generic[StoreT]):
         raise NotImplementedError
 
     async def start(self) -> None:
-        await self._initialize()
+        await self._lead()
+        if self.leader:
+            await self._initialize()
+        else:
+            log.info(f"{self.log_name}.standby", reason="another instance folds this projection")
         self._task = asyncio.create_task(self._run(), name=f"{self.noun}-projection")
 
     async def stop(self) -> None:
@@ -132,6 +155,16 @@ class LedgerProjection(Generic[StoreT]):
         if self._sub is not None:
             await self._sub.close()
         self._drop_writer()
+        if self._lock_conn is not None and not self._lock_conn.is_closed():
+            await self._lock_conn.close()
+
+    async def _lead(self) -> None:
+        """Take the leadership lock if it is free (on a connection of its own, kept while leading)."""
+        if self._lock_conn is None or self._lock_conn.is_closed():
+            self._lock_conn = await db.connect(self.settings.database_url)
+        if await self._lock_conn.fetchval("SELECT pg_try_advisory_lock($1)", leader_key(self.durable)):
+            self.leader = True
+            log.info(f"{self.log_name}.leader")
 
     def alive(self) -> bool:
         return (self._task is not None and not self._task.done()
@@ -235,8 +268,15 @@ class LedgerProjection(Generic[StoreT]):
     def _reset(self) -> None:
         self._committed = self._projection = None
         self._drop_writer()
+        if self._lock_conn is None or self._lock_conn.is_closed():
+            self.leader = False  # its lock went with its session: another instance may lead now
 
     async def _step(self) -> None:
+        if not self.leader:
+            await self._lead()
+            if not self.leader:
+                await asyncio.sleep(LEADER_RETRY_S)
+                return
         if self._committed is None or self._sub is None:
             await self._initialize()
         assert self._sub is not None

@@ -16,7 +16,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable
 
-from agentledger.bench import appends, checkpoints, context, detector, forget, ledger, memory, projection, sustained
+from agentledger.bench import (
+    appends,
+    checkpoints,
+    context,
+    detector,
+    forget,
+    ledger,
+    memory,
+    projection,
+    scaleout,
+    sustained,
+)
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
 
@@ -35,7 +46,8 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "memory": memory.bench_memory,
     "forget": forget.bench_forget,
 }
-NAMES = [*BENCHES, "reducer", "context"]
+# Benchmarks that start stacks of their own (`agentledger up`, single node and cluster).
+NAMES = [*BENCHES, "reducer", "context", "scaleout"]
 # Builds timed by the in-process context benchmark, per profile.
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
@@ -61,4 +73,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
             for name in server_benches:
                 print(f"# {name} ...", file=sys.stderr, flush=True)
                 await BENCHES[name](stack)
+    if "scaleout" in names:
+        print("# scaleout ...", file=sys.stderr, flush=True)
+        await scaleout.bench_scaleout(settings, sizes.scaleout_agents, sizes.scaleout_events,
+                                      sizes.scaleout_counts)
     return 0

@@ -79,6 +79,10 @@ class Profile:
     rebuild_events: int = 200_000
     rebuild_tasks: int = 400
     reducer_events: int = 100_000
+    # Scale-out: agents, events each, and the writer / projector counts on the 3-node cluster.
+    scaleout_agents: int = 32
+    scaleout_events: int = 100
+    scaleout_counts: tuple[int, ...] = (1, 2, 3)
 
 
 PROFILES = {
@@ -87,7 +91,8 @@ PROFILES = {
                      batch_agents=4, batch_events=3, one_task_agents=4, pause_agents=4,
                      sweep_rates=(100, 200), sweep_s=0.5, sweep_tasks=8, history_sizes=(40, 90),
                      history_tail=20, wm_samples=10, rebuild_events=2_000, rebuild_tasks=10,
-                     reducer_events=2_000),
+                     reducer_events=2_000, scaleout_agents=4, scaleout_events=10,
+                     scaleout_counts=(2,)),
 }
 
 

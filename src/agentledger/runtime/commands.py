@@ -70,6 +70,20 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("context-builder", [sys.executable, "-m", "agentledger.services.context_builder"]),
     ("tombstone-fanout", [sys.executable, "-m", "agentledger.services.tombstone_fanout"]),
 ]
+# Services of which `up` runs ``instances`` processes (docs/scaling.md); the others run once.
+SCALED = ("ledger-writer", "projector")
+
+
+def services_of(settings: Settings) -> list[tuple[str, list[str]]]:
+    """``SERVICES`` with ``settings.instances`` of each scaled service: ``projector``,
+    ``projector-2``, ... (each supervised, logged and listed in runtime.json on its own)."""
+    out: list[tuple[str, list[str]]] = []
+    for name, argv in SERVICES:
+        count = settings.instances if name in SCALED else 1
+        out.extend((name if i == 1 else f"{name}-{i}", argv) for i in range(1, count + 1))
+    return out
+
+
 # Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
 SUPERVISOR_OPTIONS: list[str] = []
 # NATS micro service name of the ledger writer; `up` waits until it answers a PING.
@@ -373,7 +387,7 @@ def _start_supervisor(settings: Settings, nats_pid: int | None, postgres_pid: in
     foreground it logs to the terminal and this process forwards the stop.
     """
     argv = [sys.executable, "-m", SUPERVISOR_MODULE, "--data-dir", str(settings.data_dir),
-            "--services", json.dumps(SERVICES), *SUPERVISOR_OPTIONS]
+            "--services", json.dumps(services_of(settings)), *SUPERVISOR_OPTIONS]
     if nats_pid is not None:
         argv += ["--nats-pid", str(nats_pid)]
     if postgres_pid is not None:
@@ -402,7 +416,7 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 def _wait_until_up(settings: Settings, supervisor: subprocess.Popen[bytes]) -> RuntimeInfo:
     """Wait until runtime.json lists a live pid for every service and the writer answers."""
     log_dir = settings.data_dir / "logs"
-    names = {name for name, _ in SERVICES}
+    names = {name for name, _ in services_of(settings)}
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         if supervisor.poll() is not None:
