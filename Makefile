@@ -26,6 +26,7 @@ bench: setup
 
 chaos: setup
 	$(BIN)/agentledger chaos --profile full
+	$(BIN)/agentledger chaos --profile cluster
 
 lint: setup
 	$(BIN)/ruff check src contracts services tests

@@ -22,10 +22,10 @@ from agentledger.chaos.checker import (
     fold_all,
     pointer_problems,
 )
-from agentledger.chaos.faults import TARGETS, Injected, schedule
+from agentledger.chaos.faults import TARGETS, Injected, base_name, needle, schedule, targets
 from agentledger.chaos.history import Attempt, Grant, differing_keys
 from agentledger.chaos.probes import Sample, recovery
-from agentledger.chaos.profile import FULL, SHORT
+from agentledger.chaos.profile import CLUSTER, FULL, SHORT, Profile
 from agentledger.chaos.sink import IdempotentSink, SinkEntry, SinkUnknownError
 from agentledger.chaos.timeline import render
 from agentledger.chaos.workload import random_plan
@@ -210,17 +210,31 @@ def test_recovery_is_measured_from_the_fault_end_to_the_lane_answering_for_good(
     assert recovery(samples[:4], "wm", 1.0, 1.0, 10.0).seconds is None
 
 
-@pytest.mark.parametrize("profile", [SHORT, FULL])
-def test_the_schedule_is_seeded_and_hits_every_target_alone_first(profile: object) -> None:
-    faults = schedule(profile, 7)  # type: ignore[arg-type]
-    assert faults == schedule(profile, 7)  # type: ignore[arg-type]
-    assert faults != schedule(profile, 8)  # type: ignore[arg-type]
-    assert {f.targets[0] for f in faults[: len(TARGETS)]} == set(TARGETS)
-    assert all(len(f.targets) == 1 for f in faults[: len(TARGETS)])
+@pytest.mark.parametrize("profile", [SHORT, FULL, CLUSTER])
+def test_the_schedule_is_seeded_and_hits_every_target_alone_first(profile: Profile) -> None:
+    faults = schedule(profile, 7)
+    assert faults == schedule(profile, 7)
+    assert faults != schedule(profile, 8)
+    every = targets(profile)
+    assert {f.targets[0] for f in faults[: len(every)]} == set(every)
+    assert all(len(f.targets) == 1 for f in faults[: len(every)])
     pairs = [f for f in faults if len(f.targets) == 2]
-    assert len(pairs) == profile.pair_faults  # type: ignore[attr-defined]
+    assert len(pairs) == profile.pair_faults
     assert all(a != b for a, b in (f.targets for f in pairs))
     assert all((f.pause_s > 0) == (f.kind == "stop") for f in faults)
+
+
+def test_the_cluster_profile_hits_each_node_and_each_instance() -> None:
+    """Protects the cluster run's coverage: every NATS node and every writer and projector
+    instance is a target of each fault kind, and their processes are recognised by command line."""
+    every = targets(CLUSTER)
+    assert {"nats-1", "nats-2", "nats-3", "postgres", "ledger-writer", "ledger-writer-2",
+            "projector", "projector-2"} <= set(every)
+    assert "nats" not in every
+    singles = {(f.targets[0], f.kind) for f in schedule(CLUSTER, 1) if len(f.targets) == 1}
+    assert singles >= {(t, k) for t in every for k in ("kill", "stop")}
+    assert needle("nats-2") == "nats-server" and needle("projector-2") == needle("projector")
+    assert base_name("ledger-writer-2") == "ledger-writer" and base_name("nats-2") == "nats-2"
 
 
 def test_full_covers_both_kinds_on_every_target_alone() -> None:

@@ -456,6 +456,47 @@ async def test_sigkill_of_a_writer_and_of_a_projector_under_load(stack: Settings
     assert layout.partitions == 3 and len(set(layout.seqs)) == 1
 
 
+@pytest.mark.timeout(120)
+async def test_a_retry_of_a_stored_fenced_append_is_a_duplicate_and_the_stream_stays_up(
+        stack: Settings) -> None:
+    """Protects the ledger on a cluster from the writer's own duplicate probe: an executor whose
+    lease was released and granted to another retries a fenced append that was stored (its ack was lost), and gets
+    `duplicate` with the original sequence, not `stale_fencing_token`. The probe behind that answer
+    must not use `Nats-Expected-Last-Msg-Id`: a clustered leader proposes such a message although
+    the check fails, every replica then fails to apply it and the stream is left without a leader
+    (nats-server 2.15.1), so the next append would never be acked."""
+    client = await connect(stack, timeout=5)
+    try:
+        await client.append(created("probe-task"))
+        first = await client.acquire_lease(TENANT, "probe-task", "exec-1", ttl_s=30)
+        # Two events: an atomic batch, whose stored ids JetStream refuses (10201) rather than
+        # answering duplicate, so the writer probes each id.
+        bodies = [event("variable_set", {"name": "x", "value": i}, "probe-task",
+                        event_id=f"probe-e{i}", token=first.token) for i in (0, 1)]
+        stored = await client.append_batch(bodies, lease=first)
+        for _ in range(3):  # each writer may take the retry; every one must answer the same
+            again = await client.append_batch(bodies, lease=first)
+            assert [(r.seq, r.duplicate) for r in again] == [(r.seq, True) for r in stored]
+        await client.release_lease(TENANT, "probe-task", first)
+        second = await client.acquire_lease(TENANT, "probe-task", "exec-2", ttl_s=30)
+        assert second.token > first.token
+        again = await client.append_batch(bodies, lease=first)
+        assert [(r.seq, r.duplicate) for r in again] == [(r.seq, True) for r in stored]
+        # New fenced appends, each to either writer: one whose pair is stale has its expectation
+        # refused and probes the (new) ids before it re-validates.
+        seqs = [stored[-1].seq]
+        for i in range(10):
+            after = await asyncio.wait_for(client.append(
+                event("variable_set", {"name": "y", "value": i}, "probe-task", event_id=f"probe-n{i}",
+                      token=second.token), lease=second), 15)
+            assert after.seq > seqs[-1] and not after.duplicate
+            seqs.append(after.seq)
+    finally:
+        await client.close()
+    cluster = await ledger_cluster(stack)
+    assert cluster.leader, "the ledger stream lost its leader"
+
+
 def _restarted(settings: Settings, name: str, old_pid: int) -> bool:
     pid = runtime(settings).services.get(name)
     return pid not in (None, old_pid) and pid_alive(pid)

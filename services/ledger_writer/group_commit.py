@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.js.errors
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -67,10 +68,18 @@ ERR_STREAM_LIMIT = 10077
 # "duplicate message id is in process": a clustered leader is still proposing an earlier copy
 # of this message; it will be stored, so the caller retries with the same ids.
 ERR_DUPLICATE_IN_PROCESS = 10158
-# `Nats-Expected-Last-Msg-Id` is checked after dedupe: a stored id answers
-# "duplicate" with its sequence, a new id fails the check and nothing is written.
-# Real ids always contain two slashes, so this value can never match one.
+# The duplicate probe: a publish of the id with an expectation that cannot hold, so a stored id
+# answers "duplicate" with its sequence and a new one fails the check, writing nothing. Which
+# expectation depends on the server (both checked on nats-server 2.15, tests/test_cluster.py):
+# - a single server checks dedupe before `Nats-Expected-Last-Msg-Id` (real ids always contain
+#   two slashes, so this value never matches one), but checks `Nats-Expected-Last-Subject-Sequence`
+#   before dedupe, so only the first gives the answer;
+# - a clustered stream's leader checks dedupe and the subject sequence before it proposes, but it
+#   proposes a message whose `Nats-Expected-Last-Msg-Id` fails: every replica then fails to apply
+#   it ("critical write error") and the stream is left without a leader. So on a cluster, only the
+#   subject sequence, set past anything a stream can hold, may be used.
 _PROBE_LAST_ID = "agentledger-probe"
+_PROBE_SUBJECT_SEQ = str(2**62)
 # On the messages of a fenced append: the token of the latest lease grant at or below them,
 # true because the append was committed with an expectation on its task's last sequence
 # (see agentledger.leases). Only the writer publishes to ledger subjects.
@@ -154,6 +163,8 @@ class GroupCommitter:
         self._slots = asyncio.Semaphore(max_inflight)
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
+        # Whether the stream is replicated by a cluster (the probe's expectation; see above).
+        self._clustered: bool | None = None
         # Units submitted and not yet settled, by subject (see ``settled``).
         self._open: dict[str, set[Unit]] = {}
         # Subjects of unresolved atomic batches of several units -> how many such batches.
@@ -449,12 +460,23 @@ class GroupCommitter:
 
     async def _probe(self, subject: str, mid: str) -> int | None:
         """Sequence of the stored message with id ``mid`` (within the dedupe window)."""
+        expectation = ({"Nats-Expected-Last-Subject-Sequence": _PROBE_SUBJECT_SEQ}
+                       if await self._on_cluster() else {"Nats-Expected-Last-Msg-Id": _PROBE_LAST_ID})
         try:
-            ack = await self._request(subject, b"", {MSG_ID: mid,
-                                                     "Nats-Expected-Last-Msg-Id": _PROBE_LAST_ID})
+            ack = await self._request(subject, b"", {MSG_ID: mid, **expectation})
         except _BatchFailed:
             return None  # the expectation failed: the id is not stored, nothing was written
         return int(ack["seq"]) if ack.get("duplicate") else None
+
+    async def _on_cluster(self) -> bool:
+        """Whether the ledger stream runs on a JetStream cluster (its cluster has a name)."""
+        if self._clustered is None:
+            try:
+                info = await self._nc.jetstream().stream_info(self._stream)
+            except (NatsTimeout, NoRespondersError, nats.js.errors.Error) as exc:
+                raise UnavailableError("the ledger did not answer a stream info request") from exc
+            self._clustered = bool(info.cluster is not None and info.cluster.name)
+        return self._clustered
 
     async def _conflicting(self, unit: Unit, stored: Sequence[int | None]) -> AgentLedgerError | None:
         """``event_id_conflict`` for the first id stored with other content than this unit's."""

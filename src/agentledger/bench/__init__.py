@@ -76,5 +76,5 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
     if "scaleout" in names:
         print("# scaleout ...", file=sys.stderr, flush=True)
         await scaleout.bench_scaleout(settings, sizes.scaleout_agents, sizes.scaleout_events,
-                                      sizes.scaleout_counts)
+                                      sizes.scaleout_counts, sizes.repeats)
     return 0

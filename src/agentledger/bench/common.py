@@ -81,7 +81,7 @@ class Profile:
     reducer_events: int = 100_000
     # Scale-out: agents, events each, and the writer / projector counts on the 3-node cluster.
     scaleout_agents: int = 32
-    scaleout_events: int = 100
+    scaleout_events: int = 150
     scaleout_counts: tuple[int, ...] = (1, 2, 3)
 
 

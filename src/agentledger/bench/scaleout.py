@@ -26,14 +26,23 @@ from pathlib import Path
 
 import asyncpg
 
-from agentledger.bench.common import agent_settings, emit, pct, variable_event
+from agentledger.bench.common import (
+    Proc,
+    agent_settings,
+    cpu_ms_per_event,
+    cpu_sample,
+    emit,
+    median,
+    pct,
+    variable_event,
+)
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.errors import UnavailableError
 from agentledger.ledger import partition_of
 from agentledger.runtime import commands
 from agentledger.runtime.hosting import remove_instance
-from agentledger.runtime.state import resolve_urls
+from agentledger.runtime.state import read_runtime, resolve_urls
 from agentledger.services.projector.store import Store
 
 TENANT = "bench"
@@ -50,6 +59,10 @@ class Run:
     # (time, watermark of each partition) samples.
     marks: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
     seconds: float = 0.0
+    # Several runs' ``lags()`` pooled.
+    lag_samples: list[float] = field(default_factory=list)
+    # CPU milliseconds per event of every process of the stack, by process kind.
+    cpu: dict[str, float] = field(default_factory=dict)
 
     def lags(self) -> list[float]:
         """Per acked event: seconds from its ack to the first sample covering it."""
@@ -85,6 +98,28 @@ async def _stack(base: Settings, cluster: int, instances: int) -> AsyncIterator[
                     await asyncio.to_thread(commands.down, settings)
             finally:
                 remove_instance(settings.data_dir, settings.server_root)
+
+
+def _procs(settings: Settings) -> list[Proc]:
+    """Every process of the stack: the services, the NATS servers, PostgreSQL with its backends."""
+    info = read_runtime(settings.runtime_file)
+    procs = [Proc(name, pid) for name, pid in info.services.items()]
+    procs += [Proc(node.name, node.pid) for node in info.nats_nodes if node.pid is not None]
+    if info.nats_pid is not None:
+        procs.append(Proc("nats", info.nats_pid))
+    if info.postgres_pid is not None:
+        procs.append(Proc("postgres", info.postgres_pid, tree=True))
+    return procs
+
+
+def _by_kind(by: dict[str, float]) -> dict[str, float]:
+    """Per-process CPU summed by kind: ``projector-2`` counts as projector, ``nats-3`` as nats."""
+    out: dict[str, float] = {}
+    for name, ms in by.items():
+        head, _, tail = name.rpartition("-")
+        kind = head if tail.isdigit() else name
+        out[kind] = round(out.get(kind, 0.0) + ms, 3)
+    return out
 
 
 async def _load(settings: Settings, tasks: int, per_task: int, partitions: int, name: str) -> Run:
@@ -137,25 +172,34 @@ async def _load(settings: Settings, tasks: int, per_task: int, partitions: int, 
     return run
 
 
-async def bench_scaleout(base: Settings, tasks: int, per_task: int, counts: tuple[int, ...]) -> None:
-    """Every configuration in turn (one stack at a time), then one line per figure."""
-    results: list[tuple[str, int, int, Run]] = []
+async def bench_scaleout(base: Settings, tasks: int, per_task: int, counts: tuple[int, ...],
+                         repeats: int) -> None:
+    """Every configuration in turn (one stack at a time, the load ``repeats`` times on it),
+    then one line per figure: the median rate, the quantiles over every repeat's samples."""
+    results: list[tuple[str, int, int, float, Run]] = []
     for cluster, n in ((1, 1), *((3, c) for c in counts)):
+        runs: list[Run] = []
         async with _stack(base, cluster, n) as settings:
             # A few events per agent first, not measured: connections, plans and leaders settle.
             await _load(settings, tasks, 3, n, "warm")
-            run = await _load(settings, tasks, per_task, n, "so")
+            procs = _procs(settings)
+            before = cpu_sample(procs)
+            for r in range(repeats):
+                runs.append(await _load(settings, tasks, per_task, n, f"so{r}"))
+            _, by = cpu_ms_per_event(before, cpu_sample(procs), tasks * per_task * repeats)
         name = "single" if cluster == 1 else f"cluster3_x{n}"
-        results.append((name, cluster, n, run))
-    base_run = results[0][3]
-    base_rate = len(base_run.acks) / base_run.seconds
-    base_lag = pct(base_run.lags(), 0.99)
-    for name, cluster, n, run in results:
-        rate = len(run.acks) / run.seconds
-        lags = run.lags()
+        pooled = Run(latencies=[x for run in runs for x in run.latencies],
+                     lag_samples=[x for run in runs for x in run.lags()], cpu=_by_kind(by))
+        rate = median(len(run.acks) / run.seconds for run in runs)
+        results.append((name, cluster, n, rate, pooled))
+    _, _, _, base_rate, base_run = results[0]
+    base_lag = pct(base_run.lag_samples, 0.99)
+    for name, cluster, n, rate, run in results:
+        lags = run.lag_samples
         extra = {"nodes": cluster, "writers": n, "projectors": n, "partitions": n,
-                 "agents": tasks, "events": len(run.acks)}
-        emit(f"scaleout_{name}_throughput", rate, "events/s", base_rate, rate / base_rate, **extra)
+                 "agents": tasks, "events": tasks * per_task, "repeats": repeats}
+        emit(f"scaleout_{name}_throughput", rate, "events/s", base_rate, rate / base_rate,
+             cpu_ms_per_event=round(sum(run.cpu.values()), 3), cpu_by_kind=run.cpu, **extra)
         emit(f"scaleout_{name}_append_p99", pct(run.latencies, 0.99) * 1000, "ms",
              pct(base_run.latencies, 0.99) * 1000,
              pct(run.latencies, 0.99) / max(pct(base_run.latencies, 0.99), 1e-9),

@@ -27,20 +27,53 @@ from pathlib import Path
 
 import structlog
 
-from agentledger.chaos.profile import Profile
+from agentledger.chaos.profile import SHORT, Profile
+from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
-from agentledger.runtime.commands import SERVICES
+from agentledger.runtime.commands import SCALED, services_of
 from agentledger.runtime.embedded import pid_alive, pid_matches
 from agentledger.runtime.state import RuntimeInfo, read_runtime
 
 log = structlog.get_logger(__name__)
 
-SERVERS = ("nats", "postgres")
-TARGETS: tuple[str, ...] = (*(name for name, _ in SERVICES), *SERVERS)
 KINDS = ("kill", "stop")
-# What a target's command line contains: its pid from runtime.json is signalled only if it matches.
-_NEEDLES = {**{name: argv[-1] for name, argv in SERVICES}, "nats": "nats-server",
-            "postgres": "postgres"}
+
+
+def servers(profile: Profile) -> tuple[str, ...]:
+    """The server targets: ``nats`` (or each cluster node, ``nats-1`` ...) and ``postgres``."""
+    nats = ("nats",) if profile.cluster == 1 else tuple(f"nats-{i}" for i in range(1, profile.cluster + 1))
+    return (*nats, "postgres")
+
+
+def targets(profile: Profile) -> tuple[str, ...]:
+    """Every process a fault may hit: each service instance ``up`` runs, then the servers."""
+    names = services_of(Settings(instances=profile.instances))
+    return (*(name for name, _ in names), *servers(profile))
+
+
+def base_name(target: str) -> str:
+    """The service a target is an instance of (``projector-2`` -> ``projector``), or the target."""
+    head, _, tail = target.rpartition("-")
+    return head if tail.isdigit() and head in SCALED else target
+
+
+def is_server(target: str) -> bool:
+    return target in ("nats", "postgres") or target.startswith("nats-")
+
+
+# The targets of ``make test``'s run.
+TARGETS: tuple[str, ...] = targets(SHORT)
+# What a service's command line contains: its pid from runtime.json is signalled only if it matches.
+_SERVICE_NEEDLES = {name: argv[-1] for name, argv in services_of(Settings())}
+
+
+def needle(target: str) -> str:
+    """What the command line of ``target``'s process contains."""
+    if target == "postgres":
+        return "postgres"
+    if is_server(target):
+        return "nats-server"
+    return _SERVICE_NEEDLES[base_name(target)]
 # How long `inject` waits for a target to be running before it skips the fault.
 PRESENT_WAIT_S = 10.0
 
@@ -75,16 +108,17 @@ class Injected:
 def schedule(profile: Profile, seed: int) -> list[Fault]:
     """The run's faults, drawn from the seed."""
     rng = profile.rng(seed, "faults")
-    first = [(t, rng.choice(KINDS)) for t in rng.sample(TARGETS, len(TARGETS))]
+    all_targets = targets(profile)
+    first = [(t, rng.choice(KINDS)) for t in rng.sample(all_targets, len(all_targets))]
     second = [(t, "stop" if k == "kill" else "kill") for t, k in first]
     rng.shuffle(second)
-    extra = [(rng.choice(TARGETS), rng.choice(KINDS))
-             for _ in range(max(0, profile.single_faults - 2 * len(TARGETS)))]
+    extra = [(rng.choice(all_targets), rng.choice(KINDS))
+             for _ in range(max(0, profile.single_faults - 2 * len(all_targets)))]
     singles = [((t,), k) for t, k in (first + second + extra)[: profile.single_faults]]
-    pairs = [(tuple(sorted(rng.sample(TARGETS, 2))), rng.choice(KINDS))
+    pairs = [(tuple(sorted(rng.sample(all_targets, 2))), rng.choice(KINDS))
              for _ in range(profile.pair_faults)]
     # Pairs land among the singles' second half, after every target was hit alone once.
-    head, tail = singles[: len(TARGETS)], singles[len(TARGETS):] + pairs
+    head, tail = singles[: len(all_targets)], singles[len(all_targets):] + pairs
     rng.shuffle(tail)
     return [Fault(i, kind, targets, round(rng.uniform(*profile.pause_s), 1) if kind == "stop" else 0.0,
                   round(rng.uniform(*profile.gap_s), 1))
@@ -98,6 +132,9 @@ def target_pids(info: RuntimeInfo) -> dict[str, int]:
         pids["nats"] = info.nats_pid
     if info.postgres_pid is not None:
         pids["postgres"] = info.postgres_pid
+    for node in info.nats_nodes:
+        if node.pid is not None:
+            pids[node.name] = node.pid
     return pids
 
 
@@ -126,7 +163,15 @@ class Injector:
             info = read_runtime(self._runtime_file)
         except RuntimeStateError:
             return {}
-        return {t: pid for t, pid in target_pids(info).items() if pid_matches(pid, _NEEDLES[t])}
+        return {t: pid for t, pid in target_pids(info).items() if pid_matches(pid, needle(t))}
+
+    def node_url(self, name: str) -> str | None:
+        """The client URL of cluster node ``name`` as runtime.json lists it."""
+        with contextlib.suppress(RuntimeStateError):
+            for node in read_runtime(self._runtime_file).nats_nodes:
+                if node.name == name:
+                    return node.url
+        return None
 
     async def _present(self, targets: tuple[str, ...]) -> dict[str, int]:
         loop = asyncio.get_running_loop()
@@ -139,7 +184,7 @@ class Injector:
 
     def _send(self, target: str, pid: int, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
-            if target in SERVERS and os.getpgid(pid) == pid:
+            if is_server(target) and os.getpgid(pid) == pid:
                 os.killpg(pid, sig)
             else:
                 os.kill(pid, sig)

@@ -1,8 +1,9 @@
 """Is it back? Whether each service and server of the stack answers, asked from outside.
 
 "Back by itself" has to mean serving, not merely a pid: a service is back when
-its NATS micro endpoint answers a PING (its subscriptions are live), NATS when a
-fresh connection is accepted, PostgreSQL when a fresh connection runs
+its NATS micro endpoint answers a PING (its subscriptions are live; with several
+instances, when as many answer as run), NATS (or a cluster node) when a fresh
+connection to it is accepted, PostgreSQL when a fresh connection runs
 ``SELECT 1``. A target that was killed must also have a new pid in
 runtime.json, and a frozen one must not be stopped any more.
 """
@@ -10,16 +11,18 @@ runtime.json, and a frozen one must not be stopped any more.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Callable
 
 import asyncpg
+import msgspec
 import nats.errors
 import structlog
 from nats.aio.client import Client as Nats
 
-from agentledger import auth, db
-from agentledger.chaos.faults import SERVERS, Injected, Injector, is_stopped
+from agentledger import auth, db, evict
+from agentledger.chaos.faults import TARGETS, Injected, Injector, base_name, is_stopped
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.services.checkpointer.service import SERVICE_NAME as CHECKPOINTER
@@ -42,16 +45,23 @@ class Health:
     """Asks each target whether it serves, over a reconnecting operator connection."""
 
     def __init__(self, settings: Settings, nc: Nats, injector: Injector,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], targets: tuple[str, ...] = TARGETS) -> None:
         self._settings = settings
         self._nc = nc
         self._injector = injector
         self._clock = clock
+        self.targets = targets
+        # Instances each service runs (its targets ``projector``, ``projector-2``, ...).
+        self._instances = collections.Counter(base_name(t) for t in targets if base_name(t) in MICRO_NAMES)
 
     async def answers(self, target: str) -> bool:
         try:
-            if target == "nats":
-                fresh = await auth.connect(self._settings, auth.OPERATOR_ROLE, allow_reconnect=False,
+            if target == "nats" or target.startswith("nats-"):
+                url = self._injector.node_url(target) if target != "nats" else self._settings.nats_url
+                if url is None:
+                    return False
+                node = msgspec.structs.replace(self._settings, nats_url=url)
+                fresh = await auth.connect(node, auth.OPERATOR_ROLE, allow_reconnect=False,
                                            connect_timeout=ASK_TIMEOUT_S, max_reconnect_attempts=0)
                 await fresh.close()
             elif target == "postgres":
@@ -61,6 +71,10 @@ class Health:
                 finally:
                     with contextlib.suppress(Exception):
                         await conn.close(timeout=ASK_TIMEOUT_S)
+            elif self._instances[base_name(target)] > 1:
+                micro = MICRO_NAMES[base_name(target)]
+                found = await evict.running(self._nc, frozenset({micro}))
+                return len(found) >= self._instances[base_name(target)]
             else:
                 await self._nc.request(f"$SRV.PING.{MICRO_NAMES[target]}", b"", timeout=ASK_TIMEOUT_S)
         except (AgentLedgerError, nats.errors.Error, asyncpg.PostgresError, asyncpg.InterfaceError,
@@ -76,7 +90,7 @@ class Health:
         return await self.answers(target)
 
     async def all_serving(self) -> dict[str, bool]:
-        names = [*MICRO_NAMES, *SERVERS]
+        names = list(self.targets)
         results = await asyncio.gather(*(self.serving(t) for t in names))
         return dict(zip(names, results, strict=True))
 

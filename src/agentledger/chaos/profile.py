@@ -6,7 +6,10 @@ may run, the shape of the random plans, how often an executor crashes or the
 sink flakes, how many faults (single and paired) the schedule holds, and a hard
 time budget for every phase. ``short`` is what ``make test`` runs (about a
 minute of wall time, a few agents, tens of tasks); ``full`` is ``make chaos``
-(a few minutes, every fault kind on every target). All traffic stays on
+(a few minutes, every fault kind on every target); ``cluster`` is the second
+half of ``make chaos``: the same harness on ``up --cluster 3 --instances 2
+--partitions 3``, whose targets are each of the three NATS nodes and each
+instance of the ledger-writer and the projector. All traffic stays on
 127.0.0.1: the harness runs its own embedded stack.
 """
 
@@ -53,6 +56,11 @@ class Profile:
     health_s: float
     probe_interval_s: float = 0.1
     probe_timeout_s: float = 1.0
+    # The stack: NATS nodes (1: a single server), processes of the ledger-writer and of the
+    # projector, and projector partitions.
+    cluster: int = 1
+    instances: int = 1
+    partitions: int = 1
 
     def rng(self, seed: int, stream: str) -> random.Random:
         """An independent, seeded random source per purpose, so adding one never shifts another."""
@@ -71,4 +79,13 @@ FULL = Profile(
     lease_ttl_s=5.0, append_deadline_s=20.0, single_faults=20, pair_faults=10, pause_s=(0.5, 3.0),
     gap_s=(1.5, 3.0), recovery_wait_s=15.0, fault_phase_s=300.0, drain_s=45.0, health_s=45.0)
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (SHORT, FULL)}
+# Twelve targets (three nodes, PostgreSQL, two writers, two projectors, the other four services):
+# every one is hit alone by each fault kind, then pairs, on a 3-node cluster.
+CLUSTER = Profile(
+    name="cluster", agents=4, tasks_per_agent=80, resumers=1, steps=(3, 6), side_effect_share=0.4,
+    step_fail_share=0.08, crash_share=0.2, sink_flake_share=0.1, think_s=(0.1, 0.4),
+    lease_ttl_s=5.0, append_deadline_s=30.0, single_faults=24, pair_faults=6, pause_s=(0.5, 3.0),
+    gap_s=(1.5, 3.0), recovery_wait_s=25.0, fault_phase_s=300.0, drain_s=60.0, health_s=60.0,
+    cluster=3, instances=2, partitions=3)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (SHORT, FULL, CLUSTER)}

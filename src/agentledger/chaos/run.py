@@ -43,7 +43,7 @@ import structlog
 from agentledger import auth, logs
 from agentledger.chaos import report
 from agentledger.chaos.checker import check
-from agentledger.chaos.faults import Injected, Injector, schedule
+from agentledger.chaos.faults import Injected, Injector, schedule, targets
 from agentledger.chaos.health import Health
 from agentledger.chaos.history import History
 from agentledger.chaos.probes import LANES, Prober
@@ -155,7 +155,8 @@ class ChaosRun:
         await self.prober.setup()
         self.operator = await auth.connect(self.settings, auth.OPERATOR_ROLE,
                                            max_reconnect_attempts=-1, reconnect_time_wait=0.25)
-        self.health = Health(self.settings, self.operator, self.injector, self.clock)
+        self.health = Health(self.settings, self.operator, self.injector, self.clock,
+                             targets(self.profile))
         self.probe_stop = asyncio.Event()
         self._spawn("probes", self.prober.run(self.probe_stop))
         self.agent_tasks = [self._spawn(a, run_agent(ex[a])) for a in self.agents]
@@ -258,7 +259,9 @@ def run(profile: Profile, seed: int, out: Path) -> report.RunResult:
     scratch.chmod(0o711)
     server_root = scratch / "servers"
     server_root.mkdir(mode=0o711)
-    settings = Settings(data_dir=scratch / "data", prefix=PREFIX, server_root=server_root)
+    settings = Settings(data_dir=scratch / "data", prefix=PREFIX, server_root=server_root,
+                        cluster_size=profile.cluster, instances=profile.instances,
+                        projector_partitions=profile.partitions)
     clock = _clock()
     injector = Injector(settings.runtime_file, clock)
     try:
@@ -283,7 +286,9 @@ def run(profile: Profile, seed: int, out: Path) -> report.RunResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short",
-                        help="short (about a minute, what `make test` runs) or full (`make chaos`)")
+                        help="short (about a minute, what `make test` runs), full or cluster "
+                             "(`make chaos` runs both: one node, then 3 nodes with 2 writers "
+                             "and 2 projectors)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the schedule and the workload")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for report.txt, report.json, timeline.svg and the logs "
