@@ -229,7 +229,8 @@ def test_the_cluster_profile_hits_each_node_and_each_instance() -> None:
     instance is a target of each fault kind, and their processes are recognised by command line."""
     every = targets(CLUSTER)
     assert {"nats-1", "nats-2", "nats-3", "postgres", "ledger-writer", "ledger-writer-2",
-            "projector", "projector-2"} <= set(every)
+            "projector", "projector-2", "tombstone-fanout-2"} <= set(every)
+    assert len(every) == 16
     assert "nats" not in every
     singles = {(f.targets[0], f.kind) for f in schedule(CLUSTER, 1) if len(f.targets) == 1}
     assert singles >= {(t, k) for t in every for k in ("kill", "stop")}

@@ -34,7 +34,7 @@ from agentledger import auth
 from agentledger.auth import AuthStore
 from agentledger.client import connect
 from agentledger.config import Settings, from_env, nats_servers
-from agentledger.errors import ContractError, RuntimeStateError, UnavailableError
+from agentledger.errors import ContractError, NotFoundError, RuntimeStateError, UnavailableError
 from agentledger.ledger import MSG_ID, ensure_stream, ledger_wildcard
 from agentledger.runtime import commands
 from agentledger.runtime.embedded import (
@@ -67,8 +67,8 @@ FROZEN_GAP_S = 14.0
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, server_root: Path) -> Iterator[Settings]:
-    """`up --cluster 3 --instances 2 --partitions 3` with the real services (two ledger-writers,
-    two projectors sharing three partitions); the settings a client resolves from runtime.json."""
+    """`up --cluster 3 --instances 2 --partitions 3` with the real services (two of each; the
+    projectors share three partitions); the settings a client resolves from runtime.json."""
     settings = Settings(data_dir=tmp_path_factory.mktemp("cluster"), prefix=PREFIX,
                         server_root=server_root, cluster_size=3, instances=2,
                         projector_partitions=3)
@@ -495,6 +495,58 @@ async def test_a_retry_of_a_stored_fenced_append_is_a_duplicate_and_the_stream_s
         await client.close()
     cluster = await ledger_cluster(stack)
     assert cluster.leader, "the ledger stream lost its leader"
+
+
+@pytest.mark.timeout(120)
+async def test_a_resume_on_the_cluster_folds_its_own_grant(stack: Settings) -> None:
+    """Protects resume on a replicated ledger: the resume's lease grant is appended, then the
+    task is replayed up to it. A direct get may be answered by a replica that has not stored the
+    grant yet; the replay must not end short of it (the chaos cluster run found a resume whose
+    state lacked its own lease). For 60 tasks: the watermark is the grant, the state holds the
+    lease, and Working Memory at that watermark is the resume's state."""
+    client = await connect(stack, timeout=5)
+    try:
+        for i in range(60):
+            task = f"resume-{i}"
+            await client.append_batch([created(task), event("variable_set", {"name": "v", "value": i}, task)])
+            reply = await client.resume(TENANT, task, "exec", lease_ttl_s=30)
+            assert reply.status in ("resumable", "needs_reconcile"), reply.reasons
+            assert reply.lease is not None and reply.watermark == reply.lease.token
+            assert reply.state is not None and reply.state["lease"]["holder"] == "exec"
+            wm = await client.working_memory(TENANT, task, min_seq=reply.watermark, wait_ms=5000)
+            assert wm.state["events_applied"] == reply.state["events_applied"] == 3
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(120)
+async def test_two_instances_of_every_service_serve_and_a_forget_completes(stack: Settings) -> None:
+    """Protects several instances of every service on the cluster: both instances of each answer
+    their PING; memory proposals and forget requests reach either, the reserved-ledger projections
+    are folded by one instance each, and a forget request runs once to its receipt."""
+    from agentledger import evict  # noqa: PLC0415 - the ping helper, used only here
+
+    nc = await auth.connect(stack, auth.OPERATOR_ROLE)
+    try:
+        for micro in ("agentledger-ledger-writer", "agentledger-projector", "agentledger-checkpointer",
+                      "agentledger-memory-policy", "agentledger-context-builder",
+                      "agentledger-tombstone-fanout"):
+            found = await evict.running(nc, frozenset({micro}))
+            assert len(found) == 2, (micro, found)
+    finally:
+        await nc.close()
+    client = await connect(stack, timeout=10)
+    try:
+        await client.append_batch([created("forget-me"), event("variable_set", {"name": "v", "value": 1},
+                                                               "forget-me")])
+        reply = await client.forget(TENANT, {"kind": "task", "task_id": "forget-me"}, reason="test")
+        done = await client.forget_wait(TENANT, reply.request_id, timeout_s=60)
+        assert done.receipt is not None
+        assert {i.index: i.status for i in done.receipt.indexes}.get("ledger") == "done"
+        with pytest.raises(NotFoundError):
+            await client.working_memory(TENANT, "forget-me")
+    finally:
+        await client.close()
 
 
 def _restarted(settings: Settings, name: str, old_pid: int) -> bool:

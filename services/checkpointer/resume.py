@@ -343,6 +343,11 @@ class Resumer:
         while seq <= upto:
             msg = await self._get(seq, subject)
             if msg is None or msg.seq is None or msg.seq > upto:
+                # A direct get may be answered by a replica that has not stored the message yet
+                # (the lease grant just appended, on a cluster): before ending short of ``upto``,
+                # ask the stream's leader.
+                msg = await self._get(seq, subject, leader=True)
+            if msg is None or msg.seq is None or msg.seq > upto:
                 break
             if count >= DIRECT_FIRST:
                 # A long tail: stream the rest with an ordered consumer from this message on.
@@ -464,22 +469,29 @@ class Resumer:
         return int(info.state.last_seq) if info.state.messages else 0
 
     async def _get_last(self, subject: str) -> int:
-        """Sequence of the last message on ``subject`` (0: none, or no stream)."""
+        """Sequence of the last message on ``subject`` (0: none, or no stream).
+
+        Asked of the stream's leader: on a cluster a direct get may be answered by a replica
+        that has not stored the task's latest events yet (even its first: ``task_not_found``
+        for a task just created)."""
         try:
-            msg = await self._js.get_msg(self.settings.stream, subject=subject, direct=True)
+            msg = await self._js.get_msg(self.settings.stream, subject=subject)
         except (nats.js.errors.NotFoundError, NotFoundError):
             return 0
         except _NATS_DOWN as exc:
             raise UnavailableError("JetStream did not answer a direct get") from exc
         return int(msg.seq or 0)
 
-    async def _get(self, seq: int, next_on: str | None = None) -> Any:
-        """The message at ``seq`` (or the first one on ``next_on`` at or after it), or None."""
+    async def _get(self, seq: int, next_on: str | None = None, *, leader: bool = False) -> Any:
+        """The message at ``seq`` (or the first one on ``next_on`` at or after it), or None.
+
+        A direct get (any replica answers) unless ``leader``: then the stream's leader, which
+        holds everything acknowledged."""
         try:
             if next_on is None:
-                return await self._js.get_msg(self.settings.stream, seq=seq, direct=True)
+                return await self._js.get_msg(self.settings.stream, seq=seq, direct=not leader)
             return await self._js.get_msg(self.settings.stream, seq=seq, subject=next_on, next=True,
-                                          direct=True)
+                                          direct=not leader)
         except nats.js.errors.NotFoundError:
             return None
         except NotFoundError:

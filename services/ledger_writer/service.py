@@ -67,6 +67,11 @@ from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-ledger-writer"
+# How long a JetStream publish waits for its ack before the append answers `unavailable` (the
+# client retries with the same ids: a stored copy then answers duplicate). A publish sent while a
+# clustered stream elects a new leader is never acked; 2 s, not nats-py's 5 s, lets the retry
+# reach the new leader about 3 s sooner (docs/scaling.md). Acks take milliseconds otherwise.
+ACK_TIMEOUT_S = 2.0
 
 Key = tuple[str, str]
 # A fenced append whose expectation other writers' appends keep overtaking is checked this often.
@@ -119,7 +124,7 @@ class LedgerWriter:
                                 replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(self._nc, s)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
-                                         max_inflight=s.max_inflight_batches,
+                                         max_inflight=s.max_inflight_batches, timeout=ACK_TIMEOUT_S,
                                          on_no_stream=self._stream_missing)
         self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
         self._flusher = asyncio.create_task(self._committer.run())

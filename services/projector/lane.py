@@ -4,6 +4,10 @@ The task space is cut into ``partitions`` partitions by ``ledger.partition_of``
 (one partition: the whole ledger). A lane folds the tasks of one partition.
 
 Consumer strategy. A durable pull consumer (AckAll) on the ledger wildcard,
+one replica in memory (its position is derived from PostgreSQL, so there is
+nothing to replicate: on a cluster its acks cost no raft round, and when the
+node holding it dies the lane recreates it on another at once instead of
+waiting for an election among replicas),
 ``projector`` when there is one partition and ``projector-<k>of<n>`` otherwise,
 read by ``Puller`` (one open pull request at a time: ``no_wait`` batches while
 there is a backlog, a long poll when drained). Every lane reads the whole
@@ -319,7 +323,8 @@ class Lane:
                 name=self.durable, durable_name=self.durable, filter_subject=ledger_wildcard(self.settings.prefix),
                 ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
-                max_waiting=16, description=f"agentledger projector, partition {self.partition} of"
+                max_waiting=16, num_replicas=1, mem_storage=True,
+                description=f"agentledger projector, partition {self.partition} of"
                 f" {self.partitions} (position follows PostgreSQL)"))
         self._sub = Puller(self._nc, stream, self.durable)
         await self._sub.start()
@@ -328,7 +333,7 @@ class Lane:
         cfg = info.config
         if (cfg.filter_subject != ledger_wildcard(self.settings.prefix)
                 or cfg.ack_policy != AckPolicy.ALL
-                or cfg.deliver_subject):
+                or cfg.deliver_subject or cfg.num_replicas != 1 or not cfg.mem_storage):
             return False
         floor = info.ack_floor.stream_seq if info.ack_floor else 0
         delivered = info.delivered.stream_seq if info.delivered else 0

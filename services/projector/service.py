@@ -318,9 +318,14 @@ class Projector(ServiceShell):
         """One turn: the layout, the instances running, then take or let go of partitions."""
         assert self._pool is not None and self._nc is not None and self._service is not None
         if self._lock_conn is None or self._lock_conn.is_closed():
-            # Its locks went with its session: another process may hold them now.
-            await self._drop_lanes(list(self._lanes), unlock=False)
+            # Its locks went with its session (PostgreSQL restarted, or the connection broke):
+            # take them again for the lanes it runs, which wait out the outage meanwhile; a lane
+            # whose lock another process took first stops (its batches could not commit anyway:
+            # the watermark check refuses a second folder).
             self._lock_conn = await db.connect(self.settings.database_url)
+            lost = [k for k in self._lanes if not await self._lock_conn.fetchval(
+                "SELECT pg_try_advisory_lock($1, $2)", LEADER_LOCK, k)]
+            await self._drop_lanes(lost, unlock=False)
         layout = await self._current_layout()
         count = layout.partitions
         stale = [k for k, lane in self._lanes.items() if lane.partitions != count or lane.done]

@@ -362,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run NATS as a JetStream cluster of N servers on loopback, the ledger, "
                         "buckets and object store replicated (R3 for N >= 3); see docs/scaling.md")
     p.add_argument("--instances", type=int, default=None, metavar="N",
-                   help="run N ledger-writers and N projectors (docs/scaling.md)")
+                   help="run N instances of every service (docs/scaling.md)")
     p.add_argument("--partitions", type=int, default=None, metavar="N",
                    help="projector partitions of a new projection (re-partitions an existing one "
                         "when its partitions are level; docs/scaling.md)")

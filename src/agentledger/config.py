@@ -75,8 +75,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # watermark and is folded by one projector instance at a time; the count is fixed when a
     # projection is built (first start, or `agentledger replay`, which re-partitions).
     projector_partitions: int = 1
-    # Processes `agentledger up` runs of each service that scales out (the ledger-writer and the
-    # projector; docs/scaling.md).
+    # Processes `agentledger up` runs of each service (docs/scaling.md).
     instances: int = 1
     # Key-encryption key wrapping the data-subject keys. It never lives in the data folder it
     # protects (a copy of that folder must not carry the key that opens it): default, a file

@@ -211,7 +211,8 @@ class LedgerProjection(Generic[StoreT]):
             name=self.durable, durable_name=self.durable, filter_subject=self.filter_subject(),
             ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=100_000, max_waiting=16,
-            description=self.description))
+            # One replica in memory: the position is PostgreSQL's (see ``lane``).
+            num_replicas=1, mem_storage=True, description=self.description))
         self._sub = Puller(self._nc, stream, self.durable)
         await self._sub.start()
 

@@ -9,7 +9,7 @@ minute of wall time, a few agents, tens of tasks); ``full`` is ``make chaos``
 (a few minutes, every fault kind on every target); ``cluster`` is the second
 half of ``make chaos``: the same harness on ``up --cluster 3 --instances 2
 --partitions 3``, whose targets are each of the three NATS nodes and each
-instance of the ledger-writer and the projector. All traffic stays on
+of the two instances of every service. All traffic stays on
 127.0.0.1: the harness runs its own embedded stack.
 """
 
@@ -79,12 +79,12 @@ FULL = Profile(
     lease_ttl_s=5.0, append_deadline_s=20.0, single_faults=20, pair_faults=10, pause_s=(0.5, 3.0),
     gap_s=(1.5, 3.0), recovery_wait_s=15.0, fault_phase_s=300.0, drain_s=45.0, health_s=45.0)
 
-# Twelve targets (three nodes, PostgreSQL, two writers, two projectors, the other four services):
-# every one is hit alone by each fault kind, then pairs, on a 3-node cluster.
+# Sixteen targets (three nodes, PostgreSQL, two instances of each of the six services): every
+# one is hit alone by each fault kind, then pairs, on a 3-node cluster.
 CLUSTER = Profile(
-    name="cluster", agents=4, tasks_per_agent=80, resumers=1, steps=(3, 6), side_effect_share=0.4,
+    name="cluster", agents=4, tasks_per_agent=120, resumers=1, steps=(3, 6), side_effect_share=0.4,
     step_fail_share=0.08, crash_share=0.2, sink_flake_share=0.1, think_s=(0.1, 0.4),
-    lease_ttl_s=5.0, append_deadline_s=30.0, single_faults=24, pair_faults=6, pause_s=(0.5, 3.0),
+    lease_ttl_s=5.0, append_deadline_s=30.0, single_faults=32, pair_faults=8, pause_s=(0.5, 3.0),
     gap_s=(1.5, 3.0), recovery_wait_s=25.0, fault_phase_s=300.0, drain_s=60.0, health_s=60.0,
     cluster=3, instances=2, partitions=3)
 

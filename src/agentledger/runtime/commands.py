@@ -70,18 +70,16 @@ SERVICES: list[tuple[str, list[str]]] = [
     ("context-builder", [sys.executable, "-m", "agentledger.services.context_builder"]),
     ("tombstone-fanout", [sys.executable, "-m", "agentledger.services.tombstone_fanout"]),
 ]
-# Services of which `up` runs ``instances`` processes (docs/scaling.md); the others run once.
-SCALED = ("ledger-writer", "projector")
+# Services of which `up` runs ``instances`` processes: every one (docs/scaling.md says how each
+# shares its work).
+SCALED = tuple(name for name, _ in SERVICES)
 
 
 def services_of(settings: Settings) -> list[tuple[str, list[str]]]:
-    """``SERVICES`` with ``settings.instances`` of each scaled service: ``projector``,
-    ``projector-2``, ... (each supervised, logged and listed in runtime.json on its own)."""
-    out: list[tuple[str, list[str]]] = []
-    for name, argv in SERVICES:
-        count = settings.instances if name in SCALED else 1
-        out.extend((name if i == 1 else f"{name}-{i}", argv) for i in range(1, count + 1))
-    return out
+    """``SERVICES`` with ``settings.instances`` of each: ``projector``, ``projector-2``, ...
+    (each supervised, logged and listed in runtime.json on its own)."""
+    return [(name if i == 1 else f"{name}-{i}", argv) for name, argv in SERVICES
+            for i in range(1, settings.instances + 1)]
 
 
 # Extra supervisor flags (`python -m agentledger.runtime.supervisor --help`); empty: its defaults.
