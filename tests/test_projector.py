@@ -203,12 +203,14 @@ async def test_redelivery_after_crash_between_commit_and_ack_applies_nothing_twi
         await first.stop()
     before = await task_rows(settings)
 
-    # Simulate the lost acks: the durable consumer starts over at sequence 1.
+    # Simulate the lost acks: the durable consumer starts over at sequence 1 (in the shape the
+    # projector makes, one replica in memory, so it is kept rather than recreated).
     js = ledger.js
     await js.delete_consumer(settings.stream, DURABLE)
     await js.add_consumer(settings.stream, ConsumerConfig(
         name=DURABLE, durable_name=DURABLE, filter_subject=ledger_wildcard(settings.prefix),
-        ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.ALL, ack_wait=60))
+        ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.ALL, ack_wait=60,
+        num_replicas=1, mem_storage=True))
 
     changes: list[TaskChanged] = []
 
