@@ -393,7 +393,8 @@ class Lane:
             await self._guarded(self._initialize())
         assert self._sub is not None
         try:
-            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT)
+            msgs = await self._sub.fetch(self.settings.projector_batch, FETCH_TIMEOUT,
+                                         self.settings.projector_linger_ms / 1000)
         except TimeoutError:
             await self._idle_check()
             return True

@@ -46,6 +46,7 @@ class Puller:
         self._remaining = 0  # messages the open request may still deliver
         self._stale_at = 0.0
         self._drained = False  # the last no_wait request found nothing
+        self._first_at = 0.0  # when the oldest buffered message arrived
         self._lost: str | None = None  # why the consumer is gone, once the server said so
 
     async def start(self) -> None:
@@ -74,6 +75,8 @@ class Puller:
             self._mode = None
             self._wake.set()
             return
+        if not self._buf:
+            self._first_at = asyncio.get_running_loop().time()
         self._buf.append(msg)
         self._remaining -= 1
         if self._remaining <= 0:
@@ -81,8 +84,13 @@ class Puller:
         if self._mode != "no_wait":  # a no_wait batch is handed over whole, when it is complete
             self._wake.set()
 
-    async def fetch(self, batch: int, wait_s: float) -> list[Any]:
-        """Up to ``batch`` messages; raise ``TimeoutError`` if none arrive within ``wait_s``."""
+    async def fetch(self, batch: int, wait_s: float, linger_s: float = 0.0) -> list[Any]:
+        """Up to ``batch`` messages; raise ``TimeoutError`` if none arrive within ``wait_s``.
+
+        ``linger_s``: once drained, messages trickle in one by one through the long poll;
+        the first is then held up to ``linger_s`` for more to join it (or the batch to
+        fill), so a slow stream is folded a few messages per transaction, not one.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
@@ -90,7 +98,14 @@ class Puller:
                 raise ConsumerLostError(self._lost)
             # While a no_wait request is filling a batch, wait for it; otherwise hand over what is here.
             if self._buf and (self._mode != "no_wait" or len(self._buf) >= batch):
+                held = self._first_at + linger_s - loop.time()
+                if self._mode == "poll" and len(self._buf) < batch and held > 0:
+                    # One sleep, not a wake-up per message: what arrives meanwhile is buffered.
+                    await asyncio.sleep(held)
+                    continue
                 out, self._buf = self._buf[:batch], self._buf[batch:]
+                if self._buf:
+                    self._first_at = loop.time()
                 return out
             now = loop.time()
             if self._mode is not None and now > self._stale_at:

@@ -71,6 +71,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_inflight_batches: int = 4
     # Projector: most messages fetched and committed in one transaction.
     projector_batch: int = 500
+    # Projector: how long the first message that arrives after the ledger was drained waits for
+    # others to share its transaction, in milliseconds (0: none); adds at most this much lag.
+    projector_linger_ms: float = 3.0
     # Projector: partitions of the task space (docs/scaling.md). Each has its own consumer and
     # watermark and is folded by one projector instance at a time; the count is fixed when a
     # projection is built (first start, or `agentledger replay`, which re-partitions).
@@ -206,8 +209,8 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims"}
-_FLOAT = {"dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s", "context_compactor_timeout_s",
-          "context_catch_up_s"}
+_FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
+          "context_compactor_timeout_s", "context_catch_up_s"}
 _BOOL = {"embeddings_send_dims", "redact_secrets"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
