@@ -181,7 +181,7 @@ class Lane:
         self._cache = StateCache()
         self._sub: Puller | None = None
         # The batches' own connection (reads use the pool): no pool release reset per batch.
-        self._writer: asyncpg.Connection | None = None
+        self._writer = db.BatchConnection(settings.database_url)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         # True while a batch or an initialization is in flight (stop lets it finish).
@@ -239,7 +239,7 @@ class Lane:
         if self._sub is not None:
             await self._sub.close()
             self._sub = None
-        self._drop_writer()
+        self._writer.drop()
 
     def evict(self, tenant: str, task_id: str | None) -> int:
         """Drop the cached states of a tenant (or of one of its tasks); call between batches."""
@@ -434,19 +434,10 @@ class Lane:
         """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
         self._cache.clear()
         self._committed = self._projection = None
-        self._drop_writer()  # plans cached against dropped tables go with it
+        self._writer.drop()  # plans cached against dropped tables go with it
         await self._pool.expire_connections()  # drop plans cached against dropped tables
 
-    async def _conn(self) -> asyncpg.Connection:
-        """The connection batches are written on, opened on first use (and after a reset)."""
-        if self._writer is None or self._writer.is_closed():
-            self._writer = await db.connect(self.settings.database_url)
-        return self._writer
 
-    def _drop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None and not writer.is_closed():
-            writer.terminate()
 
     async def _idle_check(self) -> None:
         """Between batches: notice a dropped or rebuilt projection without waiting for traffic."""
@@ -495,7 +486,7 @@ class Lane:
             return []
 
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
-        conn = await self._conn()
+        conn = await self._writer.get()
         async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn, self.name))
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
@@ -512,7 +503,7 @@ class Lane:
         mid = headers.get("Nats-Msg-Id") or ""
         row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
                              f"the projection could not store this message ({type(exc).__name__})"))
-        conn = await self._conn()
+        conn = await self._writer.get()
         async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn, self.name))
             if seq <= wm:

@@ -404,6 +404,26 @@ async def connect(dsn: str) -> asyncpg.Connection:
     return await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT_S)
 
 
+class BatchConnection:
+    """The one connection a projection writes its batches on (reads use a pool): opened on
+    first use and again after ``drop``, so no pool release resets it per batch. ``drop``
+    terminates it at once, with the plans it cached against tables a rebuild replaced."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: asyncpg.Connection | None = None
+
+    async def get(self) -> asyncpg.Connection:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await connect(self._dsn)
+        return self._conn
+
+    def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
     """A connection pool to the projection database."""
     pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,

@@ -106,7 +106,7 @@ class LedgerProjection(Generic[StoreT]):
         self._nc = nc
         self._pool = pool
         self._sub: Puller | None = None
-        self._writer: asyncpg.Connection | None = None
+        self._writer = db.BatchConnection(settings.database_url)
         # Holds the leadership lock while this instance folds (``leader``).
         self._lock_conn: asyncpg.Connection | None = None
         self.leader = False
@@ -154,7 +154,7 @@ class LedgerProjection(Generic[StoreT]):
                 log.debug(f"{self.log_name}.projection_ended", error=type(exc).__name__)
         if self._sub is not None:
             await self._sub.close()
-        self._drop_writer()
+        self._writer.drop()
         if self._lock_conn is not None and not self._lock_conn.is_closed():
             await self._lock_conn.close()
 
@@ -189,7 +189,7 @@ class LedgerProjection(Generic[StoreT]):
 
     async def _initialize(self) -> None:
         await db.migrate(self.settings.database_url)
-        conn = await self._conn()
+        conn = await self._writer.get()
         async with conn.transaction():
             position = await self.store.lock_watermark(conn)
         if position is None:
@@ -268,7 +268,7 @@ class LedgerProjection(Generic[StoreT]):
 
     def _reset(self) -> None:
         self._committed = self._projection = None
-        self._drop_writer()
+        self._writer.drop()
         if self._lock_conn is None or self._lock_conn.is_closed():
             self.leader = False  # its lock went with its session: another instance may lead now
 
@@ -304,7 +304,7 @@ class LedgerProjection(Generic[StoreT]):
         return position[0]
 
     async def _commit(self, batch: dict[int, Any]) -> None:
-        conn = await self._conn()
+        conn = await self._writer.get()
         async with conn.transaction():
             wm = self._check(await self.store.lock_watermark(conn))
             fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
@@ -334,12 +334,4 @@ class LedgerProjection(Generic[StoreT]):
         if nxt.seq is not None and nxt.seq < first:
             raise ProjectionChangedError(f"{self.noun} message {nxt.seq} was not delivered before {first}")
 
-    async def _conn(self) -> asyncpg.Connection:
-        if self._writer is None or self._writer.is_closed():
-            self._writer = await db.connect(self.settings.database_url)
-        return self._writer
 
-    def _drop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None and not writer.is_closed():
-            writer.terminate()
