@@ -25,7 +25,9 @@ from agentledger.core.reducer import fold
 from agentledger.core.state import Changes, encode_state, new_state, view
 from agentledger.ledger import MSG_ID, ledger_subject, msg_id
 from agentledger.services.projector import rebuild as replay
+from agentledger.db import WATERMARK_NAME
 from agentledger.services.projector.service import Projector
+from agentledger.services.projector.store import REFUSED, Store
 from ckpt_support import TENANT as CK_TENANT
 from ckpt_support import created, running, variable
 from ckpt_support import event as ck_event
@@ -115,6 +117,51 @@ async def test_a_repeated_event_id_is_a_duplicate_live_and_in_a_rebuild(
         assert report.ok, report.summary()
     finally:
         await again.stop()
+
+
+async def test_the_one_statement_batch_keeps_nothing_when_a_guard_fails(
+        settings: Settings, ledger: Ledger, projector: Projector) -> None:
+    """Protects the projector's one-round-trip batch: it is written only where the watermark is
+    the one the lane committed last, in the projection it knows, and every id it claims is new.
+    A failed guard leaves the watermark, the rows and the id index as they were (the lane then
+    takes the long way); held guards write it all."""
+    script = task_script("t1")
+    await ledger.publish_all(script)
+    await caught_up(settings, ledger)
+    await projector.stop()
+    store = Store()
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        pos = await store.position(conn)
+        assert pos is not None
+        tables = "SELECT tenant, task_id, seq, state FROM task_state ORDER BY task_id"
+        before = await conn.fetch(tables)
+        new_id = (TENANT, "t9", "fresh-id", pos.seq + 1)
+        old_id = (TENANT, "t1", script[0]["event_id"], pos.seq + 1)
+
+        async def write(expected: int, projection: int, claims: list[tuple[str, str, str, int]]) -> None:
+            await store.write_batch(conn, name=WATERMARK_NAME, expected=expected, projection=projection,
+                                    watermark=pos.seq + 1, claims=claims,
+                                    tasks=[(TENANT, "t9", pos.seq + 1, b"{}", "h")],
+                                    variables=[(TENANT, "t9", "x", pos.seq + 1, b"1")], turns=[],
+                                    rejections=[])
+
+        for expected, projection, claims in ((pos.seq - 1, pos.projection, [new_id]),
+                                             (pos.seq, pos.projection + 1, [new_id]),
+                                             (pos.seq, pos.projection, [new_id, old_id])):
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await write(expected, projection, claims)
+            assert refused.value.sqlstate == REFUSED, refused.value
+            assert await store.position(conn) == pos
+            assert await conn.fetch(tables) == before
+            assert not await conn.fetch("SELECT 1 FROM applied_events WHERE event_id = 'fresh-id'")
+            assert not await conn.fetch("SELECT 1 FROM task_variables WHERE task_id = 't9'")
+        await write(pos.seq, pos.projection, [new_id])
+        assert await store.position(conn) == (pos.seq + 1, pos.projection)
+        assert [r["task_id"] for r in await conn.fetch(tables)] == ["t1", "t9"]
+        assert await conn.fetchval("SELECT seq FROM applied_events WHERE event_id = 'fresh-id'") == pos.seq + 1
+    finally:
+        await conn.close()
 
 
 async def test_a_repeated_event_id_after_the_checkpoint_is_a_duplicate_in_resume(

@@ -85,6 +85,7 @@ from agentledger.services.projector.rebuild import (
     subject_tokens,
 )
 from agentledger.services.projector.store import (
+    REFUSED,
     Key,
     Position,
     ProjectionMissingError,
@@ -486,14 +487,61 @@ class Lane:
             return []
 
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
+        """One batch in one transaction: in one statement when every task it touches is
+        cached (the lane's own state since the watermark it committed), else the long way."""
         conn = await self._writer.get()
+        decoded: tuple[list[tuple[int, Any]], list[tuple[int, Key, AnyEvent]], list[RejectionRow]] | None = None
+        wm, projection = self._committed, self._projection
+        if wm is not None and projection is not None:
+            fresh = [(seq, msg) for seq, msg in items if seq > wm]
+            if fresh:
+                await self._check_contiguous(wm, [seq for seq, _ in fresh])
+                rejected: list[RejectionRow] = []
+                events = self._decode(fresh, rejected)
+                decoded = (fresh, events, list(rejected))
+                if all(key in self._cache for _, key, _ in events):
+                    rows = await self._write_fast(conn, fresh, events, rejected)
+                    if rows is not None:
+                        return rows
         async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn, self.name))
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
-            rejected: list[RejectionRow] = []
-            rows = await self._apply(conn, wm, fresh, rejected) if fresh else []
+            if decoded is not None and decoded[0] == fresh:
+                events, rejected = decoded[1], list(decoded[2])
+            else:
+                rejected = []
+                events = self._decode(fresh, rejected)
+            rows = await self._apply(conn, wm, fresh, events, rejected) if fresh else []
         self._committed = fresh[-1][0] if fresh else wm
         self._rejected.extend(rejected)  # committed: tell the producers after the ack
+        return rows
+
+    async def _write_fast(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]],
+                          events: list[tuple[int, Key, AnyEvent]],
+                          rejections: list[RejectionRow]) -> list[TaskRow] | None:
+        """Fold ``events`` into the cached states, assuming every id is new, and write the batch
+        in one statement (``Store.write_batch``), guarded on the watermark being the one this
+        lane committed last, in its projection; None when the guard refused it (nothing was
+        written, the cache is dropped: the long way re-reads what it needs)."""
+        wm, projection = self._committed, self._projection
+        assert wm is not None and projection is not None
+        first: dict[tuple[str, str, str], int] = {}
+        for seq, key, event in events:
+            first.setdefault((key[0], key[1], event.event_id), seq)
+        rows, variables, turns = self._fold(events, first, rejections)
+        try:
+            await self.store.write_batch(
+                conn, name=self.name, expected=wm, projection=projection, watermark=fresh[-1][0],
+                claims=[(*k, seq) for k, seq in first.items()], tasks=rows, variables=variables,
+                turns=turns, rejections=rejections)
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate != REFUSED:
+                raise
+            self.log.info("projector.batch_refused", reason=_safe(exc), watermark=wm)
+            self._cache.clear()  # folded for a statement that kept nothing
+            return None
+        self._committed = fresh[-1][0]
+        self._rejected.extend(rejections)  # committed: tell the producers after the ack
         return rows
 
     async def _commit_poison(self, seq: int, msg: Any, exc: BaseException) -> None:
@@ -514,23 +562,31 @@ class Lane:
         self._committed = seq
 
     async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]],
+                     events: list[tuple[int, Key, AnyEvent]],
                      rejections: list[RejectionRow]) -> list[TaskRow]:
-        """Fold ``fresh`` (sorted, past ``wm``) into the cache and write what it changed, in the
-        caller's transaction; the rejections it records are appended to ``rejections``.
-
-        Written: the core row of every task touched, and only the variable and turn
-        rows the reducer reported changed.
-        """
+        """Fold ``events`` (decoded from ``fresh``, sorted, past ``wm``) into the cache and write
+        what it changed, in the caller's transaction; the rejections it records are appended
+        to ``rejections``. Ids are claimed and states loaded first, as the fold needs them."""
         await self._check_contiguous(wm, [seq for seq, _ in fresh])
+        first = await self._first_occurrences(conn, events)
+        missing = list({key for _, key, _ in events if key not in self._cache})
+        if missing:
+            for loaded in await self.store.load_states(conn, missing):
+                self._cache.load(loaded)
+        rows, variables, turns = self._fold(events, first, rejections)
+        await self.store.upsert_tasks(conn, rows)
+        # The variable, turn and rejection rows and the watermark: one statement, one round trip.
+        await self.store.write_rest(conn, variables, turns, rejections, fresh[-1][0], name=self.name)
+        return rows
+
+    def _fold(self, events: list[tuple[int, Key, AnyEvent]], first: dict[tuple[str, str, str], int],
+              rejections: list[RejectionRow]) -> tuple[list[TaskRow], list[VariableRow], list[TurnRow]]:
+        """Apply ``events`` to the cached states (every task's must be there or be new); the
+        rows to write: the core row of every task touched, and only the variable and turn
+        rows the reducer reported changed. ``first``: each id's first seq."""
         cache = self._cache
         changes: dict[Key, Changes] = {}
         changed: dict[Key, int] = {}
-        events = self._decode(fresh, rejections)
-        first = await self._first_occurrences(conn, events)
-        missing = list({key for _, key, _ in events if key not in cache})
-        if missing:
-            for loaded in await self.store.load_states(conn, missing):
-                cache.load(loaded)
         for seq, key, event in events:
             before = len(rejections)
             first_seq = first[(key[0], key[1], event.event_id)]
@@ -558,10 +614,7 @@ class Lane:
             turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes[key].turns)
             cache.touch(key)  # recently changed tasks live at the young end
             cache.note(key, len(core), written)
-        await self.store.upsert_tasks(conn, rows)
-        # The variable, turn and rejection rows and the watermark: one statement, one round trip.
-        await self.store.write_rest(conn, variables, turns, rejections, fresh[-1][0], name=self.name)
-        return rows
+        return rows, variables, turns
 
     def _decode(self, fresh: list[tuple[int, Any]],
                 rejections: list[RejectionRow]) -> list[tuple[int, Key, AnyEvent]]:

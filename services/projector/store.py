@@ -156,6 +156,22 @@ _UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_
 _REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, code, reason)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
            " $5::text[], $6::text[], $7::text[]) ON CONFLICT DO NOTHING")
+# The live projector's batch as one statement (one round trip, one implicit transaction): the
+# partition's watermark moves on from the seq the lane committed last, in the projection it
+# knows (the watermark table's oid), and only then are the batch's event ids claimed and its
+# core, variable, turn and rejection rows written. If the watermark was elsewhere (another
+# process wrote it, or a rebuild was switched in) or an id had been claimed before (a
+# duplicate past JetStream's dedupe window, whose first seq must be read first), the final
+# ``projector_refuse`` raises ``REFUSED`` and nothing of the statement is kept.
+REFUSED = "AL001"
+_MOVE_WM = ("UPDATE {s}.projector_watermark SET seq = $1 WHERE name = $2 AND seq = $3"
+            " AND tableoid = $4::oid RETURNING 1")
+_REFUSE_UNLESS = (" SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM wm)"
+                  " THEN {s}.projector_refuse('the watermark is not where this projector left it')"
+                  " WHEN (SELECT count(*) FROM claimed) <> $31"
+                  " THEN {s}.projector_refuse('an event id of the batch was consumed before') ELSE 0 END")
+
+
 # One statement (one snapshot) for a whole view: the core row, the variables as the members
 # of a JSON object and the turns as the items of a JSON array, joined from the rows' bytes
 # (each is its own JSON in the view) without decoding them. Names sort by code point ("C"),
@@ -221,6 +237,7 @@ class Store:
         self._get_task = _qualify(_GET_TASK, s)
         self._rejections_after = _qualify(_REJECTIONS_AFTER, s)
         self._hashes = _qualify(_HASHES, s)
+        self._write_batch = _qualify(_batch_statement(), s)
         self._write_rest = _combined(self._put_variables, self._put_turns, self._reject,
                                      final=self._set_wm)
 
@@ -326,6 +343,21 @@ class Store:
         round trip instead of four, in the caller's transaction): the live projector's batch."""
         await conn.execute(self._write_rest, *_columns(variables, 5), *_columns(turns, 5),
                            *_columns(rejections, 7), name, watermark)
+
+    async def write_batch(self, conn: asyncpg.Connection, *, name: str, expected: int,
+                          projection: int, watermark: int, claims: Sequence[AppliedRow],
+                          tasks: Sequence[TaskRow], variables: Sequence[VariableRow],
+                          turns: Sequence[TurnRow], rejections: Sequence[RejectionRow]) -> None:
+        """The live projector's whole batch in one statement (``_WRITE_BATCH``): the watermark
+        row ``name`` moves from ``expected`` (in ``projection``) to ``watermark``, the ids are
+        claimed, the rows written. ``asyncpg.PostgresError`` with sqlstate ``REFUSED`` when the
+        watermark was elsewhere or an id was claimed before: then nothing was written."""
+        try:
+            await conn.execute(self._write_batch, watermark, name, expected, projection,
+                               *_columns(claims, 4), *_columns(tasks, 5), *_columns(variables, 5),
+                               *_columns(turns, 5), *_columns(rejections, 7), len(claims))
+        except asyncpg.UndefinedTableError as exc:
+            raise ProjectionMissingError("the projection tables are missing") from exc
 
     async def write_parts(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                           turns: Sequence[TurnRow]) -> None:
@@ -451,6 +483,19 @@ def _combined(*statements: str, final: str) -> str:
         ctes.append(f"w{i} AS ({_renumber(sql, offset)})")
         offset += len(set(re.findall(r"\$(\d+)", sql)))
     return f"WITH {', '.join(ctes)} {_renumber(final, offset)}"
+
+
+def _batch_statement() -> str:
+    """``_MOVE_WM`` as CTE ``wm``, the claim and the row writes gated on it, and
+    ``_REFUSE_UNLESS`` (its ``$31``: how many ids the batch claims)."""
+    ctes, offset = [f"wm AS ({_MOVE_WM})"], 4
+    for name, sql in (("claimed", _CLAIM), ("tasks", _UPSERT), ("variables", _PUT_VARIABLES),
+                      ("turns", _PUT_TURNS), ("rejected", _REJECT)):
+        gated = sql.replace(" ON CONFLICT", " WHERE EXISTS (SELECT 1 FROM wm) ON CONFLICT", 1)
+        ctes.append(f"{name} AS ({_renumber(gated, offset)})")
+        offset += len(set(re.findall(r"\$(\d+)", sql)))
+    assert offset == 30
+    return f"WITH {', '.join(ctes)}{_REFUSE_UNLESS}"
 
 
 def _renumber(sql: str, offset: int) -> str:

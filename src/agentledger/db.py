@@ -373,6 +373,16 @@ _MIGRATIONS: list[tuple[int, str]] = [
     (8, """
         ALTER TABLE {s}.context_conversations ADD COLUMN IF NOT EXISTS forgets bigint NOT NULL DEFAULT 0;
     """),
+    # The projector's one-statement batch (services/projector/store.py ``write_batch``) ends in
+    # this when one of its guards fails, so that nothing of the statement is kept.
+    (9, """
+        CREATE OR REPLACE FUNCTION {s}.projector_refuse(reason text) RETURNS bigint
+            LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            RAISE EXCEPTION 'projector batch refused: %', reason USING ERRCODE = 'AL001';
+        END
+        $$;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
