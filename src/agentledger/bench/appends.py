@@ -40,6 +40,7 @@ from agentledger.bench.common import (
     agent_settings,
     cpu_ms_per_event,
     cpu_sample,
+    create_tasks,
     emit,
     median,
     median_ratio,
@@ -149,8 +150,10 @@ class Agents:
     def conns(self, agents: int) -> int:
         return min(agents, len(self.clients))
 
-    def system_op(self, shape: Shape, tag: str) -> Op:
+    async def system_op(self, shape: Shape, tag: str) -> Op:
+        """Appends through the client, to tasks opened here first."""
         n = self.conns(shape.agents)
+        await create_tasks(self.clients[:n], TENANT, (shape.task(tag, a) for a in range(shape.agents)))
 
         async def op(agent: int, k: int) -> int:
             task = shape.task(tag, agent)
@@ -207,7 +210,7 @@ async def measure(stack: Stack, agents: Agents, shape: Shape, *, ceiling: bool =
     for r in range(stack.profile.repeats):
         tag = f"{shape.name}{shape.agents}r{r}{uuid.uuid4().hex[:4]}"
         await stack.wait_projected()
-        out.system.append(await closed_loop(stack, shape.agents, agents.system_op(shape, tag),
+        out.system.append(await closed_loop(stack, shape.agents, await agents.system_op(shape, tag),
                                             stack.stack_procs()))
         await stack.wait_projected()
         out.raw.append(await closed_loop(stack, shape.agents, agents.raw_op(shape, tag),
@@ -284,7 +287,7 @@ async def bench_one_task(stack: Stack) -> None:
         for r in range(p.repeats):
             await stack.wait_projected()
             many.append(await closed_loop(stack, spread.agents,
-                                          agents.system_op(spread, f"spread{r}{uuid.uuid4().hex[:4]}"),
+                                          await agents.system_op(spread, f"spread{r}{uuid.uuid4().hex[:4]}"),
                                           None))
         one, other = [r.rate for r in m.system], [r.rate for r in many]
         emit("one_task_vs_many_tasks", median(one), "events/s", median(other), median_ratio(one, other),
@@ -306,13 +309,13 @@ async def bench_pause(stack: Stack) -> None:
         for r in range(p.repeats):
             tag = f"pause{r}{uuid.uuid4().hex[:4]}"
             await stack.wait_projected()
-            running.append(await closed_loop(stack, shape.agents, agents.system_op(shape, f"{tag}on"),
+            running.append(await closed_loop(stack, shape.agents, await agents.system_op(shape, f"{tag}on"),
                                              None))
             await stack.wait_projected()
             stack.pause(paused)
             try:
                 stopped.append(await closed_loop(stack, shape.agents,
-                                                 agents.system_op(shape, f"{tag}off"), None))
+                                                 await agents.system_op(shape, f"{tag}off"), None))
             finally:
                 stack.resume(paused)
         on, off = [r.rate for r in running], [r.rate for r in stopped]

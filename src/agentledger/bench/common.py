@@ -181,10 +181,29 @@ def _now() -> str:
 
 
 def variable_event(tenant: str, task: str, event_id: str, i: int) -> dict[str, Any]:
-    """A small event that every state accepts: the shape of the append figures."""
+    """A small event that every open task accepts: the shape of the append figures (open the
+    task first, ``create_tasks``: on a task never created the reducer refuses it, and the
+    figures would measure the rejection path)."""
     return {"kind": "variable_set", "event_id": event_id, "tenant": tenant, "task_id": task,
             "producer": "bench", "occurred_at": _now(), "schema_version": 1,
             "payload": {"name": f"x{i % 16}", "value": i}}
+
+
+def created_event(tenant: str, task: str) -> dict[str, Any]:
+    """The event that opens ``task`` (with a budget no figure exhausts)."""
+    return {"kind": "task_created", "event_id": "created", "tenant": tenant, "task_id": task,
+            "producer": "bench", "occurred_at": _now(), "schema_version": 1,
+            "payload": {"goal": {"text": "bench", "acceptance_criteria": [],
+                                 "goal_hash": goal_hash("bench", [])},
+                        "budget": {"tokens": 10**12}}}
+
+
+async def create_tasks(clients: Sequence[Any], tenant: str, tasks: Iterable[str]) -> None:
+    """Open every task of ``tasks`` (untimed, before a figure), through ``clients`` in turn."""
+    pending = sorted(set(tasks))
+    for i in range(0, len(pending), 64):
+        await asyncio.gather(*(clients[j % len(clients)].append(created_event(tenant, task))
+                               for j, task in enumerate(pending[i:i + 64], i)))
 
 
 def task_stream(tenant: str, task: str, n: int) -> list[dict[str, Any]]:

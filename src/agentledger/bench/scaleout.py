@@ -31,6 +31,7 @@ from agentledger.bench.common import (
     agent_settings,
     cpu_ms_per_event,
     cpu_sample,
+    create_tasks,
     emit,
     median,
     pct,
@@ -157,6 +158,7 @@ async def _load(settings: Settings, tasks: int, per_task: int, partitions: int, 
             run.latencies.append(now - began)
             run.acks.append((now, result.seq, part))
 
+    await create_tasks([client], TENANT, (f"{name}-{t}" for t in range(tasks)))
     sampler = asyncio.create_task(sample())
     try:
         began = time.monotonic()

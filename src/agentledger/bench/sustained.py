@@ -24,7 +24,7 @@ import msgspec
 
 from agentledger import auth
 from agentledger.bench.appends import TENANT, Agents
-from agentledger.bench.common import Stack, emit, pct, variable_event
+from agentledger.bench.common import Stack, create_tasks, emit, pct, variable_event
 from agentledger.contracts.api import TaskChanged
 from agentledger.services.projector.service import changed_subject
 
@@ -62,6 +62,7 @@ async def _offer(stack: Stack, agents: Agents, rate: int) -> tuple[int, float, l
         result = await conns[i % len(conns)].append(variable_event(TENANT, task, f"s{i}", i))
         acks.append((task, result.seq, time.perf_counter()))
 
+    await create_tasks(conns, TENANT, (f"{tag}-{i}" for i in range(p.sweep_tasks)))
     start = time.perf_counter()
     end = start + p.sweep_s
     sent = 0
