@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from agentledger.bench.common import created_event, variable_event
+from agentledger.contracts.codec import decode_event
+from agentledger.core.reducer import fold
+from agentledger.core.state import new_state
+
 SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild", "detector",
                   "memory", "forget"]
 EXPECTED = {
@@ -61,3 +66,15 @@ def test_bench_smoke_profile_prints_every_figure() -> None:
             assert "postgres" in line["cpu_by_process"], line
         else:
             assert line["value"] > 0 and line["baseline"] > 0 and line["ratio"] > 0, line
+
+
+def test_the_append_figures_measure_accepted_events() -> None:
+    """Protects what the append figures measure: the events the agents append are accepted by
+    the reducer on the tasks the bench opens (refused ones take the rejection path, another
+    cost), and a task never opened would refuse them."""
+    opened = [created_event("bench", "t"), *(variable_event("bench", "t", f"e{i}", i) for i in range(40))]
+    events = [(decode_event(json.dumps(e).encode()), seq) for seq, e in enumerate(opened, 1)]
+    _, trace = fold(new_state("bench", "t"), events)
+    assert [t.outcome for t in trace] == ["applied"] * len(opened)
+    _, unopened = fold(new_state("bench", "t"), events[1:])
+    assert {t.outcome for t in unopened} == {"rejected"}
