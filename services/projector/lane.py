@@ -281,8 +281,14 @@ class Lane:
                 # Built beside the empty projection in bounded memory and switched in, as
                 # `agentledger replay` does (by one lane: the others find it built).
                 self.log.info("projector.rebuilding", reason="empty projection", last_seq=last)
-                await replace_live_with(self._nc, conn, s, progress=self._rebuild_progress,
-                                        partitions=s.projector_partitions, only_if_empty=True)
+                # On a connection of its own: the rebuild holds a session lock, and pooled
+                # connections are returned without a session reset (``db.create_pool``).
+                rebuild = await db.connect(s.database_url)
+                try:
+                    await replace_live_with(self._nc, rebuild, s, progress=self._rebuild_progress,
+                                            partitions=s.projector_partitions, only_if_empty=True)
+                finally:
+                    await rebuild.close()
                 position = await self._position(conn)
                 wm = position.seq
         await self._bind_consumer(wm)

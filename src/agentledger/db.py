@@ -434,10 +434,22 @@ class BatchConnection:
             conn.terminate()
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """A pooled connection's reset on release: nothing beyond asyncpg's own (which rolls back
+    an open transaction and drops listeners), see ``create_pool``."""
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
-    """A connection pool to the projection database."""
+    """A connection pool to the projection database.
+
+    A connection goes back to the pool without the session reset query (advisory
+    unlock, ``CLOSE ALL``, ``UNLISTEN``, ``RESET ALL``): one round trip per read
+    saved, a sixth of a ``wm.get``. So its users keep no session state on it
+    (session advisory locks, ``SET`` without ``LOCAL``, ``LISTEN``): those take a
+    connection of their own (``connect``).
+    """
     pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                     timeout=CONNECT_TIMEOUT_S)
+                                     timeout=CONNECT_TIMEOUT_S, reset=_keep_session)
     assert pool is not None
     return pool
 
