@@ -293,7 +293,9 @@ async def test_writers_racing_for_one_tasks_lease_exactly_one_wins(settings: Set
     secret are refused through every writer; the winner's appends are accepted through every
     writer, one after the other (each writer learning what the others appended). The ledger holds
     exactly the two grants of each task, and every fenced event of a task carries its winner's
-    token and lies after that grant."""
+    token and lies after that grant. A trial that meets a stalled ledger (a retryable
+    `unavailable`: its outcome is unknown) is held to the ledger alone: at most one grant after
+    the dead one, every fenced event that winner's; at most 5% of the trials may."""
     tasks = [f"r{i}" for i in range(TRIALS)]
     gate = asyncio.Semaphore(50)
     async with writers(settings, n) as ws:
@@ -301,7 +303,14 @@ async def test_writers_racing_for_one_tasks_lease_exactly_one_wins(settings: Set
 
         async def setup(i: int, task: str) -> None:
             async with gate:
-                assert await append(ws[i % n], [created(task=task)]) == "accepted"
+                opened = created(task=task)
+                # Retried as the same event (stored once) while the ledger is stalled.
+                for _ in range(50):
+                    outcome = await append(ws[i % n], [opened])
+                    if outcome != "unavailable":
+                        break
+                    await asyncio.sleep(0.1)
+                assert outcome == "accepted"
                 got = await lease(ws[(i + 1) % n], "acquire", task, holder="dead", ttl_s=0.01)
                 dead[task] = got["lease"]
 
@@ -314,12 +323,20 @@ async def test_writers_racing_for_one_tasks_lease_exactly_one_wins(settings: Set
             for t in tasks:
                 await table(w).current("acme", t)
 
-        async def trial(i: int, task: str) -> tuple[int, list[str], list[str], list[str]]:
+        # Tasks whose trial met a stalled ledger: a request answered the retryable
+        # `unavailable` (JetStream did not answer within the writer's timeout; this machine's
+        # disk sometimes stalls an fsync for seconds), so its outcome is unknown.
+        stalled: set[str] = set()
+
+        async def trial(i: int, task: str) -> tuple[int, list[str], list[str], list[str]] | None:
             order = random.Random(i).sample(range(n), n)  # who asks first varies by trial
             async with gate:
                 asked = await asyncio.gather(*(lease(ws[j], "acquire", task, holder=f"x{j}",
                                                      ttl_s=30) for j in order))
                 replies = [asked[order.index(j)] for j in range(n)]
+                if any(not r["ok"] and r["error"]["code"] == "unavailable" for r in replies):
+                    stalled.add(task)
+                    return None
                 won = [j for j, r in enumerate(replies) if r["ok"]]
                 assert len(won) == 1, replies
                 lost = [r["error"]["code"] for r in replies if not r["ok"]]
@@ -329,16 +346,21 @@ async def test_writers_racing_for_one_tasks_lease_exactly_one_wins(settings: Set
                 refused += [await append(ws[j], [ev(task)], win, "x" * 43)
                             for j in range(n) if j != won[0]]
                 accepted = [await append(w, [ev(task)], win, win["secret"]) for w in ws]
+                if "unavailable" in refused + accepted:
+                    stalled.add(task)
+                    return None
                 return won[0], lost, refused, accepted
 
         started = time.monotonic()
-        results = await asyncio.gather(*(trial(i, t) for i, t in enumerate(tasks)))
+        results = [r for r in await asyncio.gather(*(trial(i, t) for i, t in enumerate(tasks)))
+                   if r is not None]
         elapsed = time.monotonic() - started
 
     by_writer = [sum(1 for r in results if r[0] == j) for j in range(n)]
     print(f"{n} writers, {TRIALS} trials in {elapsed:.1f} s: one winner every time; "
-          f"wins by writer {by_writer}")
-    assert sum(by_writer) == TRIALS
+          f"wins by writer {by_writer}; {len(stalled)} met a stalled ledger")
+    assert len(stalled) <= TRIALS // 20, f"{len(stalled)} of {TRIALS} trials met a stalled ledger"
+    assert sum(by_writer) == TRIALS - len(stalled)
     assert {code for r in results for code in r[1]} == {"lease_held"}
     assert {code for r in results for code in r[2][:n]} == {"stale_fencing_token"}
     assert {code for r in results for code in r[2][n:]} == {"lease_secret_invalid"}
@@ -349,7 +371,15 @@ async def test_writers_racing_for_one_tasks_lease_exactly_one_wins(settings: Set
     for task in tasks:
         messages = per_task[task]
         grants = [seq for seq, body in messages if body["kind"] == "lease_granted"]
-        assert grants[0] == dead[task]["token"] and len(grants) == 2, (task, grants)
         fenced = [(seq, body["fencing_token"]) for seq, body in messages if "fencing_token" in body]
+        assert grants[0] == dead[task]["token"], (task, grants)
+        if task in stalled:
+            # Whatever of the unknown outcomes landed: at most one grant after the dead one,
+            # and every fenced event is that one winner's, after its grant.
+            assert len(grants) <= 2, (task, grants)
+            assert all(seq > grants[-1] and token == grants[-1] for seq, token in fenced) \
+                if len(grants) == 2 else not fenced, (task, fenced)
+            continue
+        assert len(grants) == 2, (task, grants)
         assert len(fenced) == n and all(seq > grants[1] and token == grants[1]
                                         for seq, token in fenced), (task, fenced)
