@@ -348,7 +348,7 @@ class Store:
                           projection: int, watermark: int, claims: Sequence[AppliedRow],
                           tasks: Sequence[TaskRow], variables: Sequence[VariableRow],
                           turns: Sequence[TurnRow], rejections: Sequence[RejectionRow]) -> None:
-        """The live projector's whole batch in one statement (``_WRITE_BATCH``): the watermark
+        """The live projector's whole batch in one statement (``_batch_statement``): the watermark
         row ``name`` moves from ``expected`` (in ``projection``) to ``watermark``, the ids are
         claimed, the rows written. ``asyncpg.PostgresError`` with sqlstate ``REFUSED`` when the
         watermark was elsewhere or an id was claimed before: then nothing was written."""
