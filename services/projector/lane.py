@@ -516,9 +516,10 @@ class Lane:
         async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn, self.name))
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
-            if decoded is not None and decoded[0] == fresh:
+            if decoded is not None and decoded[0] == fresh:  # checked and decoded above
                 events, rejected = decoded[1], list(decoded[2])
             else:
+                await self._check_contiguous(wm, [seq for seq, _ in fresh])
                 rejected = []
                 events = self._decode(fresh, rejected)
             rows = await self._apply(conn, wm, fresh, events, rejected) if fresh else []
@@ -535,9 +536,7 @@ class Lane:
         written, the cache is dropped: the long way re-reads what it needs)."""
         wm, projection = self._committed, self._projection
         assert wm is not None and projection is not None
-        first: dict[tuple[str, str, str], int] = {}
-        for seq, key, event in events:
-            first.setdefault((key[0], key[1], event.event_id), seq)
+        first = _in_batch_firsts(events)
         rows, variables, turns = self._fold(events, first, rejections)
         try:
             await self.store.write_batch(
@@ -577,7 +576,6 @@ class Lane:
         """Fold ``events`` (decoded from ``fresh``, sorted, past ``wm``) into the cache and write
         what it changed, in the caller's transaction; the rejections it records are appended
         to ``rejections``. Ids are claimed and states loaded first, as the fold needs them."""
-        await self._check_contiguous(wm, [seq for seq, _ in fresh])
         first = await self._first_occurrences(conn, events)
         missing = list({key for _, key, _ in events if key not in self._cache})
         if missing:
@@ -665,9 +663,7 @@ class Lane:
         held keeps its recorded seq. An event whose seq is not its id's first is a
         duplicate (the reducer's rule, which replay applies in memory).
         """
-        first: dict[tuple[str, str, str], int] = {}
-        for seq, key, event in events:
-            first.setdefault((key[0], key[1], event.event_id), seq)
+        first = _in_batch_firsts(events)
         claimed = await self.store.claim_events(conn, [(*k, s) for k, s in first.items()])
         if len(claimed) < len(first):  # rare: ids consumed by an earlier batch
             first.update(await self.store.first_seqs(conn, [k for k in first if k not in claimed]))
@@ -709,6 +705,14 @@ class Lane:
                 if nxt is not None and nxt.seq is not None and nxt.seq < seq:
                     raise OutOfOrderError(f"message {nxt.seq} was not delivered before {seq}")
             expected = seq + 1
+
+
+def _in_batch_firsts(events: list[tuple[int, Key, AnyEvent]]) -> dict[tuple[str, str, str], int]:
+    """The seq of each (tenant, task, event id)'s first occurrence within the batch."""
+    first: dict[tuple[str, str, str], int] = {}
+    for seq, key, event in events:
+        first.setdefault((key[0], key[1], event.event_id), seq)
+    return first
 
 
 def _safe(exc: BaseException) -> str:

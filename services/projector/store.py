@@ -474,28 +474,32 @@ async def _snapshot(conn: asyncpg.Connection | asyncpg.Pool) -> AsyncIterator[as
             yield conn
 
 
-def _combined(*statements: str, final: str) -> str:
-    """The statements as data-modifying CTEs of one statement ending in ``final``, their ``$n``
-    parameters renumbered to follow one another (each writes a table of its own, so their
-    order inside the statement does not matter)."""
-    offset, ctes = 0, []
-    for i, sql in enumerate(statements):
-        ctes.append(f"w{i} AS ({_renumber(sql, offset)})")
+def _ctes(statements: Sequence[tuple[str, str]], offset: int = 0) -> tuple[str, int]:
+    """``name AS (sql)`` for each ``(name, sql)``, their ``$n`` parameters renumbered to follow
+    ``offset`` and one another; with the offset after the last."""
+    ctes = []
+    for name, sql in statements:
+        ctes.append(f"{name} AS ({_renumber(sql, offset)})")
         offset += len(set(re.findall(r"\$(\d+)", sql)))
-    return f"WITH {', '.join(ctes)} {_renumber(final, offset)}"
+    return ", ".join(ctes), offset
+
+
+def _combined(*statements: str, final: str) -> str:
+    """The statements as data-modifying CTEs of one statement ending in ``final`` (each writes
+    a table of its own, so their order inside the statement does not matter)."""
+    ctes, offset = _ctes([(f"w{i}", sql) for i, sql in enumerate(statements)])
+    return f"WITH {ctes} {_renumber(final, offset)}"
 
 
 def _batch_statement() -> str:
     """``_MOVE_WM`` as CTE ``wm``, the claim and the row writes gated on it, and
     ``_REFUSE_UNLESS`` (its ``$31``: how many ids the batch claims)."""
-    ctes, offset = [f"wm AS ({_MOVE_WM})"], 4
-    for name, sql in (("claimed", _CLAIM), ("tasks", _UPSERT), ("variables", _PUT_VARIABLES),
-                      ("turns", _PUT_TURNS), ("rejected", _REJECT)):
-        gated = sql.replace(" ON CONFLICT", " WHERE EXISTS (SELECT 1 FROM wm) ON CONFLICT", 1)
-        ctes.append(f"{name} AS ({_renumber(gated, offset)})")
-        offset += len(set(re.findall(r"\$(\d+)", sql)))
+    gated = [(name, sql.replace(" ON CONFLICT", " WHERE EXISTS (SELECT 1 FROM wm) ON CONFLICT", 1))
+             for name, sql in (("claimed", _CLAIM), ("tasks", _UPSERT), ("variables", _PUT_VARIABLES),
+                               ("turns", _PUT_TURNS), ("rejected", _REJECT))]
+    ctes, offset = _ctes([("wm", _MOVE_WM), *gated])
     assert offset == 30
-    return f"WITH {', '.join(ctes)}{_REFUSE_UNLESS}"
+    return f"WITH {ctes}{_REFUSE_UNLESS}"
 
 
 def _renumber(sql: str, offset: int) -> str:

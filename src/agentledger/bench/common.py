@@ -193,9 +193,12 @@ def created_event(tenant: str, task: str) -> dict[str, Any]:
     """The event that opens ``task`` (with a budget no figure exhausts)."""
     return {"kind": "task_created", "event_id": "created", "tenant": tenant, "task_id": task,
             "producer": "bench", "occurred_at": _now(), "schema_version": 1,
-            "payload": {"goal": {"text": "bench", "acceptance_criteria": [],
-                                 "goal_hash": goal_hash("bench", [])},
-                        "budget": {"tokens": 10**12}}}
+            "payload": _created_payload()}
+
+
+def _created_payload() -> dict[str, Any]:
+    return {"goal": {"text": "bench", "acceptance_criteria": [], "goal_hash": goal_hash("bench", [])},
+            "budget": {"tokens": 10**12}}
 
 
 async def create_tasks(clients: Sequence[Any], tenant: str, tasks: Iterable[str]) -> None:
@@ -210,9 +213,7 @@ def task_stream(tenant: str, task: str, n: int) -> list[dict[str, Any]]:
     """A plausible task history of ``n`` events: plan, steps, budget, variables."""
     steps = [{"id": f"S{i}", "depends_on": [f"S{i - 1}"] if i else []} for i in range(8)]
     out: list[dict[str, Any]] = [
-        {"kind": "task_created", "payload": {"goal": {"text": "bench", "acceptance_criteria": [],
-                                                     "goal_hash": goal_hash("bench", [])},
-                                             "budget": {"tokens": 10**12}}},
+        {"kind": "task_created", "payload": _created_payload()},
         {"kind": "plan_versioned", "payload": {"plan_id": "p", "version": 1, "steps": steps}},
     ]
     for i in range(8):
