@@ -263,6 +263,61 @@ def check_request_depth(data: bytes | str) -> None:
                             code="too_deep", path=path)
 
 
+# PostgreSQL's ``text`` and ``jsonb`` cannot hold U+0000, so no stored string may contain it.
+# JSON can carry it only as the escape ``\u0000``; raw control bytes, invalid UTF-8 and lone
+# surrogate escapes are refused by the decoder itself (``malformed_json``).
+_NUL_ESCAPE = b"\\u0000"
+
+
+def nul_path(data: bytes | str) -> str | None:
+    """The JSON path of the first string (a key or a value) holding U+0000, or None.
+
+    A byte search decides almost every body at once; only a body that holds the escape is
+    decoded (after its depth was checked) and walked to name the place. A body that is not
+    JSON has no such path: the decoder refuses it.
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if _NUL_ESCAPE not in raw:
+        return None
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.MsgspecError:
+        return None
+    return _find_nul(doc, "$")
+
+
+def _find_nul(node: Any, path: str) -> str | None:
+    if isinstance(node, str):
+        return path if "\x00" in node else None
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            if (found := _find_nul(item, f"{path}[{i}]")) is not None:
+                return found
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            step = f".{key}" if _PLAIN_KEY.match(key) else f"[{msgspec.json.encode(key).decode(errors='replace')}]"
+            if "\x00" in key:
+                return path + step
+            if (found := _find_nul(value, path + step)) is not None:
+                return found
+    return None
+
+
+def check_text(data: bytes | str, prefix: str = "") -> None:
+    """Raise ``ContractError`` ``invalid_text`` (naming the path) if a string in ``data`` holds U+0000."""
+    path = nul_path(data)
+    if path is not None:
+        raise ContractError("U+0000 (NUL) cannot be stored in a text value; send binary content as an "
+                            "artifact", code="invalid_text", path=_join(prefix, path))
+
+
+def check_request(data: bytes | str) -> None:
+    """What every request body must pass before it is decoded: ``check_request_depth``
+    (before any decoder recurses into it), then ``check_text``."""
+    check_request_depth(data)
+    check_text(data)
+
+
 def error_body(exc: AgentLedgerError) -> ErrorBody:
     """The wire form of an error: its code, message, whether to retry, path and current sequence."""
     return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path,
@@ -274,11 +329,28 @@ def encode(obj: object) -> bytes:
     return _encoder.encode(obj)
 
 
+def encode_request(body: object) -> bytes:
+    """``body`` encoded for a service, refused here as the service would refuse it: a string
+    UTF-8 cannot carry (a lone surrogate) or holding U+0000 is ``invalid_text``, nesting
+    beyond the limit ``too_deep``; nothing is sent."""
+    try:
+        data = _encoder.encode(body)
+    except UnicodeEncodeError as exc:
+        raise ContractError(f"a string is not valid Unicode ({exc.reason})", code="invalid_text",
+                            path="$") from None
+    except RecursionError:
+        raise ContractError(f"nested deeper than {MAX_DEPTH} levels of objects and arrays",
+                            code="too_deep", path="$") from None
+    check_request(data)
+    return data
+
+
 def checked(request_type: type[msgspec.Struct], body: dict[str, Any]) -> dict[str, Any]:
     """``body`` as the service will decode it, for a client to send: a bad field fails here,
     as the same typed ``ContractError`` with its path, before anything is sent."""
+    data = encode_request(body)
     try:
-        decoded = msgspec.json.decode(_encoder.encode(body), type=request_type)
+        decoded = msgspec.json.decode(data, type=request_type)
     except msgspec.MsgspecError as exc:
         raise contract_error(exc) from None
     builtins: dict[str, Any] = msgspec.to_builtins(decoded)

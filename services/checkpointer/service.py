@@ -47,7 +47,7 @@ from nats.micro.service import Service
 from agentledger import artifacts, auth, db, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import ErrorBody, TaskChanged
-from agentledger.contracts.codec import contract_error, encode
+from agentledger.contracts.codec import check_request, contract_error, encode
 from agentledger.contracts.resume import (
     CheckpointSaveReply,
     CheckpointSaveRequest,
@@ -431,6 +431,7 @@ class Checkpointer(ServiceShell):
     async def _handle_save(self, req: Request) -> None:
         try:
             try:
+                check_request(req.data)
                 body = _save_request.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
@@ -443,6 +444,7 @@ class Checkpointer(ServiceShell):
     async def _handle_resume(self, req: Request) -> None:
         try:
             try:
+                check_request(req.data)
                 body = _resume_request.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
@@ -451,6 +453,12 @@ class Checkpointer(ServiceShell):
                                     code="invalid_value", path="$.checkpoint_id")
             caller = await self._caller(req)
             caller.require_tenant(body.tenant, "$.tenant")
+            if body.checkpoint_id is not None and not caller.is_operator:
+                # A checkpoint id is global: naming one is how an operator restores from a
+                # backup, and from a tenant it would probe other tenants' checkpoints.
+                raise PermissionDeniedError("checkpoint_id is an operator-only field; leave it out to "
+                                            "resume from the task's active checkpoint",
+                                            code="operator_only", path="$.checkpoint_id")
             if caller.agent is not None and body.executor != caller.agent:
                 raise PermissionDeniedError(
                     f"this connection is authenticated as agent {caller.agent!r}; an agent resumes "

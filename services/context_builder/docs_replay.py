@@ -29,6 +29,7 @@ from agentledger import db
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.embedding import load_embedder
+from agentledger.ledger_projection import passed_over
 from agentledger.projection_replay import (
     connect,
     diff,
@@ -39,6 +40,7 @@ from agentledger.projection_replay import (
     wait_live,
 )
 from agentledger.services.context_builder.documents import (
+    DURABLE,
     PROJECTION_TABLES,
     DocFold,
     DocumentStore,
@@ -53,10 +55,12 @@ from agentledger.services.projector.rebuild import stream_last_seq
 log = structlog.get_logger()
 
 
-async def read_tenant(nc: Client, settings: Settings, tenant: str,
-                      upto: int) -> list[tuple[int, ev.EventBase]]:
-    """The document events of one tenant with sequence at most ``upto``, in ledger order."""
-    return await read_subject(nc, settings, tenant, ev.DOCUMENTS_TASK, upto, decode=decode_document, noun="document")
+async def read_tenant(nc: Client, settings: Settings, tenant: str, upto: int,
+                      skip: frozenset[int] = frozenset()) -> list[tuple[int, ev.EventBase]]:
+    """The document events of one tenant with sequence at most ``upto``, in ledger order (without
+    the sequences the live projection passed over, ``skip``)."""
+    return await read_subject(nc, settings, tenant, ev.DOCUMENTS_TASK, upto, decode=decode_document, noun="document",
+                              skip=skip)
 
 
 def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> dict[str, DocFold]:
@@ -79,8 +83,9 @@ async def rebuild_documents(settings: Settings) -> dict[str, int]:
             await store.lock_watermark(conn)  # the live projection waits for the switch
             upto = await stream_last_seq(nc, settings)
             await conn.execute("TRUNCATE " + ", ".join(PROJECTION_TABLES))
+            skip = await passed_over(conn, DURABLE)
             for tenant in await subject_tenants(nc, settings, documents_filter(settings.prefix)):
-                events = await read_tenant(nc, settings, tenant, upto)
+                events = await read_tenant(nc, settings, tenant, upto, skip)
                 docs = fold_tenant(events)
                 counts["chunks"] += await store.write(conn, tenant, docs, vectors)
                 counts["documents"] += len(docs)
@@ -111,8 +116,9 @@ async def verify_documents(settings: Settings, wait_s: float = 60.0) -> list[str
             tenants |= {r[0] for r in await conn.fetch(
                 "SELECT DISTINCT tenant FROM documents UNION SELECT DISTINCT tenant FROM document_chunks"
                 " UNION SELECT DISTINCT tenant FROM document_versions")}
+            skip = await passed_over(conn, DURABLE)
             for tenant in sorted(tenants):
-                docs = fold_tenant(await read_tenant(nc, settings, tenant, upto))
+                docs = fold_tenant(await read_tenant(nc, settings, tenant, upto, skip))
                 problems += await _compare(conn, tenant, docs, vectors)
     finally:
         await conn.close()

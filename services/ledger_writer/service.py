@@ -44,7 +44,7 @@ from agentledger import artifacts, auth, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import AppendReply, AppendResult, LeaseBody, LeaseReply
 from agentledger.contracts.codec import (
-    check_request_depth,
+    check_request,
     decode_append_request,
     decode_event,
     decode_lease_request,
@@ -281,7 +281,7 @@ class LedgerWriter:
         A tenant caller may only append to its own tenant, as itself: the
         body's tenant and producer must be the authenticated ones.
         """
-        check_request_depth(data)  # before any decoder recurses into the body
+        check_request(data)  # its depth before any decoder recurses into it, and no U+0000
         request = decode_append_request(data)
         limit = self.settings.max_event_bytes
         if len(request.events) > self.settings.max_batch_events:

@@ -41,6 +41,7 @@ from agentledger.core.memory.authority import promoted_id_for
 from agentledger.core.memory.resolve import encode_group
 from agentledger.core.memory.state import MemoryState
 from agentledger.embedding import load_embedder
+from agentledger.ledger_projection import passed_over
 from agentledger.projection_replay import (
     connect,
     diff,
@@ -60,7 +61,7 @@ from agentledger.services.memory_policy.fold import (
     search_text,
     write_loaded,
 )
-from agentledger.services.memory_policy.projection import decode_memory, memory_filter
+from agentledger.services.memory_policy.projection import DURABLE, decode_memory, memory_filter
 from agentledger.services.memory_policy.store import (
     PROJECTION_TABLES,
     MemoryStore,
@@ -73,10 +74,12 @@ from agentledger.services.projector.rebuild import stream_last_seq
 log = structlog.get_logger()
 
 
-async def read_tenant(nc: Client, settings: Settings, tenant: str,
-                      upto: int) -> list[tuple[int, ev.EventBase]]:
-    """The memory events of one tenant with sequence at most ``upto``, in ledger order."""
-    return await read_subject(nc, settings, tenant, ev.MEMORY_TASK, upto, decode=decode_memory, noun="memory")
+async def read_tenant(nc: Client, settings: Settings, tenant: str, upto: int,
+                      skip: frozenset[int] = frozenset()) -> list[tuple[int, ev.EventBase]]:
+    """The memory events of one tenant with sequence at most ``upto``, in ledger order (without
+    the sequences the live projection passed over, ``skip``)."""
+    return await read_subject(nc, settings, tenant, ev.MEMORY_TASK, upto, decode=decode_memory, noun="memory",
+                              skip=skip)
 
 
 def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> tuple[MemoryState, Folded]:
@@ -97,8 +100,9 @@ async def rebuild_memory(settings: Settings) -> dict[str, int]:
             await store.lock_watermark(conn)  # the live projection waits for the switch
             upto = await stream_last_seq(nc, settings)
             await conn.execute("TRUNCATE " + ", ".join(PROJECTION_TABLES))
+            skip = await passed_over(conn, DURABLE)
             for tenant in await subject_tenants(nc, settings, memory_filter(settings.prefix)):
-                events = await read_tenant(nc, settings, tenant, upto)
+                events = await read_tenant(nc, settings, tenant, upto, skip)
                 state, folded = fold_tenant(events)
                 loaded = Loaded(state, {}, set())
                 folded.groups |= set(state.groups)
@@ -130,8 +134,9 @@ async def verify_memory(settings: Settings, wait_s: float = 60.0) -> list[str]:
             tenants = set(await subject_tenants(nc, settings, memory_filter(settings.prefix)))
             tenants |= {r[0] for r in await conn.fetch(
                 "SELECT DISTINCT tenant FROM memory_groups UNION SELECT DISTINCT tenant FROM memory_history")}
+            skip = await passed_over(conn, DURABLE)
             for tenant in sorted(tenants):
-                state, folded = fold_tenant(await read_tenant(nc, settings, tenant, upto))
+                state, folded = fold_tenant(await read_tenant(nc, settings, tenant, upto, skip))
                 problems += await _compare(conn, tenant, state, folded, vectors)
     finally:
         await conn.close()

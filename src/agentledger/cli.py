@@ -20,10 +20,11 @@ from agentledger.cli_forget import add_forget_commands
 from agentledger.cli_memory import add_bind_command, add_memory_commands
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
+from agentledger.contracts.codec import MAX_DEPTH, encode_request, nesting_path
 from agentledger.demo import render, render_resume, run_demo
 from agentledger.demo_context import render_compaction, run_compaction
 from agentledger.demo_memory import render_lab, run_lab
-from agentledger.errors import AgentLedgerError
+from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
 from agentledger.services.context_builder import docs_replay
@@ -98,15 +99,21 @@ def _append_request(doc: Any, expected: int | None) -> dict[str, Any]:
 
 def cmd_append(args: argparse.Namespace) -> int:
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    # The writer's checks, here first: the depth before the JSON reader recurses into the
+    # file (the path names the place in the file), then the request as the writer reads it.
+    too_deep = nesting_path(data, MAX_DEPTH + 2)
+    if too_deep is not None:
+        raise ContractError(f"an event nests deeper than {MAX_DEPTH} levels of objects and arrays",
+                            code="too_deep", path=too_deep)
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AgentLedgerError(f"input is not JSON: {exc}", code="malformed_json") from exc
+    payload = encode_request(_append_request(doc, args.expected_last_seq))
 
     async def run() -> list[Any]:
         async with await connect(_connected(args)) as client:
-            payload = msgspec.json.encode(_append_request(doc, args.expected_last_seq))
             return await client.append_raw(payload)
 
     print(msgspec.json.encode(asyncio.run(run())).decode())

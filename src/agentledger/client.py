@@ -54,6 +54,7 @@ from agentledger.contracts.artifacts import (
     ArtifactReply,
     ArtifactRequest,
 )
+from agentledger.contracts.codec import encode_request
 from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.contracts.resume import (
     CheckpointSaveReply,
@@ -220,7 +221,7 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
             body["events"] = [_fenced(e, lease.token) for e in events]
             if lease.secret is not None:
                 body["lease_secret"] = lease.secret
-        return await self.append_raw(_encoder.encode(body))
+        return await self.append_raw(encode_request(body))
 
     async def append_raw(self, payload: bytes) -> list[AppendResult]:
         """Send an already-encoded AppendRequest (the CLI's ``append`` uses this)."""
@@ -322,7 +323,7 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
 
     async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
         try:
-            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", _encoder.encode(body),
+            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", encode_request(body),
                                         timeout=self.timeout)
         except _UNAVAILABLE as exc:
             raise UnavailableError(f"the {what} did not answer") from exc

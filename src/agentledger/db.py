@@ -383,6 +383,19 @@ _MIGRATIONS: list[tuple[int, str]] = [
         END
         $$;
     """),
+    # The ledger messages a projection of a reserved subject (memory, documents, forget requests)
+    # passed over because it could not fold them (``agentledger.ledger_projection``): keyed by
+    # the consumer's name and the stream sequence, with a code and a reason that hold no content.
+    (10, """
+        CREATE TABLE IF NOT EXISTS {s}.projection_rejections (
+            projection  text NOT NULL,
+            seq         bigint NOT NULL,
+            code        text NOT NULL,
+            reason      text NOT NULL,
+            recorded_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (projection, seq)
+        );
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

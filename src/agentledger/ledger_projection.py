@@ -19,9 +19,20 @@ standbys, retry the lock every second and take over when the holder's session
 ends. Their endpoints serve meanwhile (reads wait for the committed watermark).
 The watermark check of every batch keeps even a second folder exact.
 
+No message can stop a projection (every tenant's memory, documents and
+forget requests wait behind the one that does). A message no fold can store
+(a string holding U+0000, nesting deeper than the contracts allow) is taken
+out of its batch before ``apply`` sees it, and a message whose batch still
+fails on its content (a PostgreSQL data error, a value the fold cannot take)
+is found by bisecting the batch, the rest committing; either becomes a row of
+``projection_rejections`` (the consumer's name, the sequence, a code and a
+reason without content) written with the watermark that passes it. A rebuild
+and ``replay --verify`` pass over the same messages (``unfoldable`` and the
+recorded sequences), so they still equal the live rows.
+
 Only what a batch does to the rows differs, so ``LedgerProjection`` is the
 rest and each projection supplies its subject filter, its store and ``apply``:
-a fix to the loop is made once for both.
+a fix to the loop is made once for all of them.
 """
 
 from __future__ import annotations
@@ -40,8 +51,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from agentledger import db
 from agentledger.config import Settings
+from agentledger.contracts.codec import MAX_DEPTH, nesting_path, nul_path
 from agentledger.errors import UnavailableError
 from agentledger.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.services.projector.lane import POISON_ERRORS
 from agentledger.services.projector.puller import Puller
 from agentledger.services.projector.rebuild import stream_seq
 
@@ -55,6 +68,38 @@ OUTAGE_RETRY_S = 0.5
 MAX_FAILURES = 30
 # A standby retries the leadership lock this often.
 LEADER_RETRY_S = 1.0
+
+
+_RECORD_REJECTION = ("INSERT INTO projection_rejections(projection, seq, code, reason)"
+                     " SELECT $1, u.seq, u.code, u.reason FROM unnest($2::bigint[], $3::text[], $4::text[])"
+                     " AS u(seq, code, reason) ON CONFLICT DO NOTHING")
+
+
+def unfoldable(data: bytes) -> tuple[str, str] | None:
+    """(code, reason) when no fold can store this message's body, else None.
+
+    The same answer for the same bytes, so the live projection, a rebuild and a verify
+    pass over the same messages. The reason names no content (not even the path, whose
+    keys are the sender's).
+    """
+    if nesting_path(data, MAX_DEPTH) is not None:
+        return "too_deep", f"nested deeper than {MAX_DEPTH} levels of objects and arrays"
+    if nul_path(data) is not None:
+        return "invalid_text", "a string holds U+0000, which PostgreSQL cannot store"
+    return None
+
+
+async def record_rejections(conn: asyncpg.Connection, projection: str,
+                            rejected: list[tuple[int, str, str]]) -> None:
+    """Record (seq, code, reason) as messages ``projection`` passed over."""
+    await conn.execute(_RECORD_REJECTION, projection, [r[0] for r in rejected], [r[1] for r in rejected],
+                       [r[2] for r in rejected])
+
+
+async def passed_over(conn: Any, projection: str) -> frozenset[int]:
+    """The sequences ``projection`` recorded as passed over."""
+    rows = await conn.fetch("SELECT seq FROM projection_rejections WHERE projection = $1", projection)
+    return frozenset(int(r[0]) for r in rows)
 
 
 def leader_key(durable: str) -> int:
@@ -304,23 +349,61 @@ class LedgerProjection(Generic[StoreT]):
         return position[0]
 
     async def _commit(self, batch: dict[int, Any]) -> None:
-        conn = await self._writer.get()
-        async with conn.transaction():
-            wm = self._check(await self.store.lock_watermark(conn))
-            fresh = sorted((seq, msg) for seq, msg in batch.items() if seq > wm)
-            if fresh:
-                await self._check_contiguous(wm, fresh[0][0])
-                counts = await self.apply(conn, fresh)
-                await self.store.set_watermark(conn, fresh[-1][0])
-                log.debug(f"{self.log_name}.batch", events=len(fresh), **counts, watermark=fresh[-1][0])
-        if fresh:
-            self._committed = fresh[-1][0]
-            self.applied = max(self.applied, self._committed)
+        await self._commit_items(sorted(batch.items()))
         try:
             await batch[max(batch)].ack()
         except Exception:  # noqa: BLE001 - a lost ack is a redelivery, which the watermark skips
             log.warning(f"{self.log_name}.ack_failed")
         self._progress.set()
+
+    async def _commit_items(self, items: list[tuple[int, Any]]) -> None:
+        """Commit ``items`` (sorted); a transaction that a message's content fails is bisected,
+        the halves committing on their own, and a single message that still fails it is
+        recorded as passed over, so the same batch is never retried forever."""
+        try:
+            await self._commit_once(items)
+        except POISON_ERRORS as exc:
+            if len(items) > 1:
+                log.warning(f"{self.log_name}.batch_split", events=len(items), first=items[0][0],
+                            last=items[-1][0], error=type(exc).__name__)
+                mid = len(items) // 2
+                await self._commit_items(items[:mid])
+                await self._commit_items(items[mid:])
+                return
+            seq = items[0][0]
+            log.error(f"{self.log_name}.poison_message", seq=seq, error=type(exc).__name__)
+            await self._commit_once(items, poison=f"the projection could not store this message "
+                                                  f"({type(exc).__name__})")
+
+    async def _commit_once(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
+        """One transaction: the messages above the watermark folded (or, with ``poison``, the
+        one message recorded as ``projection_error``), the watermark moved past them."""
+        conn = await self._writer.get()
+        async with conn.transaction():
+            wm = self._check(await self.store.lock_watermark(conn))
+            fresh = [(seq, msg) for seq, msg in items if seq > wm]
+            if fresh:
+                await self._check_contiguous(wm, fresh[0][0])
+                if poison is not None:
+                    rejected, foldable = [(seq, "projection_error", poison) for seq, _ in fresh], []
+                else:
+                    rejected, foldable = [], []
+                    for seq, msg in fresh:
+                        why = unfoldable(msg.data)
+                        if why is None:
+                            foldable.append((seq, msg))
+                        else:
+                            rejected.append((seq, *why))
+                            log.warning(f"{self.log_name}.unfoldable", seq=seq, code=why[0])
+                if rejected:
+                    await record_rejections(conn, self.durable, rejected)
+                counts = await self.apply(conn, foldable) if foldable else {}
+                await self.store.set_watermark(conn, fresh[-1][0])
+                log.debug(f"{self.log_name}.batch", events=len(fresh), **counts, rejected=len(rejected),
+                          watermark=fresh[-1][0])
+        if fresh:
+            self._committed = fresh[-1][0]
+            self.applied = max(self.applied, self._committed)
 
     async def _check_contiguous(self, wm: int, first: int) -> None:
         """Refuse a batch that starts after a message of the subject the consumer never delivered."""

@@ -6,7 +6,9 @@ the same way: connect as the operator, find the tenants that have the
 subject, read one tenant's subject at a time with an ordered consumer up to a
 sequence, wait for the live projection to reach the stream's end, and report
 differences as ``<tenant>: <what> <key> missing|extra|different``. Those
-steps are here; each replay keeps its own fold and comparison.
+steps are here; each replay keeps its own fold and comparison. A replay
+passes over what the live projection passed over: what ``unfoldable`` refuses
+and the sequences the projection recorded (``passed_over``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import UnavailableError
 from agentledger.ledger import ledger_subject
-from agentledger.ledger_projection import WatermarkStore
+from agentledger.ledger_projection import WatermarkStore, unfoldable
 
 IDLE_TIMEOUT_S = 30.0
 # Embeddings equal within this (they are stored as float4).
@@ -71,9 +73,10 @@ async def subject_last_seq(nc: Client, settings: Settings, filter_subject: str) 
 
 
 async def read_subject(nc: Client, settings: Settings, tenant: str, task: str, upto: int, *, decode: Decode,
-                       noun: str) -> list[tuple[int, ev.EventBase]]:
+                       noun: str, skip: frozenset[int] = frozenset()) -> list[tuple[int, ev.EventBase]]:
     """The events ``decode`` accepts on ``tenant``'s ``task`` subject with sequence at most ``upto``,
-    in ledger order (``noun`` names them in the timeout error)."""
+    in ledger order, leaving out the sequences in ``skip`` and what ``unfoldable`` refuses
+    (``noun`` names them in the timeout error)."""
     subject = ledger_subject(settings.prefix, tenant, task)
     out: list[tuple[int, ev.EventBase]] = []
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -83,7 +86,7 @@ async def read_subject(nc: Client, settings: Settings, tenant: str, task: str, u
             return
         md = msg.metadata
         seq, pending = int(md.sequence.stream), int(md.num_pending)
-        if seq <= upto:
+        if seq <= upto and seq not in skip and unfoldable(msg.data) is None:
             event = decode(settings.prefix, msg.subject, msg.data, seq)
             if event is not None:
                 out.append((seq, event))

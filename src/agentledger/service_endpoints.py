@@ -3,7 +3,8 @@
 The memory-policy service and the context-builder answer their endpoints the
 same way, and must keep doing so: each request in its own task (a slow one
 holds up no other), drained when the service stops; the body depth-checked and
-decoded by the endpoint's typed decoder; the caller authenticated and held to
+decoded by the endpoint's typed decoder (after its depth and its text were checked: no
+string may hold U+0000, which PostgreSQL cannot store); the caller authenticated and held to
 the body's tenant; the log bound to tenant and endpoint; and every request
 answered: a typed error reply for an agentledger error, retryable
 ``unavailable`` when a dependency failed mid-request, ``internal`` (logged with
@@ -24,7 +25,7 @@ import structlog
 from nats.micro.request import Request
 
 from agentledger.contracts.api import ErrorBody
-from agentledger.contracts.codec import check_request_depth, contract_error, encode, error_body
+from agentledger.contracts.codec import check_request, contract_error, encode, error_body
 from agentledger.errors import AgentLedgerError
 from agentledger.identity import Caller, TenantRegistry
 
@@ -72,7 +73,7 @@ class Endpoints:
         name = self._log_name
         started = time.perf_counter()
         try:
-            check_request_depth(req.data)
+            check_request(req.data)
             try:
                 body = endpoint.decoder.decode(req.data)
             except msgspec.MsgspecError as exc:
