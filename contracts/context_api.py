@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from agentledger.contracts.api import ErrorBody
+from agentledger.contracts.api import ErrorBody, LeaseSecret
 from agentledger.contracts.events import DocId, Name, PositiveInt, Text, Token, Version
 
 GenerationId = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_:-]+$")]
@@ -259,12 +259,18 @@ class CommitReply(Struct, frozen=True, omit_defaults=True):
 
 class ClearRequest(_Req, frozen=True):
     """Clear the conversation through ``through_ordinal`` (default: every turn so far):
-    a ``history_cleared`` event; the conversation moves to a new epoch and lineage."""
+    a ``history_cleared`` event; the conversation moves to a new epoch and lineage.
+
+    The event is appended as the caller's own: on a leased task an agent clears only
+    as the lease's holder, with its ``fencing_token`` and ``lease_secret``.
+    """
 
     tenant: Token
     task_id: Token
     through_ordinal: Annotated[int, Meta(ge=0)] | None = None
     reason: Text = ""
+    fencing_token: Annotated[int, Meta(ge=1)] | None = None
+    lease_secret: LeaseSecret | None = None
 
 
 class ClearReply(Struct, frozen=True, omit_defaults=True):

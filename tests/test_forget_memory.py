@@ -47,11 +47,11 @@ from ckpt_support import Stack, running
 from helpers import assert_eventually
 from test_memory_core import NOW
 from test_memory_properties import feedback, proposals, run
+from test_memory_service import stored_evidence
 
 TENANT = "acme"
 OTHER = "acme-corp"
 TABLES = ("memory_records", "memory_groups", "memory_history", "memory_held")
-EVIDENCE = {"uri": "artifact://acme/reports/junit.xml", "blake3": "a" * 64, "schema": "junit", "producer": "ci"}
 _ids = itertools.count()
 # JetStream's answers to deleting a message that is not there (any more).
 GONE = (10037, 10043, 10057)
@@ -77,6 +77,10 @@ class Env:
         # The keys step is the lead's; the test destroys keys as the operator.
         self.keyring = Keyring(operator, self.settings.keys_bucket, load_kek(self.settings.kek_path))
         self.artifacts = ArtifactStore(nc, artifacts_bucket(self.settings))
+
+    async def evidence(self) -> dict[str, Any]:
+        """A test report stored for the tenant, as an episode cites it (the policy checks it)."""
+        return await stored_evidence(self.c, TENANT)
 
     @property
     def c(self) -> Client:
@@ -421,7 +425,7 @@ async def test_forget_a_task(env: Env) -> None:
     """A task's records (its origin task, its scope) go; a promotion that needed its episode falls
     back to the episodes that remain; the task's read receipts go."""
     episodes = [proposal(f"ep-{t}", "test:no19 passed", kind="task_result", key="test:no19", origin_task=t,
-                         evidence=[EVIDENCE]) for t in ("task-a", "task-b", "task-c")]
+                         evidence=[await env.evidence()]) for t in ("task-a", "task-b", "task-c")]
     ids = await _by(env, TENANT, [
         *episodes,
         proposal("scoped", "the flaky test is no19", level="task", scope_id="task-a", key="flaky test"),
@@ -454,7 +458,7 @@ async def test_forget_a_task(env: Env) -> None:
 async def test_a_forgotten_promoted_fact_never_wins_again(env: Env) -> None:
     """Forgetting the promoted fact leaves its episodes, and more agreeing episodes do not promote it again."""
     await _by(env, TENANT, [proposal(f"ep-{t}", "test:no19 passed", kind="task_result", key="test:no19",
-                                     origin_task=t, evidence=[EVIDENCE]) for t in ("t1", "t2", "t3")])
+                                     origin_task=t, evidence=[await env.evidence()]) for t in ("t1", "t2", "t3")])
     promoted = promoted_id_for(f"project/{TENANT}/p1", "test_no19")
     await env.c.memory_feedback(TENANT, promoted, "confirm", "fb-promoted")
     ctx, plans = await env.forget(selector("record", record_id=promoted))
@@ -463,7 +467,7 @@ async def test_a_forgotten_promoted_fact_never_wins_again(env: Env) -> None:
     assert len(plans["memory"]["seqs"]) == 1  # the confirm
     await env.assert_tombstone(promoted, "passed")
     await _by(env, TENANT, [proposal("ep-t4", "test:no19 passed", kind="task_result", key="test:no19",
-                                     origin_task="t4", evidence=[EVIDENCE])])
+                                     origin_task="t4", evidence=[await env.evidence()])])
     got = await env.c.memory_get(TENANT, "test:no19", "project", "p1")
     status = {r.record_id: r.status for r in got.records}
     assert status.pop(promoted) == "forgotten"

@@ -15,7 +15,7 @@ from agentledger.services.memory_policy.replay import rebuild_memory, verify_mem
 from agentledger.services.memory_policy.service import MemoryPolicy
 from ckpt_support import Stack, created
 from helpers import assert_eventually
-from test_memory_service import EVIDENCE, TENANT, Mem, proposal
+from test_memory_service import TENANT, Mem, proposal, stored_evidence
 
 TABLES = ("memory_records", "memory_groups", "memory_history", "memory_held")
 
@@ -26,7 +26,7 @@ async def mem(settings: Settings) -> AsyncIterator[Mem]:
     service = MemoryPolicy(settings)
     await service.start()
     try:
-        yield Mem(stack, service)
+        yield Mem(stack, service, await stored_evidence(stack.c, TENANT))
     finally:
         await service.stop()
         await stack.stop()
@@ -51,7 +51,7 @@ async def _history(mem: Mem) -> None:
         proposal("t1", "db host is db-1", key="db host"), proposal("t2", "db host is db-2", key="db host"),
         proposal("pii", "call me on +44 20 7946 0958", level="user", scope_id="u1", key="phone"),
         *[proposal(f"ep{i}", "test:no19 passed", kind="task_result", key="test:no19", origin_task=f"task{i}",
-                   evidence=[EVIDENCE]) for i in range(4)],
+                   evidence=[mem.evidence]) for i in range(4)],
     ])
     got = await c.memory_get(TENANT, "db host", "project", "p1")
     await c.memory_feedback(TENANT, got.records[0].record_id, "confirm", "fb1")

@@ -22,13 +22,15 @@ from agentledger.services.projector.rebuild import replace_live, verify
 from ckpt_support import Stack
 
 TENANT = "acme"
-EVIDENCE = {"uri": "artifact://acme/reports/junit.xml", "blake3": "a" * 64, "schema": "junit", "producer": "ci"}
+REPORT = b'<testsuite name="no19" tests="1" failures="0"/>'
 
 
 class Mem:
-    def __init__(self, stack: Stack, service: MemoryPolicy) -> None:
+    def __init__(self, stack: Stack, service: MemoryPolicy, evidence: dict[str, Any]) -> None:
         self.stack = stack
         self.service = service
+        # A test report stored for the tenant: what an episode cites (the policy checks it exists).
+        self.evidence = evidence
 
     @property
     def c(self) -> Client:
@@ -41,10 +43,16 @@ async def mem(settings: Settings) -> AsyncIterator[Mem]:
     service = MemoryPolicy(settings)
     await service.start()
     try:
-        yield Mem(stack, service)
+        yield Mem(stack, service, await stored_evidence(stack.c, TENANT))
     finally:
         await service.stop()
         await stack.stop()
+
+
+async def stored_evidence(c: Client, tenant: str) -> dict[str, Any]:
+    """``REPORT`` stored for ``tenant``, as a proposal cites it."""
+    ref = await c.put_artifact(REPORT, schema="junit", producer="ci", tenant=tenant)
+    return {"uri": ref.uri, "blake3": ref.blake3, "schema": "junit", "producer": "ci"}
 
 
 def proposal(pid: str, value: Any, *, kind: str = "fact", level: str = "project", scope_id: str | None = "p1",
@@ -173,7 +181,7 @@ async def test_bulk_import_decides_thousands_in_one_call(mem: Mem) -> None:
     """A bulk import of episodes is decided in one call, sequentially against the groups, and read back."""
     n = 2000
     items = [proposal(f"ep{i}", f"test:case{i % 500} passed on commit c{i}", kind="task_result",
-                      origin_task=f"task{i}", key=f"test:case{i % 500}", evidence=[EVIDENCE]) for i in range(n)]
+                      origin_task=f"task{i}", key=f"test:case{i % 500}", evidence=[mem.evidence]) for i in range(n)]
     started = time.perf_counter()
     reply = await mem.c.memory_propose(TENANT, items)
     seconds = time.perf_counter() - started

@@ -9,7 +9,8 @@ the pointer moves (the checkpoint ``active``, the previous one ``superseded``) o
 checkpoint is marked ``refused`` with the reason; either way the transaction commits
 that decision, so a second commit of the same generation answers the same.
 
-Clear appends ``history_cleared`` through the writer (as a service caller), waits until
+Clear appends ``history_cleared`` through the writer for the caller (checked as the
+caller's own append: ``agentledger.on_behalf``), waits until
 the projection applied it, and moves the conversation to the new epoch and lineage: the
 old lineage's active checkpoint is superseded and its staged ones can never be activated
 (a commit refuses them ``stale_epoch``).
@@ -123,8 +124,9 @@ class Committer:
         eid = "clear-" + blake3.blake3(f"{tenant}/{task}/{state.epoch}/{through}".encode()).hexdigest()[:32]
         event = ev.HistoryClearedEvent(
             event_id=eid, tenant=tenant, task_id=task, producer=producer, occurred_at=datetime.now(UTC),
-            schema_version=1, payload=ev.HistoryCleared(through_ordinal=through, reason=request.reason))
-        seq = await self.sources.append(event)
+            schema_version=1, fencing_token=request.fencing_token,
+            payload=ev.HistoryCleared(through_ordinal=through, reason=request.reason))
+        seq = await self.sources.append(event, caller=caller, lease_secret=request.lease_secret)
         after = await self.sources.caught_up(tenant, task, seq)
         if after.epoch <= state.epoch and after.lineage_base != through:
             raise ConflictError("the clear was refused by the Working Memory reducer (see wm.get rejections)",

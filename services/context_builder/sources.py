@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -26,7 +27,9 @@ from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.contracts.memory_api import ReadReply, ReadRequest
 from agentledger.core.state import Turn, WorkingMemory
 from agentledger.errors import NotFoundError, UnavailableError
+from agentledger.identity import OPERATOR, Caller
 from agentledger.ledger import ledger_subject
+from agentledger.on_behalf import headers_for
 from agentledger.sealing import Keyring, kek_of, unseal
 from agentledger.services.context_builder.store import ContextStore
 
@@ -127,12 +130,14 @@ class Sources:
 
     # ---- appends ----------------------------------------------------------------------------------
 
-    async def append(self, event: EventBase) -> int:
-        """Append one event through the writer (as a service caller); its sequence."""
-        body = b'{"events":[' + encode(event) + b"]}"
+    async def append(self, event: EventBase, *, caller: Caller = OPERATOR, lease_secret: str | None = None) -> int:
+        """Append one event through the writer, checked as ``caller``'s own append; its sequence."""
+        body: dict[str, Any] = {"events": [event]}
+        if lease_secret is not None:
+            body["lease_secret"] = lease_secret
         try:
-            msg = await self._nc.request(f"{self.settings.prefix}.writer.append", body,
-                                         timeout=APPEND_TIMEOUT_S)
+            msg = await self._nc.request(f"{self.settings.prefix}.writer.append", encode(body),
+                                         timeout=APPEND_TIMEOUT_S, headers=headers_for(caller))
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
             raise UnavailableError("the ledger-writer did not answer; retry") from exc
         reply = _append_reply.decode(msg.data)

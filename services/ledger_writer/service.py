@@ -59,6 +59,7 @@ from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.natsclient import reader_alive
+from agentledger.on_behalf import acting_for
 from agentledger.sealing import Keyring, kek_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
@@ -214,7 +215,7 @@ class LedgerWriter:
     async def _on_request(self, req: Request) -> None:
         assert self._tenants is not None and self._committer is not None
         try:
-            caller = await self._tenants.caller(req.headers)
+            caller = acting_for(await self._tenants.caller(req.headers), req.headers)
             prepared = self._prepare(req.data, caller)
         except AgentLedgerError as exc:
             log.info("append.rejected", code=exc.code, path=exc.path)

@@ -36,6 +36,7 @@ import blake3
 import msgspec
 from nats.aio.client import Client
 
+from agentledger.artifacts import ArtifactStore, evidence_problem
 from agentledger.bindings import BindingRegistry
 from agentledger.client import raise_error
 from agentledger.config import Settings
@@ -52,9 +53,9 @@ from agentledger.contracts.memory_api import (
     ScopeRef,
     SourceRef,
 )
-from agentledger.core.memory.authority import record_id_for
+from agentledger.core.memory.authority import KIND_RULES, record_id_for
 from agentledger.core.memory.decide import Prepared, decide, prepare
-from agentledger.core.memory.read import Bindings
+from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
 from agentledger.errors import ContractError, NotFoundError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError
@@ -108,24 +109,37 @@ def allowed(level: str, ident: str | None, bound: Bindings | None, path: str) ->
 
 
 def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
-    """A tenant agent may claim the two sources that speak for people only for whom it acts.
+    """What a tenant agent may state follows from whom it acts for, not from what it claims.
 
-    ``user_confirmed`` (the highest authority) needs an agent bound to the scope's user (for a
-    user scope) or to some user; ``project_rule`` needs an agent bound to the project of a
+    ``user_confirmed`` (the highest authority) speaks for a user: at a user scope only for a
+    user the agent is bound to, at a task or session scope only by an agent bound to some
+    user. What holds for more people than one user needs a role the operator granted
+    (``agentledger agent bind --role``): at the tenant scope, a ``user_confirmed`` or
+    ``project_rule`` source, or a ``rule`` from a source that may write one, needs
+    ``tenant-admin``; at a project
+    scope (of a bound project) ``project-admin``. ``project_rule`` is a project's: only at a
     project scope. Anything else an agent claims stays what the policy ranks it as.
     """
     if bound is None:
         return
-    kind = p.source.kind
-    if kind == "user_confirmed":
-        ok = p.scope.id in bound.users if p.scope.level == "user" else bool(bound.users)
-    elif kind == "project_rule":
-        ok = p.scope.level == "project" and p.scope.id in bound.projects
-    else:
+    level, source = p.scope.level, p.source.kind
+    speaks = source in ("user_confirmed", "project_rule")
+    if source == "project_rule" and level != "project":
+        raise PermissionDeniedError("project_rule is a project's source: only at a project scope",
+                                    code="source_not_allowed", path=f"{path}.source.kind")
+    # A rule from a source that may not write one is quarantined by the policy, never active.
+    may_rule = p.kind == "rule" and source not in KIND_RULES["rule"].forbidden
+    if level in ("tenant", "project") and (speaks or may_rule):
+        role = TENANT_ADMIN if level == "tenant" else PROJECT_ADMIN
+        if role not in bound.roles:
+            what = f"source {source!r}" if speaks else "a rule"
+            raise PermissionDeniedError(f"{what} at the {level} scope speaks for everyone in it: the agent "
+                                        f"needs the {role} role (agentledger agent bind --role {role})",
+                                        code="role_required", path=f"{path}.scope.level")
         return
-    if not ok:
-        raise PermissionDeniedError(f"this agent may not claim source {kind!r} for this scope: it "
-                                    "is not bound to the user or project it would speak for",
+    if source == "user_confirmed" and not (p.scope.id in bound.users if level == "user" else bool(bound.users)):
+        raise PermissionDeniedError("this agent may not claim source 'user_confirmed' for this scope: it "
+                                    "is not bound to the user it would speak for",
                                     code="source_not_allowed", path=f"{path}.source.kind")
 
 
@@ -156,10 +170,12 @@ def _item(d: DecisionRow, duplicate: bool) -> DecisionItem:
 class Decider:
     """Decides proposals and feedback and appends them; see the module docstring."""
 
-    def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection,
-                 bindings: BindingRegistry) -> None:
+    def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection, *,
+                 bindings: BindingRegistry, artifacts: ArtifactStore) -> None:
         self.settings = settings
         self._nc = nc
+        # Where the evidence a proposal cites is looked up before it can count.
+        self._artifacts = artifacts
         self._pool = pool
         self._projection = projection
         self._bindings = bindings
@@ -206,7 +222,9 @@ class Decider:
             if p.proposal_id in stored or p.proposal_id in fresh or p.proposal_id in forgotten:
                 continue
             proposed = _proposed(tenant, p, producer)
-            fresh[p.proposal_id] = (i, p, proposed, prepare(proposed, personal=p.personal))
+            problem = await evidence_problem(self._artifacts, tenant, p.evidence) if p.evidence else None
+            fresh[p.proposal_id] = (i, p, proposed, prepare(proposed, personal=p.personal,
+                                                            evidence_problem=problem))
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []

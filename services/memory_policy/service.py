@@ -35,7 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import auth, db, evict, tokens
+from agentledger import artifacts, auth, db, evict, tokens
 from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.memory_api import (
@@ -116,7 +116,8 @@ class MemoryPolicy(ServiceShell):
             server_settings={"hnsw.iterative_scan": "relaxed_order"})
         self.projection = MemoryProjection(s, self._nc, self._pool, vectors)
         await self.projection.start()
-        self.decider = Decider(s, self._nc, self._pool, self.projection, self._bindings)
+        self.decider = Decider(s, self._nc, self._pool, self.projection, bindings=self._bindings,
+                               artifacts=await artifacts.open(self._nc, s))
         self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings)
         self._requests = Endpoints(self._tenants, log_name="memory", who="memory-policy service")
         endpoints = {

@@ -378,7 +378,24 @@ def _owner(uri: str) -> str | None:
 
 
 async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> None:
-    """Refuse events citing an artifact that is not stored as cited, or is not their tenant's.
+    """Refuse events citing an artifact that is not stored as cited, or is not their tenant's
+    (``check_ref_list`` of their ``artifact_refs``)."""
+    await check_ref_list(store, artifact_refs(events))
+
+
+async def evidence_problem(store: ArtifactStore, tenant: str, refs: Sequence[ev.ArtifactRef]) -> str | None:
+    """Why ``refs`` (the evidence a memory proposal of ``tenant`` cites) cannot be trusted, or None
+    when every one is stored, is the tenant's, and has the hash and size it says."""
+    try:
+        await check_ref_list(store, [(f"evidence[{i}]", tenant, ref) for i, ref in enumerate(refs)])
+    except ContractError as exc:
+        return f"{exc.path}: {exc.code}"
+    return None
+
+
+async def check_ref_list(store: ArtifactStore, refs: Sequence[tuple[str, str, ev.ArtifactRef]]) -> None:
+    """Refuse refs ``(path, tenant, ref)`` citing an artifact that is not stored as cited, or is
+    not the tenant's.
 
     Raises ``ContractError`` for the first offending ref in document order,
     with its path and code ``invalid_artifact_uri``, ``invalid_artifact_ref``
@@ -388,7 +405,6 @@ async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> No
     Metadata only: content is not read. Store outages propagate as
     ``UnavailableError`` (retryable), not as contract errors.
     """
-    refs = artifact_refs(events)
     if not refs:
         return
     gate = asyncio.Semaphore(_STAT_CONCURRENCY)

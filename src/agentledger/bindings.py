@@ -5,7 +5,7 @@ claims: a read or a proposal may name a user or project scope only if the
 operator bound the agent to it (``agentledger agent bind``). Bindings live in a
 KV bucket only the operator writes, ``<PREFIX>_BINDINGS``, one key per agent
 (``<tenant>.<agent>``: tenant and agent names never contain a dot), value
-``{"users": [...], "projects": [...]}``. The memory-policy service mirrors the
+``{"users": [...], "projects": [...], "roles": [...]}``. The memory-policy service mirrors the
 bucket in memory through a watch (as ``identity.TenantRegistry`` mirrors the
 tenant registry), so checking a scope costs a dict lookup.
 """
@@ -22,7 +22,8 @@ from nats.js.errors import KeyNotFoundError
 from agentledger import auth
 from agentledger.buckets import KVMirror, open_kv
 from agentledger.config import Settings
-from agentledger.core.memory.read import Bindings
+from agentledger.core.memory.read import ROLES, Bindings
+from agentledger.errors import ContractError
 
 # The users and projects one agent acts for (exact ids, never prefixes).
 Binding = Bindings
@@ -39,21 +40,26 @@ def binding_key(tenant: str, agent: str) -> str:
 
 
 async def bind_agent(settings: Settings, tenant: str, agent: str, users: Sequence[str],
-                     projects: Sequence[str]) -> Binding:
-    """Bind ``agent`` of ``tenant`` to exactly these users and projects (replacing earlier ones)."""
+                     projects: Sequence[str], *, roles: Sequence[str] = ()) -> Binding:
+    """Bind ``agent`` of ``tenant`` to exactly these users, projects and roles (replacing earlier ones)."""
     auth.check_name(tenant, "tenant")
     auth.check_name(agent, "agent")
     for user in users:
         auth.check_name(user, "user")
     for project in projects:
         auth.check_name(project, "project")
-    binding = Binding(users=frozenset(users), projects=frozenset(projects))
+    for role in roles:
+        if role not in ROLES:
+            raise ContractError(f"unknown role {role!r}; roles: {', '.join(sorted(ROLES))}", code="invalid_value",
+                                path="role")
+    binding = Binding(users=frozenset(users), projects=frozenset(projects), roles=frozenset(roles))
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
         kv = await open_kv(nc.jetstream(), bindings_bucket(settings.prefix),
                            replicas=settings.stream_replicas)
         await kv.put(binding_key(tenant, agent),
-                     msgspec.json.encode({"users": sorted(users), "projects": sorted(projects)}))
+                     msgspec.json.encode({"users": sorted(users), "projects": sorted(projects),
+                                          "roles": sorted(roles)}))
     finally:
         await nc.close()
     return binding

@@ -22,6 +22,7 @@ from agentledger import bindings
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.memory_api import MemoryItem, ReadReceipt
+from agentledger.core.memory.read import ROLES
 from agentledger.errors import AgentLedgerError
 
 Connected = Callable[[argparse.Namespace], Settings]
@@ -147,9 +148,10 @@ def cmd_agent_bind(args: argparse.Namespace, connected: Connected) -> int:
         asyncio.run(bindings.unbind_agent(settings, args.tenant, args.agent))
         print(f"agent {args.agent} of tenant {args.tenant}: no bindings")
         return 0
-    asyncio.run(bindings.bind_agent(settings, args.tenant, args.agent, args.user, args.project))
+    asyncio.run(bindings.bind_agent(settings, args.tenant, args.agent, args.user, args.project,
+                                    roles=args.role))
     print(f"agent {args.agent} of tenant {args.tenant} acts for users {args.user or '-'} "
-          f"and projects {args.project or '-'}")
+          f"and projects {args.project or '-'}, roles {args.role or '-'}")
     return 0
 
 
@@ -213,5 +215,8 @@ def add_bind_command(agent_sub: Any, connected: Connected) -> None:
     p.add_argument("agent")
     p.add_argument("--user", action="append", default=[], help="repeatable")
     p.add_argument("--project", action="append", default=[], help="repeatable")
+    p.add_argument("--role", action="append", default=[], choices=sorted(ROLES),
+                   help="repeatable: tenant-admin states rules and confirmed facts for the tenant, "
+                        "project-admin for its projects")
     p.add_argument("--clear", action="store_true", help="remove every binding")
     p.set_defaults(fn=lambda args: cmd_agent_bind(args, connected))

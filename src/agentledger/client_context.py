@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from agentledger.contracts.api import LeaseBody
 from agentledger.contracts.codec import checked
 from agentledger.contracts.context_api import (
     BuildReply,
@@ -76,10 +77,15 @@ class ContextMethods:
         return await self._call("context.commit", body, SERVICE, _commit_reply)
 
     async def clear_history(self, tenant: str, task_id: str, *, through_ordinal: int | None = None,
-                            reason: str = "") -> ClearReply:
-        """Clear the conversation (through ``through_ordinal``, default all): a new epoch."""
+                            reason: str = "", lease: LeaseBody | None = None) -> ClearReply:
+        """Clear the conversation (through ``through_ordinal``, default all): a new epoch.
+
+        On a leased task, pass the ``lease`` as granted: the clear is the caller's own append.
+        """
         body = checked(ClearRequest, {"tenant": tenant, "task_id": task_id,
-                                       "through_ordinal": through_ordinal, "reason": reason})
+                                       "through_ordinal": through_ordinal, "reason": reason,
+                                       "fencing_token": lease.token if lease is not None else None,
+                                       "lease_secret": lease.secret if lease is not None else None})
         return await self._call("context.clear", body, SERVICE, _clear_reply)
 
     async def ingest_document(self, tenant: str, doc_id: str, version: int, text: str, *,

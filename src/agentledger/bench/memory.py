@@ -597,8 +597,9 @@ async def bench_recall(conn: asyncpg.Connection, sizes: Sizes, embedder: WordLla
 
 # ---- writes ----------------------------------------------------------------------------------------
 
-def api_proposal(p: ev.MemoryProposed, run: str) -> dict[str, Any]:
-    """The request body of a proposal (what an agent sends), its id made unique to the run."""
+def api_proposal(p: ev.MemoryProposed, run: str, evidence: ev.ArtifactRef | None = None) -> dict[str, Any]:
+    """The request body of a proposal (what an agent sends), its id made unique to the run; an
+    episode cites ``evidence`` (a report stored for its tenant: the policy looks it up)."""
     body: dict[str, Any] = {"proposal_id": f"{run}-{p.proposal_id}", "kind": p.kind,
                             "scope": {"level": p.scope.level}, "source": {"kind": p.source.kind},
                             "value": p.value, "key": p.key}
@@ -609,7 +610,7 @@ def api_proposal(p: ev.MemoryProposed, run: str) -> dict[str, Any]:
     if p.origin_task is not None:
         body["origin_task"] = p.origin_task
     if p.evidence:
-        body["evidence"] = msgspec.to_builtins(p.evidence)
+        body["evidence"] = msgspec.to_builtins([evidence] if evidence is not None else p.evidence)
     return body
 
 
@@ -750,8 +751,11 @@ class Writes:
     rng: random.Random
     run: str
 
-    def proposals(self, tenant: str, count: int) -> list[dict[str, Any]]:
-        return [api_proposal(p, self.run) for p in tenant_proposals(tenant, count, self.rng, datetime.now(UTC))]
+    async def proposals(self, tenant: str, count: int) -> list[dict[str, Any]]:
+        report = await self.client.put_artifact(f"run report of {tenant}".encode(), schema="run-report",
+                                                producer="bench", tenant=tenant)
+        return [api_proposal(p, self.run, report)
+                for p in tenant_proposals(tenant, count, self.rng, datetime.now(UTC))]
 
     async def raw(self, decision_seqs: Sequence[int]) -> list[list[bytes]]:
         return await appended_pairs(self.nc, self.stack.settings.stream, decision_seqs, f"raw{self.run}")
@@ -765,7 +769,8 @@ async def writes_single(w: Writes) -> None:
     sizes, prefix = w.sizes, w.stack.settings.prefix
     tenants = [f"w{i:02d}" for i in range(sizes.write_tenants)]
     # More than a loop can propose in the window (each call takes several ms).
-    pools = {t: w.proposals(t, int(400 * (sizes.write_warmup_s + sizes.write_window_s)) + 10) for t in tenants}
+    pools = {t: await w.proposals(t, int(400 * (sizes.write_warmup_s + sizes.write_window_s)) + 10)
+             for t in tenants}
     calls: list[Call] = []
     start = time.monotonic()
     t0, t1 = start + sizes.write_warmup_s, start + sizes.write_warmup_s + sizes.write_window_s
@@ -798,7 +803,7 @@ async def writes_bulk(w: Writes) -> None:
     """Calls of ``bulk_size`` proposals, one at a time, each for a tenant of its own; the raw
     baseline appends each call's events in the service's chunks, one after the other."""
     sizes, s = w.sizes, w.stack.settings
-    bodies = [(f"wb{c:02d}", w.proposals(f"wb{c:02d}", sizes.bulk_size)) for c in range(sizes.bulk_calls)]
+    bodies = [(f"wb{c:02d}", await w.proposals(f"wb{c:02d}", sizes.bulk_size)) for c in range(sizes.bulk_calls)]
     bulk: list[Call] = []
     started = time.perf_counter()
     async with Watermark(w.poll) as wm:

@@ -67,8 +67,11 @@ MAX_VALUE = 16384
 # Clock skew tolerated on ``observed_at`` before a proposal from the future is rejected.
 SKEW = timedelta(minutes=5)
 # Sources whose imperatives are the point (a user's "from now on…", an accepted project
-# rule): their content is not checked for instructions.
+# rule): their policy imperatives and wishes to keep something stand (``TRUSTED_IMPERATIVES``);
+# an attempt to override the agent's instructions, deletion, its system prompt or its role is
+# held from them as from anyone.
 INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
+TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention_override"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
@@ -156,11 +159,14 @@ class _Run:
         self.quarantine = self.quarantine or reason
 
 
-def prepare(proposal: MemoryProposed, *, personal: bool = False,
+def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_problem: str | None = None,
             detectors: Detectors | None = None) -> Prepared:
     """Every rule that needs no stored state, in order; see the module docstring.
 
     ``personal``: the caller asked for the value to be treated as personal.
+    ``evidence_problem``: why the artifacts the proposal cites could not be verified (the shell
+    looked them up): such a proposal is rejected, so that cited evidence never raises authority
+    without being checked.
     """
     det = detectors or default_detectors()
     run = _Run(proposal)
@@ -171,6 +177,8 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False,
         _secrets(run, text, det)
         _personal(run, text, det, personal)
         _schema(run)
+        if evidence_problem is not None:
+            raise run.stop("evidence", "reject", "evidence_unverified", evidence_problem)
         _authority(run)
         _instructions(run, text, det)
         _key(run)
@@ -262,17 +270,17 @@ def _authority(run: _Run) -> None:
 
 
 def _instructions(run: _Run, text: str, det: Detectors) -> None:
+    """Every source is checked: an exempt source (a user, a project rule) and a trusted source's
+    fact may carry policy imperatives, everything else none."""
     source = effective_source(run.proposal.source)
-    if source in INSTRUCTION_EXEMPT:
-        run.fire("instructions", "skip", f"{source} content may instruct")
-        return
-    if run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS:
-        run.fire("instructions", "skip", f"{source} {run.kind}")
-        return
+    trusted = source in INSTRUCTION_EXEMPT or (run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS)
     if run.proposal.sealed is not None:
-        run.hold("instructions", "sealed_unscanned", f"sealed {source} content cannot be checked")
+        if trusted:
+            run.fire("instructions", "skip", f"sealed {source} {run.kind}")
+        else:
+            run.hold("instructions", "sealed_unscanned", f"sealed {source} content cannot be checked")
         return
-    found = sorted({f.kind for f in det.instructions(text)})
+    found = sorted({f.kind for f in det.instructions(text)} - (TRUSTED_IMPERATIVES if trusted else set()))
     if found:
         run.hold("instructions", "instruction_in_data", "imperative aimed at the agent: " + ", ".join(found))
     else:

@@ -32,11 +32,21 @@ REVIEW_FACTOR = 0.5
 SCHEMA_VERSION = 1
 
 
+# Roles an operator grants explicitly (``agentledger agent bind --role``): what an agent may
+# state for more people than the users it acts for.
+TENANT_ADMIN = "tenant-admin"
+PROJECT_ADMIN = "project-admin"
+ROLES = frozenset({TENANT_ADMIN, PROJECT_ADMIN})
+
+
 class Bindings(Struct, frozen=True):
-    """The users and projects the operator bound an agent to (``agentledger agent bind``)."""
+    """The users and projects the operator bound an agent to, and the roles it granted
+    (``agentledger agent bind``): ``tenant-admin`` may state rules and confirmed facts for the
+    whole tenant, ``project-admin`` for the projects it is bound to."""
 
     users: frozenset[str] = frozenset()
     projects: frozenset[str] = frozenset()
+    roles: frozenset[str] = frozenset()
 
 
 def allowed_scopes(tenant: str | None, agent_is_operator: bool, bindings: Bindings,
