@@ -223,7 +223,8 @@ async def test_another_tenant_cannot_build_or_read_a_generation(stack: Stack, se
         pytest.skip("the NATS server runs without accounts")
     for tenant in (TENANT, "rival"):
         await auth.tenant_add(settings, tenant)
-    await bindings.bind_agent(settings, TENANT, "a1", ["u1"], [])
+    # a1 acts for u1 and for person-1, whose turns these are.
+    await bindings.bind_agent(settings, TENANT, "a1", ["u1", "person-1"], [])
     await stack.append([created(TASK), turn(1, "our secret plan is to ship on friday")])
     await stack.append([created(TASK, tenant="rival"), turn(1, "hello", tenant="rival")])
     gen, _ = await build(stack.c, input_ordinal=1, window_tokens=2000)

@@ -45,7 +45,23 @@ def test_only_an_operator_forgets_a_whole_tenant() -> None:
     with pytest.raises(PermissionDeniedError):
         check_may_forget(tenant, operator=False)
     check_may_forget(tenant, operator=True)
-    check_may_forget(ev.ForgetSelector(kind="subject", subject="s1"), operator=False)
+    check_may_forget(ev.ForgetSelector(kind="subject", subject="s1"), operator=False, bound_users=frozenset({"s1"}))
+
+
+def test_an_agent_forgets_only_its_subjects_and_tasks_nobody_else_leases() -> None:
+    """Protects one user's data and one agent's running task from the other agents of their tenant."""
+    subject = ev.ForgetSelector(kind="subject", subject="s1")
+    task = ev.ForgetSelector(kind="task", task_id="t1")
+    with pytest.raises(PermissionDeniedError) as info:
+        check_may_forget(subject, operator=False, bound_users=frozenset({"s2"}))
+    assert (info.value.code, info.value.path) == ("subject_not_bound", "$.selector.subject")
+    with pytest.raises(PermissionDeniedError) as info:
+        check_may_forget(task, operator=False, agent="bob", lease_holder="alice")
+    assert (info.value.code, info.value.path) == ("task_leased", "$.selector.task_id")
+    check_may_forget(task, operator=False, agent="alice", lease_holder="alice")
+    check_may_forget(task, operator=False, agent="bob")
+    check_may_forget(subject, operator=True)
+    check_may_forget(task, operator=True, lease_holder="alice")
 
 
 def _receipt(counts: dict[str, int]) -> ev.DeletionReceipt:

@@ -156,6 +156,7 @@ async def test_who_may_forget_what(settings: Settings, stack: Stack, tmp_path: A
         for tenant in ("acme", "other"):
             await auth.tenant_add(settings, tenant)
         creds = await auth.agent_add(settings, "acme", "bot", tmp_path / "bot.creds")
+        await bindings.bind_agent(settings, "acme", "bot", ["s1", "s2"], [])
         async with await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=30) as agent:
             with pytest.raises(AgentLedgerError) as info:
                 await agent.forget("other", {"kind": "subject", "subject": "s1"})

@@ -22,7 +22,8 @@ from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.on_behalf import ON_BEHALF_OF
-from ckpt_support import Stack, created
+from ckpt_support import Stack, created, event
+from helpers import assert_eventually
 from test_context_service import turn
 from test_memory_service import proposal, stored_evidence
 
@@ -47,7 +48,7 @@ async def _agent(settings: Settings, name: str) -> Client:
 async def acme(settings: Settings) -> AsyncIterator[Tenant]:
     if settings.auth_dir is None:
         pytest.skip("the NATS server runs without accounts")
-    stack = await Stack(settings).start(checkpointer=False, memory=True, context=True)
+    stack = await Stack(settings).start(checkpointer=False, memory=True, context=True, tombstone=True)
     await auth.tenant_add(settings, TENANT)
     await auth.tenant_add(settings, "globex")
     await bindings.bind_agent(settings, TENANT, "alice", ["u1"], ["web"])
@@ -158,3 +159,59 @@ async def test_a_clear_through_the_context_builder_is_the_agents_own_append(acme
                                     msgspec.json.encode({"events": [event]}), timeout=30,
                                     headers={ON_BEHALF_OF: f"{TENANT}/alice"})
     assert msgspec.json.decode(msg.data)["error"]["code"] == "on_behalf_refused"
+
+
+# ---- 3. personal data per user, everywhere ----------------------------------------------------------
+
+def _said(ordinal: int, content: str, subject: str) -> dict[str, Any]:
+    body = event("turn_appended", {"role": "user", "ordinal": ordinal, "content": content}, TASK, tenant=TENANT)
+    body["data_subject"] = subject
+    return body
+
+
+async def test_a_users_sealed_turns_open_only_for_agents_bound_to_that_user(acme: Tenant) -> None:
+    """Protects one user's conversation from the other agents of the tenant: ``wm.get`` with reveal
+    and ``context.build`` opened any data subject's sealed turns for any agent (even one bound to
+    nobody), while memory already refused that user's personal records. Now bob sees them withheld
+    and is refused the build and alice's generation; alice, bound to u1, and the operator see them."""
+    seq = await acme.stack.append([created(TASK), _said(1, "my card ends in 4242, ship to Elm Street 5", "u1")])
+
+    def content(reply: Any) -> dict[str, Any]:
+        [turn_] = reply.state["transcript"]
+        return turn_
+
+    async def bob_view() -> dict[str, Any]:
+        return content(await acme.bob.working_memory(TENANT, TASK, reveal_personal=True, min_seq=seq))
+    seen = await bob_view()
+    assert seen.get("withheld") is True and "Elm Street" not in msgspec.json.encode(seen).decode()
+
+    async def alice_view() -> dict[str, Any]:
+        view = content(await acme.alice.working_memory(TENANT, TASK, reveal_personal=True))
+        assert "Elm Street" in view.get("content", ""), view  # the binding watch may lag the bind
+        return view
+    await assert_eventually(alice_view)
+    assert "Elm Street" in content(await acme.stack.c.working_memory(TENANT, TASK, reveal_personal=True))["content"]
+
+    assert await _code(acme.bob.build_context(TENANT, TASK, 1, window_tokens=4000)) == ("subject_not_bound",
+                                                                                         "$.task_id")
+    gen = await acme.alice.build_context(TENANT, TASK, 1, window_tokens=4000)
+    assert "Elm Street" in msgspec.json.encode(gen).decode()
+    assert (await _code(acme.bob.get_generation(TENANT, gen.generation_id)))[0] == "not_found"
+    assert await _code(acme.bob.build_context(TENANT, TASK, 1, window_tokens=4000)) == ("subject_not_bound",
+                                                                                         "$.task_id")
+
+
+async def test_an_agent_forgets_only_its_users_and_tasks_nobody_else_holds(acme: Tenant) -> None:
+    """Protects one user's data and another agent's running task: any agent could crypto-shred any
+    user's subject and erase a task another agent held a lease on. Now bob may neither; alice, bound
+    to u1 and holding the lease, may do both."""
+    await acme.stack.append([created(TASK), _said(1, "hello", "u1")])
+    await acme.alice.acquire_lease(TENANT, TASK, "alice")
+    assert await _code(acme.bob.forget(TENANT, {"kind": "subject", "subject": "u1"})) == (
+        "subject_not_bound", "$.selector.subject")
+    assert await _code(acme.bob.forget(TENANT, {"kind": "task", "task_id": TASK})) == (
+        "task_leased", "$.selector.task_id")
+    subject = await acme.alice.forget(TENANT, {"kind": "subject", "subject": "u1"})
+    task = await acme.alice.forget(TENANT, {"kind": "task", "task_id": TASK})
+    for request in (subject, task):
+        assert (await acme.alice.forget_wait(TENANT, request.request_id)).receipt is not None

@@ -23,6 +23,11 @@ A build, in order:
 The final generation is stored too; a later ask by id decodes the stored bytes, never
 rebuilds.
 
+Personal data is shown only to whom it belongs to: an agent's build of a conversation
+holding sealed content of a data subject the agent is not bound to (turns, variables,
+the active checkpoint) is refused ``subject_not_bound`` before anything is frozen, and a
+stored generation holding such content is answered like a missing one.
+
 For forgetting (services/context_builder/forget.py) a generation row records the data
 subjects whose content it holds (every sealed turn, variable and personal memory record it
 opened, and those of the checkpoint it rendered) and the memory records it read; a staged
@@ -388,11 +393,17 @@ class Builder:
         return row, await self.artifacts.get(row.artifact_uri, tenant=tenant)
 
     async def _may_read(self, caller: Caller, row: GenerationRow) -> bool:
+        """Whether ``caller`` may see the generation: the scopes it read memory in are the
+        caller's, and an agent is bound to every data subject whose content it holds."""
+        bound = await binding_of(self._bindings, caller, row.tenant)
+        if bound is None:
+            return True
+        if row.subjects is None or not set(row.subjects) <= bound.users:
+            return False
         if row.user_id is None and row.project_id is None:
             return True
-        bound = await binding_of(self._bindings, caller, row.tenant)
         try:
-            allowed_scopes(caller.tenant, bound is None, bound or Bindings(),
+            allowed_scopes(caller.tenant, False, bound,
                            ReadRequest(tenant=row.tenant, user_id=row.user_id, project_id=row.project_id))
         except PermissionDeniedError:
             return False
@@ -458,9 +469,12 @@ class Builder:
             generation_id = generation_id_for(request, state.epoch)
             existing = await self.store.generation(tenant, generation_id)
             if existing is not None:
+                if not await self._may_read(caller, existing):
+                    raise _not_bound()
                 return self._reply((await self._finished(existing))[1])
         data = await self._build(request, state, counter, compactor=compactor, generation_id=generation_id,
-                                 regenerated_from=regenerated_from)
+                                 regenerated_from=regenerated_from,
+                                 readable=None if bound is None else bound.users)
         ms = round((time.perf_counter() - started) * 1000, 3)
         self.latencies.append(ms)
         del self.latencies[:-1000]
@@ -489,9 +503,16 @@ class Builder:
         return await self.stored(row.tenant, row.generation_id)
 
     async def _build(self, request: BuildRequest, state: WorkingMemory, counter: Counter, *,
-                     compactor: Compactor, generation_id: str, regenerated_from: str | None) -> bytes:
+                     compactor: Compactor, generation_id: str, regenerated_from: str | None,
+                     readable: frozenset[str] | None) -> bytes:
+        """Gather, then build; ``readable``: the data subjects whose content the caller may be
+        shown (None: all), refused before anything is frozen."""
         job = await self._gather(request, state, counter, generation_id=generation_id,
                                  regenerated_from=regenerated_from)
+        if readable is not None:
+            held = None if job.active_subjects is None else job.subjects | set(job.active_subjects)
+            if held is None or not held <= readable:
+                raise _not_bound()
         the_plan = job.plan
         if the_plan.outcome != "compacted":
             if the_plan.outcome == "fallback":  # degraded (a gap after the coverage): recent exact turns only
@@ -752,6 +773,12 @@ class Builder:
             log.warning("context.documents_unavailable", error=type(exc).__name__)
             return []
         return document_units(hits)
+
+
+def _not_bound() -> PermissionDeniedError:
+    return PermissionDeniedError("the conversation holds personal content of users this agent is not bound to; "
+                                 "an operator binds it (agentledger agent bind --user)", code="subject_not_bound",
+                                 path="$.task_id")
 
 
 def name_of(compactor: Compactor, compactors: Mapping[str, Compactor]) -> str:

@@ -58,6 +58,9 @@ class GenerationRow(NamedTuple):
     # The user and project scopes the build read memory in: a reader must be allowed them too.
     user_id: str | None
     project_id: str | None
+    # The data subjects whose content it holds (None: unknown): an agent reads it only when
+    # bound to every one.
+    subjects: list[str] | None = None
 
 
 class Conversation(NamedTuple):
@@ -89,7 +92,7 @@ _INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at, subjects
                " ON CONFLICT (generation_id) DO NOTHING").replace("{columns}", _GEN_COLUMNS)
 _FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4"
                " WHERE generation_id = $1 AND artifact_uri IS NULL")
-_GET_GEN = ("SELECT {columns} FROM context_generations WHERE generation_id = $1 AND tenant = $2"
+_GET_GEN = ("SELECT {columns}, subjects FROM context_generations WHERE generation_id = $1 AND tenant = $2"
             ).replace("{columns}", _GEN_COLUMNS)
 # The end of a build: its row still there (a forget request did not delete it meanwhile) ...
 _LOCK_GEN = "SELECT 1 FROM context_generations WHERE generation_id = $1 AND tenant = $2 FOR UPDATE"

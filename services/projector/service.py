@@ -44,6 +44,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from agentledger import auth, db, evict
+from agentledger.bindings import BindingRegistry
 from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
 from agentledger.contracts.api import (
@@ -93,14 +94,17 @@ READ_POLL_S = 0.05
 _SEALED = b'"sealed":{'
 
 
-async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None) -> bytes:
+async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None,
+                      readable: frozenset[str] | None = None) -> bytes:
     """The Working Memory view returned by ``wm.get``, as JSON, from a task's rows
     (``Store.get_task``).
 
     Only the core row is decoded (the derived sets need it); the variables and
     the turns are spliced in as the JSON their rows hold. Personal values stay
     sealed unless the caller asked to reveal them (``keyring`` given, called only
-    when some are sealed): only then is the view decoded, opened and encoded again. Rows
+    when some are sealed): only then is the view decoded, opened and encoded again;
+    ``readable`` (None: all) are the data subjects the caller may see opened, the
+    others stay sealed and are marked ``withheld``. Rows
     in PostgreSQL always hold them sealed, so destroying a subject's key reaches
     the projection without rewriting it.
     """
@@ -111,7 +115,8 @@ async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None
     data = _view_encoder.encode(rendered)
     if keyring is None or (_SEALED not in variables and _SEALED not in transcript):
         return data
-    return _view_encoder.encode(await reveal(msgspec.json.decode(data), keyring()))
+    may_open = None if readable is None else readable.__contains__
+    return _view_encoder.encode(await reveal(msgspec.json.decode(data), keyring(), may_open))
 
 
 def get_subject(prefix: str) -> str:
@@ -167,11 +172,13 @@ class Projector(ServiceShell):
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         # Rendered views too large for one reply, while their chunks are fetched.
-        self._views: ByteLRU[tuple[str, str, bool, str], _View] = ByteLRU(
+        self._views: ByteLRU[tuple[str, str, bool, frozenset[str] | None, str], _View] = ByteLRU(
             settings.view_cache_bytes, ttl_s=VIEW_TTL_S)
         self._keys: Keyring | None = None
         self._evictions: Subscription | None = None
         self._tenants: TenantRegistry | None = None
+        # Whose personal values an agent may see opened (``wm.get`` with reveal_personal).
+        self._bindings: BindingRegistry | None = None
         # A wake-up for readers waiting on a seq (every lane's commits set it).
         self._progress = asyncio.Event()
         # When the ownership loop last turned (liveness; see ``alive``).
@@ -189,6 +196,8 @@ class Projector(ServiceShell):
                                       closed_cb=self._nats_closed)
         self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
+        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
+        await self._bindings.start()
         self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
         await db.migrate(s.database_url)
         await self._ensure_stream()
@@ -255,8 +264,9 @@ class Projector(ServiceShell):
                 await self._service.stop()
             except Exception:
                 log.warning("projector.service_stop_failed", exc_info=True)
-        if self._tenants is not None:
-            await self._tenants.stop()
+        for registry in (self._bindings, self._tenants):
+            if registry is not None:
+                await registry.stop()
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await self._nc.drain()
@@ -447,13 +457,18 @@ class Projector(ServiceShell):
         try:
             ref = decode_task_ref(data)
             caller.require_tenant(ref.tenant, "$.tenant")
+            readable = None
+            if ref.reveal_personal and not caller.is_operator and caller.agent is not None:
+                assert self._bindings is not None
+                readable = (await self._bindings.get(ref.tenant, caller.agent)).users
             with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
-                return await self._read(ref)
+                return await self._read(ref, readable)
         except AgentLedgerError as exc:
             return _error(exc.code, exc.message, exc.path, exc.retryable)
 
-    async def _read(self, ref: TaskRef) -> WorkingMemoryReply:
-        """The view whole when it fits in one reply, else one chunk of it; or a rejections page."""
+    async def _read(self, ref: TaskRef, readable: frozenset[str] | None = None) -> WorkingMemoryReply:
+        """The view whole when it fits in one reply, else one chunk of it; or a rejections page.
+        ``readable``: the data subjects whose values the caller may see opened (None: all)."""
         assert self._pool is not None
         _check_read_request(ref)
         try:
@@ -462,7 +477,7 @@ class Projector(ServiceShell):
                                        f"{ref.wait_ms} ms; retry", path="$.min_seq")
             if ref.rejections is not None:
                 return await self._rejections_page(ref)
-            key = (ref.tenant, ref.task_id, ref.reveal_personal, ref.digest or "")
+            key = (ref.tenant, ref.task_id, ref.reveal_personal, readable, ref.digest or "")
             cached = self._views.get(key) if ref.chunk is not None else None
             if cached is not None:
                 return WorkingMemoryReply(ok=True, seq=cached.seq,
@@ -477,7 +492,7 @@ class Projector(ServiceShell):
                 raise UnavailableError("the task is in the ledger but not projected yet; retry "
                                        "(or pass min_seq)", path="$.task_id")
             raise NotFoundError(f"no task {ref.task_id!r} for tenant {ref.tenant!r}", path="$.task_id")
-        data = await render_view(row, self._keyring if ref.reveal_personal else None)
+        data = await render_view(row, self._keyring if ref.reveal_personal else None, readable)
         budget = self._reply_budget()
         if ref.chunk is None and len(data) + REPLY_ENVELOPE <= budget:
             return WorkingMemoryReply(ok=True, seq=row["seq"], state=msgspec.Raw(data))
@@ -486,7 +501,7 @@ class Projector(ServiceShell):
             raise AgentLedgerError("the Working Memory changed since its first chunk was read; "
                                    "read it again from the start (without chunk and digest)",
                                    code="state_changed", path="$.digest", retryable=True)
-        self._views.put((ref.tenant, ref.task_id, ref.reveal_personal, rendered.digest), rendered,
+        self._views.put((ref.tenant, ref.task_id, ref.reveal_personal, readable, rendered.digest), rendered,
                         len(data))
         return WorkingMemoryReply(ok=True, seq=rendered.seq,
                                   chunk=rendered.chunk(ref.chunk or 0, budget))

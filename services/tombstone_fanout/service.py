@@ -3,8 +3,10 @@
 NATS micro service ``agentledger-tombstone-fanout``:
 
 * ``<prefix>.forget.request``: accept a forget request. Who asks is the
-  authenticated connection: a tenant agent forgets records, keys, data subjects
-  and tasks of its own tenant, an operator also whole tenants. The request is
+  authenticated connection: a tenant agent forgets records and keys of its own
+  tenant, the data subjects it is bound to (``agentledger agent bind --user``),
+  and its tenant's tasks unless another agent holds a live lease on one; an
+  operator anything, whole tenants included. The request is
   appended as ``forget_requested`` to the tenant's ``_forget`` ledger before the
   reply, so a crash after the reply never loses it; the reply says ``pending``.
 * ``<prefix>.forget.receipt``: where a request stands (by ``request_id``), or
@@ -31,6 +33,7 @@ from nats.micro import add_service
 from nats.micro.service import Service
 
 from agentledger import artifacts, auth, db
+from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.forget_api import (
@@ -44,6 +47,7 @@ from agentledger.contracts.forget_api import (
 from agentledger.core.forget import check_may_forget, check_selector
 from agentledger.errors import ConflictError, ContractError, NotFoundError
 from agentledger.identity import Caller, TenantRegistry
+from agentledger.leases import holder_of
 from agentledger.lifecycle import ServiceShell
 from agentledger.natsclient import reader_alive
 from agentledger.sealing import Keyring, kek_of
@@ -80,6 +84,7 @@ class TombstoneFanout(ServiceShell):
         self._nc: Client | None = None
         self._pool: asyncpg.Pool | None = None
         self._tenants: TenantRegistry | None = None
+        self._bindings: BindingRegistry | None = None
         self._service: Service | None = None
         self._requests: Endpoints | None = None
         self.log: ForgetLog | None = None
@@ -94,6 +99,8 @@ class TombstoneFanout(ServiceShell):
                                       closed_cb=self._nats_closed)
         self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
         await self._tenants.start()
+        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
+        await self._bindings.start()
         await db.migrate(s.database_url)
         self._pool = await asyncpg.create_pool(s.database_url, min_size=1, max_size=4,
                                                timeout=db.CONNECT_TIMEOUT_S)
@@ -143,8 +150,9 @@ class TombstoneFanout(ServiceShell):
             await self.saga.instances.stop()
         if self.log is not None:
             await self.log.stop()
-        if self._tenants is not None:
-            await self._tenants.stop()
+        for registry in (self._bindings, self._tenants):
+            if registry is not None:
+                await registry.stop()
         if self._nc is not None and not self._nc.is_closed:
             try:
                 await self._nc.drain()
@@ -159,7 +167,7 @@ class TombstoneFanout(ServiceShell):
         assert self.saga is not None and self.log is not None and self._pool is not None
         tenant = body.tenant
         check_selector(body.selector, tenant)
-        check_may_forget(body.selector, operator=caller.is_operator)
+        await self._check_may_forget(caller, body)
         request_id = body.request_id or f"fg-{secrets.token_hex(10)}"
         existing = await self.log.store.request(self._pool, tenant, request_id)
         if existing is None:
@@ -186,6 +194,18 @@ class TombstoneFanout(ServiceShell):
             self.worker.wake()
         return ForgetReply(request_id=request_id, status="completed" if stored.receipt else "pending",
                            duplicate=duplicate, receipt=stored.receipt)
+
+    async def _check_may_forget(self, caller: Caller, body: ForgetRequest) -> None:
+        """``check_may_forget`` with what it needs of the caller: its bindings, the task's lease."""
+        sel = body.selector
+        if caller.is_operator or caller.agent is None:
+            check_may_forget(sel, operator=caller.is_operator)
+            return
+        assert self._bindings is not None and self._nc is not None
+        bound = (await self._bindings.get(body.tenant, caller.agent)).users if sel.kind == "subject" else frozenset()
+        holder = (await holder_of(self._nc, self.settings.leases_bucket, body.tenant, sel.task_id)
+                  if sel.kind == "task" and sel.task_id is not None else None)
+        check_may_forget(sel, operator=False, bound_users=bound, agent=caller.agent, lease_holder=holder)
 
     async def receipt(self, caller: Caller, body: ReceiptRequest) -> ReceiptReply:
         assert self.log is not None and self._pool is not None

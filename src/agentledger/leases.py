@@ -86,7 +86,7 @@ import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.client import Client
-from nats.js.errors import BucketNotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 
 from agentledger.contracts.api import MAX_LEASE_TTL_S
 from agentledger.contracts.events import EVENT_TYPES, WRITER_ONLY_KINDS
@@ -721,6 +721,21 @@ class LeaseTable:
         if (fence is not None and fenced.expected == fence.seq and fenced.stamp == fence.grant
                 and last_seq > fence.seq):
             fence.seq = last_seq
+
+
+async def holder_of(nc: Client, bucket: str, tenant: str, task_id: str) -> str | None:
+    """Who holds the task's lease while it is live, as the lease table says (None: nobody).
+
+    For a permission check outside the writer (who may forget a task): the entry is read
+    without the writer's check against the ledger, which a forged entry could only use to
+    refuse, and the table is written by the writers alone.
+    """
+    try:
+        entry = await (await nc.jetstream().key_value(bucket)).get(f"{tenant}.{task_id}")
+    except (BucketNotFoundError, KeyNotFoundError):
+        return None
+    lease = _decode(entry.value)
+    return lease.holder if lease is not None and lease.token and lease.live(time.time()) else None
 
 
 def _decode(value: bytes | None) -> Lease | None:

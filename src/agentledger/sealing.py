@@ -28,6 +28,7 @@ import base64
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from nats.js.kv import KeyValue
 from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
+from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.core.validate import has_personal_content
 from agentledger.erase import already_gone, delete_denied, erase_seqs
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
@@ -121,6 +123,22 @@ def kek_of(settings: Settings, *, create: bool = True) -> bytes:
     if create:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return load_kek(path, create=create)
+
+
+# Marker keys by key-encryption-key path, derived once per process (the writer asks on every append).
+_MARKER_KEYS: dict[Path, bytes] = {}
+
+
+def marker_key_of(settings: Settings) -> bytes:
+    """The key of the secret-redaction markers (``core.detect.marker``), derived from the
+    key-encryption key: so it lives outside the data folder with it, survives restarts, is
+    made on first start with it (``kek_of``), and a copy of the data folder cannot confirm
+    a guessed secret against a marker."""
+    path = settings.kek_path
+    key = _MARKER_KEYS.get(path)
+    if key is None:
+        key = _MARKER_KEYS[path] = derive_marker_key(kek_of(settings))
+    return key
 
 
 # Default budget of a keyring's in-process cache of unwrapped keys (AGENTLEDGER_KEY_CACHE_BYTES).
@@ -399,18 +417,24 @@ async def unseal(sealed: ev.Sealed, tenant: str, task_id: str, keyring: Keyring)
                                code="seal_mismatch") from exc
 
 
-async def reveal(view: dict[str, Any], keyring: Keyring) -> dict[str, Any]:
+async def reveal(view: dict[str, Any], keyring: Keyring,
+                 may_open: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Open the sealed values of a Working Memory view, in place.
 
     A value whose subject key was destroyed stays empty and is marked
     ``erased``: the data is gone, and the reader is told so rather than shown
-    a gap.
+    a gap. With ``may_open``, a value whose data subject it refuses stays sealed
+    and is marked ``withheld``: personal data is opened only for whom the reader
+    acts (an agent bound to that user).
     """
     tenant, task_id = view["tenant"], view["task_id"]
 
     async def open_one(item: dict[str, Any], field: str, decode_json: bool) -> None:
         sealed = item.get("sealed")
         if not sealed:
+            return
+        if may_open is not None and not may_open(sealed.get("subject", "")):
+            item["withheld"] = True
             return
         plain = await unseal(msgspec.convert(sealed, ev.Sealed), tenant, task_id, keyring)
         if plain is None:

@@ -40,10 +40,25 @@ def check_selector(selector: ev.ForgetSelector, tenant: str, path: str = "$.sele
                             code="reserved_task", path=f"{path}.task_id")
 
 
-def check_may_forget(selector: ev.ForgetSelector, *, operator: bool) -> None:
-    """A tenant forgets inside itself (record, key, subject, task); a whole tenant only an operator."""
-    if selector.kind == "tenant" and not operator:
+def check_may_forget(selector: ev.ForgetSelector, *, operator: bool, bound_users: frozenset[str] = frozenset(),
+                     agent: str | None = None, lease_holder: str | None = None) -> None:
+    """Who may forget what inside a tenant (an operator: anything).
+
+    A whole tenant only an operator; a data subject only an agent bound to that user
+    (``bound_users``), since crypto-shredding it destroys what every task holds of them;
+    a task another agent holds a live lease on (``lease_holder``) only that holder. Records
+    and keys: any agent of the tenant.
+    """
+    if operator:
+        return
+    if selector.kind == "tenant":
         raise PermissionDeniedError("only an operator may forget a whole tenant", path="$.selector.kind")
+    if selector.kind == "subject" and selector.subject not in bound_users:
+        raise PermissionDeniedError(f"data subject {selector.subject!r} is not a user this agent is bound to",
+                                    code="subject_not_bound", path="$.selector.subject")
+    if selector.kind == "task" and lease_holder is not None and lease_holder != agent:
+        raise PermissionDeniedError(f"task {selector.task_id!r} is leased by another agent; only its holder "
+                                    "or an operator may forget it", code="task_leased", path="$.selector.task_id")
 
 
 def receipt_digest(receipt: ev.DeletionReceipt) -> str:
