@@ -245,3 +245,64 @@ def test_encode_request_refuses_what_the_services_refuse() -> None:
             encode_request(body)
         assert info.value.code == code
     assert encode_request({"q": "\\u0000 is written like this"}) == b'{"q":"\\\\u0000 is written like this"}'
+
+
+# Every request subject a tenant may call, with a body that is otherwise plausible for it.
+SUBJECTS: dict[str, dict[str, Any]] = {
+    "writer.append": {"events": [{"kind": "variable_set", "event_id": "e1", "tenant": "acme", "task_id": "t1",
+                                  "producer": "test", "occurred_at": "2026-12-01T10:00:00Z", "schema_version": 1,
+                                  "payload": {"name": "x", "value": "v"}}]},
+    "lease.acquire": {"tenant": "acme", "task_id": "t1", "holder": "h"},
+    "lease.renew": {"tenant": "acme", "task_id": "t1", "holder": "h", "token": 1},
+    "lease.release": {"tenant": "acme", "task_id": "t1", "holder": "h", "token": 1},
+    "wm.get": {"tenant": "acme", "task_id": "t1"},
+    "checkpoint.save": {"tenant": "acme", "task_id": "t1"},
+    "resume": {"tenant": "acme", "task_id": "t1", "executor": "h"},
+    "artifact.get": {"uri": "artifact://x/acme/" + "0" * 64},
+    "artifact.stat": {"uri": "artifact://x/acme/" + "0" * 64},
+    "memory.propose": {"tenant": "acme", "proposals": [proposal("p1", "v")]},
+    "memory.read": {"tenant": "acme", "query": "q"},
+    "memory.get": {"tenant": "acme", "key": "k", "scope": {"level": "project", "id": "p1"}},
+    "memory.feedback": {"tenant": "acme", "record_id": "r", "action": "confirm", "feedback_id": "f"},
+    "memory.receipts": {"tenant": "acme", "task_id": "t1"},
+    "context.build": {"tenant": "acme", "task_id": "t1", "input_ordinal": 1, "window_tokens": 4096},
+    "context.get": {"tenant": "acme", "generation_id": "g1"},
+    "context.trace": {"tenant": "acme", "generation_id": "g1"},
+    "context.commit": {"tenant": "acme", "generation_id": "g1", "answer_ordinal": 2},
+    "context.clear": {"tenant": "acme", "task_id": "t1"},
+    "context.ingest": {"tenant": "acme", "doc_id": "d", "version": 1, "text": "t", "source": "s"},
+    "forget.request": {"tenant": "acme", "selector": {"kind": "task", "task_id": "t1"}},
+    "forget.receipt": {"tenant": "acme", "request_id": "r1"},
+}
+
+
+def hostile_bodies(body: dict[str, Any]) -> dict[str, bytes]:
+    """The same request with U+0000 in its tenant, a lone surrogate escape, invalid UTF-8, 10,000
+    levels of nesting, and bytes that are not JSON at all."""
+    encoded = msgspec.json.encode(body)
+    return {
+        "nul": encoded.replace(b'"acme"', b'"ac\\u0000me"', 1),
+        "lone_surrogate": encoded.replace(b'"acme"', b'"ac\\ud800me"', 1),
+        "invalid_utf8": encoded.replace(b'"acme"', b'"ac\xff\xfeme"', 1),
+        "deep": encoded[:-1] + b',"extra":' + deep(10_000).encode() + b"}",
+        "not_json": b"\x00\x01\x02 not json",
+    }
+
+
+async def test_hostile_bytes_on_every_subject_get_a_typed_refusal(stack: Stack) -> None:
+    """Protects every caller from every other: NUL, a lone surrogate, invalid UTF-8, 10,000 levels and
+    binary garbage sent to each request subject are answered with a typed, non-retryable refusal
+    (never ``internal``, never silence), nothing is appended, and each service still answers after."""
+    c = stack.c
+    prefix = stack.settings.prefix
+    before = await stack.last_seq()
+    for subject, body in SUBJECTS.items():
+        for name, data in hostile_bodies(body).items():
+            msg = await c.nc.request(f"{prefix}.{subject}", data, timeout=30)
+            reply = json.loads(msg.data)
+            error = reply.get("error") or {}
+            assert reply.get("ok") is False, (subject, name, reply)
+            assert error.get("code") not in (None, "internal", "unavailable"), (subject, name, reply)
+            assert error.get("retryable") is not True, (subject, name, reply)
+    assert await stack.last_seq() == before
+    assert (await c.memory_read("acme", "anything")).ok

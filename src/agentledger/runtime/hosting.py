@@ -9,13 +9,15 @@ including a copy of its binaries (hard links when on the same filesystem), so
 the server never needs to reach the data folder or the virtualenv, and nothing
 has to loosen the permissions of the user's directories to let it in. Run by
 anyone else, a server runs as that user and its home is ``<data folder>/<kind>``.
+The services get users and homes of the same kind (``service_users``).
 
 ``<data folder>/<kind>/home.json`` records the home, the user and the port, so
 ``down``, ``clean`` and later starts find the same home and listen on the same
 port. ``<server root>/<id>/instance.json`` names the data folder and the users
 of an instance, so cleanup removes exactly what was created for it.
 
-Root writes into a home only through ``ServerHome.write_file`` / ``open_append``:
+Root writes into a home only through ``UserHome.write_file`` / ``replace_file`` /
+``open_append``:
 the home belongs to a less trusted user, so paths are opened relative to the
 home's directory descriptor without following symlinks, and files with extra
 hard links are refused.
@@ -28,6 +30,7 @@ import contextlib
 import hashlib
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import stat
@@ -91,7 +94,7 @@ def instance_id(data_dir: Path) -> str:
 
 
 def user_name(data_dir: Path, kind: str) -> str:
-    """The system user a server of ``kind`` runs as for ``data_dir`` (when started by root)."""
+    """The system user a server or service of ``kind`` runs as for ``data_dir`` (when started by root)."""
     return f"agl-{instance_id(data_dir)}-{kind}"
 
 
@@ -117,8 +120,176 @@ def port_free(port: int) -> bool:
         return True
 
 
-class ServerHome:
+class UserHome:
+    """A home of one of a data folder's system users (``agl-<id>-<kind>``), and root's writes into it.
+
+    ``dir`` and ``user`` are set by the subclass; ``user`` None means the
+    program runs as whoever starts it and nothing here changes owners.
+    """
+
+    data_dir: Path
+    kind: str
+    id: str
+    dir: Path
+    user: str | None
+    # What the user is for, in its passwd entry (``kind`` is filled in).
+    purpose = "agentledger {kind}"
+
+    @property
+    def isolated(self) -> bool:
+        """Whether this program has a user and a home of its own outside the data folder."""
+        return self.user is not None
+
+    @property
+    def ids(self) -> tuple[int, int] | None:
+        """(uid, gid) the program runs as, or None for the current user."""
+        if self.user is None:
+            return None
+        try:
+            entry = pwd.getpwnam(self.user)
+        except KeyError:
+            raise RuntimeStateError(f"system user {self.user} of {self.dir} is missing; run "
+                                    "`agentledger up` again to recreate it") from None
+        return entry.pw_uid, entry.pw_gid
+
+    def process_kwargs(self) -> RunAs:
+        """``subprocess`` arguments that run a program as the home's user, without extra groups."""
+        ids = self.ids
+        if ids is None:
+            return {}
+        return {"user": ids[0], "group": ids[1], "extra_groups": []}
+
+    def _ensure_user(self) -> tuple[int, int]:
+        assert self.user is not None
+        with contextlib.suppress(KeyError):
+            entry = pwd.getpwnam(self.user)
+            return entry.pw_uid, entry.pw_gid
+        shell = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()),
+                     "/bin/false")
+        try:
+            done = subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--home-dir", str(self.dir),
+                 "--shell", shell, "--user-group", "--comment",
+                 self.purpose.format(kind=self.kind), self.user],
+                check=False, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise RuntimeStateError("useradd is missing: as root, agentledger runs each embedded "
+                                    "server and service as a system user it creates") from None
+        # Another process may have created it a moment ago.
+        if done.returncode not in (0, _USERADD_EXISTS):
+            raise RuntimeStateError(f"useradd {self.user} failed: {done.stderr.strip()}")
+        entry = pwd.getpwnam(self.user)
+        log.debug("system_user_created", user=self.user, uid=entry.pw_uid)
+        return entry.pw_uid, entry.pw_gid
+
+    def _ensure_instance_dir(self) -> None:
+        """``<root>/<id>``: root-owned, 0711 so the instance's users can pass to their homes."""
+        instance, root = self.dir.parent, self.dir.parent.parent
+        _make_dirs(root, 0o711)
+        for path in (root, *root.parents):
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                raise RuntimeStateError(
+                    f"agentledger's system users cannot reach {root}: {path} has mode "
+                    f"{stat.S_IMODE(os.stat(path).st_mode):04o}; choose a server root every "
+                    "user may pass through (AGENTLEDGER_SERVER_ROOT, default /var/lib/agentledger)")
+        _make_dirs(instance, 0o711)
+        info = _read_instance(instance)
+        if info is not None and info.data_dir != str(self.data_dir):
+            raise RuntimeStateError(f"{instance} already serves {info.data_dir} (instance ids of "
+                                    f"{self.data_dir} and that folder collide); use another "
+                                    "server root")
+        users = sorted({*(info.users if info else []), self.user or ""} - {""})
+        if info is None or info.users != users:
+            _write_atomic(instance / INSTANCE_FILE, msgspec.json.encode(
+                InstanceRecord(data_dir=str(self.data_dir), users=users)))
+
+    # --- files in the home -------------------------------------------------------------
+
+    def write_file(self, path: Path, data: str | bytes, mode: int = 0o600) -> None:
+        """Write ``path`` (inside the home), owned by the home's user, mode ``mode``."""
+        fd = self._open_in_home(path, os.O_WRONLY, mode)
+        try:
+            os.ftruncate(fd, 0)
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def replace_file(self, path: Path, data: str | bytes, mode: int = 0o600) -> None:
+        """Replace ``path`` (directly in the home) whole, owned by the home's user, mode ``mode``.
+
+        A new file under a random name, renamed over the old one: a program of
+        the user reading ``path`` meanwhile sees the old content or the new,
+        never a truncated file.
+        """
+        name = path.relative_to(self.dir).as_posix()
+        temporary = f".{name}.{secrets.token_hex(8)}"
+        with self._dir_fd() as home_fd:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=home_fd)
+            try:
+                try:
+                    ids = self.ids
+                    if ids is not None:
+                        os.fchown(fd, *ids)
+                    os.fchmod(fd, mode)
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
+                os.rename(temporary, name, src_dir_fd=home_fd, dst_dir_fd=home_fd)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary, dir_fd=home_fd)
+                raise
+
+    def open_append(self, path: Path, mode: int = 0o600) -> int:
+        """A descriptor appending to ``path`` (inside the home), e.g. a server's log; caller closes."""
+        return self._open_in_home(path, os.O_WRONLY | os.O_APPEND, mode)
+
+    def remove_file(self, path: Path) -> None:
+        """Remove ``path`` (inside the home) if it exists."""
+        *parents, name = path.relative_to(self.dir).parts
+        with self._dir_fd(parents) as fd, contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=fd)
+
+    def _open_in_home(self, path: Path, flags: int, mode: int) -> int:
+        *parents, name = path.relative_to(self.dir).parts
+        with self._dir_fd(parents) as dir_fd:
+            fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                         dir_fd=dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise RuntimeStateError(f"refusing to write {path}: not a plain file with one link")
+            ids = self.ids
+            if ids is not None:
+                os.fchown(fd, *ids)
+            os.fchmod(fd, mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _dir_fd(self, parts: Sequence[str] = ()) -> Iterator[int]:
+        """A descriptor of ``<home>/<parts>``, each step opened without following symlinks."""
+        fd = os.open(self.dir, _DIR_FLAGS)
+        try:
+            ids = self.ids
+            if ids is not None and os.fstat(fd).st_uid != ids[0]:
+                raise RuntimeStateError(f"{self.dir} is not owned by {self.user}")
+            for part in parts:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            yield fd
+        finally:
+            os.close(fd)
+
+
+class ServerHome(UserHome):
     """The home, OS identity and port of one embedded server (``kind``) of a data folder."""
+
+    purpose = "agentledger embedded {kind} server"
 
     def __init__(self, data_dir: Path, kind: str, server_root: Path | None = None) -> None:
         self.data_dir = Path(os.path.abspath(data_dir))
@@ -128,8 +299,6 @@ class ServerHome:
         root = Path(os.path.abspath(server_root or DEFAULT_SERVER_ROOT))
         record = self._read_record()
         self._recorded = record is not None
-        self.dir: Path
-        self.user: str | None
         self.port: int | None = None
         if record is not None:
             self.dir, self.user, self.port = Path(record.home), record.user, record.port
@@ -137,30 +306,6 @@ class ServerHome:
             self.dir, self.user = root / self.id / kind, user_name(self.data_dir, kind)
         else:
             self.dir, self.user = self.data_dir / kind, None
-
-    @property
-    def isolated(self) -> bool:
-        """Whether this server has a user and a home of its own outside the data folder."""
-        return self.user is not None
-
-    @property
-    def ids(self) -> tuple[int, int] | None:
-        """(uid, gid) the server runs as, or None for the current user."""
-        if self.user is None:
-            return None
-        try:
-            entry = pwd.getpwnam(self.user)
-        except KeyError:
-            raise RuntimeStateError(f"system user {self.user} of {self.dir} is missing; start the "
-                                    "server again to recreate it") from None
-        return entry.pw_uid, entry.pw_gid
-
-    def process_kwargs(self) -> RunAs:
-        """``subprocess`` arguments that run a program as the server's user, without extra groups."""
-        ids = self.ids
-        if ids is None:
-            return {}
-        return {"user": ids[0], "group": ids[1], "extra_groups": []}
 
     # --- setting up -------------------------------------------------------------
 
@@ -208,50 +353,6 @@ class ServerHome:
         if os.lstat(record_dir).st_uid != os.geteuid():
             os.chown(record_dir, os.geteuid(), os.getegid())
         os.chmod(record_dir, 0o700)
-
-    def _ensure_user(self) -> tuple[int, int]:
-        assert self.user is not None
-        with contextlib.suppress(KeyError):
-            entry = pwd.getpwnam(self.user)
-            return entry.pw_uid, entry.pw_gid
-        shell = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin") if Path(s).exists()),
-                     "/bin/false")
-        try:
-            done = subprocess.run(
-                ["useradd", "--system", "--no-create-home", "--home-dir", str(self.dir),
-                 "--shell", shell, "--user-group", "--comment",
-                 f"agentledger embedded {self.kind} server", self.user],
-                check=False, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise RuntimeStateError("useradd is missing: as root, agentledger runs each "
-                                    "embedded server as a system user it creates") from None
-        # Another process may have created it a moment ago.
-        if done.returncode not in (0, _USERADD_EXISTS):
-            raise RuntimeStateError(f"useradd {self.user} failed: {done.stderr.strip()}")
-        entry = pwd.getpwnam(self.user)
-        log.debug("server_user_created", user=self.user, uid=entry.pw_uid)
-        return entry.pw_uid, entry.pw_gid
-
-    def _ensure_instance_dir(self) -> None:
-        """``<root>/<id>``: root-owned, 0711 so the instance's users can pass to their homes."""
-        instance, root = self.dir.parent, self.dir.parent.parent
-        _make_dirs(root, 0o711)
-        for path in (root, *root.parents):
-            if not os.stat(path).st_mode & stat.S_IXOTH:
-                raise RuntimeStateError(
-                    f"the embedded servers' users cannot reach {root}: {path} has mode "
-                    f"{stat.S_IMODE(os.stat(path).st_mode):04o}; choose a server root every "
-                    "user may pass through (AGENTLEDGER_SERVER_ROOT, default /var/lib/agentledger)")
-        _make_dirs(instance, 0o711)
-        info = _read_instance(instance)
-        if info is not None and info.data_dir != str(self.data_dir):
-            raise RuntimeStateError(f"{instance} already serves {info.data_dir} (instance ids of "
-                                    f"{self.data_dir} and that folder collide); use another "
-                                    "server root")
-        users = sorted({*(info.users if info else []), self.user or ""} - {""})
-        if info is None or info.users != users:
-            _write_atomic(instance / INSTANCE_FILE, msgspec.json.encode(
-                InstanceRecord(data_dir=str(self.data_dir), users=users)))
 
     def _adopt_legacy(self, names: Sequence[str], uid: int, gid: int) -> None:
         for name in names:
@@ -326,91 +427,51 @@ class ServerHome:
         """
         if self.user is None:
             raise RuntimeStateError("only an isolated server home holds copies of binaries")
-        key = f"{label}-{_digest(sources)}"
         with self._dir_fd() as home_fd:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(DIST_DIR, 0o755, dir_fd=home_fd)
             dist_fd = os.open(DIST_DIR, _DIR_FLAGS, dir_fd=home_fd)
             try:
-                os.fchmod(dist_fd, 0o755)
-                with contextlib.suppress(FileNotFoundError):
-                    os.stat(f"{key}/{_COMPLETE}", dir_fd=dist_fd)
-                    return self.dir / DIST_DIR / key
                 # Staged in the root-owned instance folder, then renamed into place whole.
-                staging = Path(tempfile.mkdtemp(prefix=f".staging-{self.kind}-", dir=self.dir.parent))
-                try:
-                    for rel, src in sorted(sources.items()):
-                        _place(src, staging / rel)
-                    (staging / _COMPLETE).touch()
-                    for folder, _, _ in os.walk(staging):
-                        os.chmod(folder, 0o755)  # noqa: S103 - public binaries, read by the server's user
-                    for name in os.listdir(dist_fd):
-                        _remove_at(dist_fd, name)
-                    os.rename(staging, key, dst_dir_fd=dist_fd)
-                except BaseException:
-                    shutil.rmtree(staging, ignore_errors=True)
-                    raise
+                key = install_copy(dist_fd, label, sources, staging_in=self.dir.parent)
             finally:
                 os.close(dist_fd)
         log.debug("server_binaries_installed", home=str(self.dir), key=key)
         return self.dir / DIST_DIR / key
 
-    # --- files in the home -------------------------------------------------------------
 
-    def write_file(self, path: Path, data: str | bytes, mode: int = 0o600) -> None:
-        """Write ``path`` (inside the home), owned by the server's user, mode ``mode``."""
-        fd = self._open_in_home(path, os.O_WRONLY, mode)
-        try:
-            os.ftruncate(fd, 0)
-            view = memoryview(data.encode() if isinstance(data, str) else data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+def install_copy(dest_fd: int, label: str, sources: Mapping[str, Path], *, staging_in: Path) -> str:
+    """Make ``<dest>/<key>`` a copy of ``sources`` (relative path -> file) and return ``<key>``.
 
-    def open_append(self, path: Path, mode: int = 0o600) -> int:
-        """A descriptor appending to ``path`` (inside the home), e.g. a server's log; caller closes."""
-        return self._open_in_home(path, os.O_WRONLY | os.O_APPEND, mode)
-
-    def remove_file(self, path: Path) -> None:
-        """Remove ``path`` (inside the home) if it exists."""
-        *parents, name = path.relative_to(self.dir).parts
-        with self._dir_fd(parents) as fd, contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=fd)
-
-    def _open_in_home(self, path: Path, flags: int, mode: int) -> int:
-        *parents, name = path.relative_to(self.dir).parts
-        with self._dir_fd(parents) as dir_fd:
-            fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                         dir_fd=dir_fd)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                raise RuntimeStateError(f"refusing to write {path}: not a plain file with one link")
-            ids = self.ids
-            if ids is not None:
-                os.fchown(fd, *ids)
-            os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    @contextlib.contextmanager
-    def _dir_fd(self, parts: Sequence[str] = ()) -> Iterator[int]:
-        """A descriptor of ``<home>/<parts>``, each step opened without following symlinks."""
-        fd = os.open(self.dir, _DIR_FLAGS)
-        try:
-            ids = self.ids
-            if ids is not None and os.fstat(fd).st_uid != ids[0]:
-                raise RuntimeStateError(f"{self.dir} is not owned by {self.user}")
-            for part in parts:
-                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = inner
-            yield fd
-        finally:
-            os.close(fd)
+    ``<key>`` is ``label`` plus a digest of the sources' paths, sizes and mtimes:
+    an unchanged set is reused, a changed one gets a new copy, and every other
+    entry of ``dest`` (older copies) is removed. Files are hard links when the
+    source is readable by everyone and on the same filesystem, copies
+    otherwise; folders are 0755. The copy is built in ``staging_in`` (on the
+    same filesystem as ``dest``, root's) and renamed into place whole.
+    """
+    key = f"{label}-{_digest(sources)}"
+    os.fchmod(dest_fd, 0o755)
+    with contextlib.suppress(FileNotFoundError):
+        os.stat(f"{key}/{_COMPLETE}", dir_fd=dest_fd)
+        return key
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=staging_in))
+    try:
+        for rel, src in sorted(sources.items()):
+            # A file removed since it was listed (a source edited meanwhile) is left out:
+            # the digest of the next start differs, so that start makes a fresh copy.
+            with contextlib.suppress(FileNotFoundError):
+                _place(src, staging / rel)
+        (staging / _COMPLETE).touch()
+        for folder, _, _ in os.walk(staging):
+            os.chmod(folder, 0o755)  # noqa: S103 - public programs and libraries, read by the users
+        for name in os.listdir(dest_fd):
+            _remove_at(dest_fd, name)
+        os.rename(staging, key, dst_dir_fd=dest_fd)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return key
 
 
 # --- cleanup -----------------------------------------------------------------------------
@@ -508,6 +569,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def _write_all(fd: int, data: str | bytes) -> None:
+    view = memoryview(data.encode() if isinstance(data, str) else data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _make_dirs(path: Path, mode: int) -> None:
     """``mkdir -p`` that gives ``mode`` to the folders it creates and leaves existing ones alone."""
     missing = [p for p in (path, *path.parents) if not p.exists()]
@@ -520,8 +587,9 @@ def _make_dirs(path: Path, mode: int) -> None:
 def _digest(sources: Mapping[str, Path]) -> str:
     h = hashlib.sha256()
     for rel, src in sorted(sources.items()):
-        st = src.stat()
-        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        with contextlib.suppress(FileNotFoundError):  # removed since it was listed: left out
+            st = src.stat()
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:10]
 
 

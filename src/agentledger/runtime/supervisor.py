@@ -4,7 +4,8 @@ One process per service means a crash or a memory leak in one never takes
 another down, and each can be killed and restarted on its own. The supervisor
 restarts a crashed service with capped exponential backoff, keeps
 runtime.json current whenever a pid changes, and on SIGTERM/SIGINT stops its
-children gracefully before exiting.
+children gracefully before exiting. Run as root, it starts every service as a
+system user of its own, on copies of what that service reads (``service_users``).
 
 Run as ``python -m agentledger.runtime.supervisor --data-dir DIR --services JSON``;
 ``agentledger up`` does this with the service list from
@@ -38,6 +39,7 @@ from agentledger.config import from_env
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedCluster, EmbeddedNats, pid_alive
 from agentledger.runtime.postgres import EmbeddedPostgres
+from agentledger.runtime.service_users import ServiceProcess, ServiceUsers
 from agentledger.runtime.state import NatsNode, RuntimeInfo, settings_env, write_runtime
 
 log = structlog.get_logger(__name__)
@@ -86,8 +88,11 @@ class Supervisor:
                  stop_timeout: float = STOP_TIMEOUT_S,
                  servers: Mapping[str, Callable[[], int | None]] | None = None,
                  liveness_timeout: float = LIVENESS_TIMEOUT_S,
-                 server_liveness_timeout: float = SERVER_LIVENESS_TIMEOUT_S) -> None:
+                 server_liveness_timeout: float = SERVER_LIVENESS_TIMEOUT_S,
+                 users: ServiceUsers | None = None) -> None:
         self._children = [_Child(name, list(argv)) for name, argv in services]
+        # Run as root: the services run as users of their own (service_users).
+        self._users = users
         self._env = dict(env)
         self._log_dir = log_dir
         self._runtime_file = runtime_file
@@ -113,6 +118,10 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self._log_dir.mkdir(parents=True, exist_ok=True)
+        if self._users is not None:
+            # A service writes its log through the descriptor it is given; reading the others'
+            # is not for it.
+            self._log_dir.chmod(0o700)
         self._prober.start()
         try:
             for child in self._children:
@@ -131,6 +140,8 @@ class Supervisor:
         self._stop_signal = signum
 
     def _ready_file(self, child: _Child) -> Path:
+        if self._users is not None and self._users.hosts(child.name):
+            return self._users.ready_file(child.name)
         return self._log_dir.parent / "run" / f"{child.name}.ready"
 
     def _spawn(self, child: _Child) -> None:
@@ -139,12 +150,15 @@ class Supervisor:
         ready = self._ready_file(child)
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
-        env = {**self._env, "AGENTLEDGER_READY_FILE": str(ready)}
+        argv, env = child.argv, {**self._env, "AGENTLEDGER_READY_FILE": str(ready)}
+        options: ServiceProcess = {}
         try:
+            if self._users is not None and self._users.hosts(child.name):
+                argv, env, options = self._users.launch(child.name, argv, env)
             with (self._log_dir / f"{child.name}.log").open("ab") as out:
-                child.proc = subprocess.Popen(child.argv, env=env, stdin=subprocess.DEVNULL,
-                                              stdout=out, stderr=subprocess.STDOUT)
-        except OSError as exc:
+                child.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                              stdout=out, stderr=subprocess.STDOUT, **options)
+        except (OSError, AgentLedgerError) as exc:
             log.error("service_spawn_failed", child=child.name, error=str(exc))
             self._schedule_restart(child)
             return
@@ -373,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         servers["postgres"] = lambda: EmbeddedPostgres(settings.data_dir,
                                                        server_root=settings.server_root).start().pid
     services = msgspec.json.decode(args.services, type=list[tuple[str, list[str]]])
+    users = ServiceUsers.of(settings, [name for name, _ in services])
     info = RuntimeInfo(nats_url=settings.nats_url, database_url=settings.database_url,
                        data_dir=str(settings.data_dir), supervisor_pid=os.getpid(),
                        nats_pid=args.nats_pid, postgres_pid=args.postgres_pid,
@@ -381,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                log_dir=settings.data_dir / "logs", runtime_file=settings.runtime_file,
                info=info, stop_timeout=args.stop_timeout, servers=servers,
                liveness_timeout=args.liveness_timeout,
-               server_liveness_timeout=args.server_liveness_timeout).run()
+               server_liveness_timeout=args.server_liveness_timeout, users=users).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,236 @@
+"""The services as users of their own (issue 26 §10): `up` run by root starts no service as root.
+
+Real stacks (`agentledger up`: embedded nats-server and PostgreSQL, the six services) in a data
+folder inside a directory only root may enter, as `make run` and the test suite leave it. Each
+service must run as its own system user, reach its own copies of what it reads, and be unable
+to read what belongs to another service or to the operator; the stack must still answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentledger import auth
+from agentledger.client import connect
+from agentledger.config import Settings
+from agentledger.core.validate import goal_hash
+from agentledger.runtime import commands, hosting
+from agentledger.runtime.hosting import user_name
+from agentledger.runtime.service_users import NEEDS, service_of
+from agentledger.runtime.state import read_runtime, resolve_urls
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the services users "
+                                "of their own; run by anyone else, they run as that user")
+SERVICES = [name for name, _ in commands.SERVICES]
+TENANT = "svcusers"
+# What each service's home holds besides its ready files: copies of what it reads, nothing more.
+HOME_FILES = {
+    "ledger-writer": {"nats.creds", "kek"},
+    "projector": {"nats.creds", "pgpass", "kek"},
+    "checkpointer": {"nats.creds", "pgpass"},
+    "memory-policy": {"nats.creds", "pgpass", "kek"},
+    "context-builder": {"nats.creds", "pgpass", "kek", "context-signing.key"},
+    "tombstone-fanout": {"nats.creds", "pgpass", "kek"},
+}
+
+
+class Identity:
+    """Who a live process is, from /proc: its uid, gid, groups and environment."""
+
+    def __init__(self, pid: int) -> None:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        self.uid = int(fields["Uid"].split()[0])
+        self.gid = int(fields["Gid"].split()[0])
+        self.groups = [int(g) for g in fields["Groups"].split()]
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        self.env = dict(item.decode().split("=", 1) for item in environ if b"=" in item)
+
+    def reads(self, path: str | Path) -> bool:
+        """Whether a process with this identity can read ``path``."""
+        done = subprocess.run(["cat", str(path)], user=self.uid, group=self.gid,
+                              extra_groups=self.groups, capture_output=True, check=False)
+        if done.returncode != 0:
+            assert b"Permission denied" in done.stderr, done.stderr
+        return done.returncode == 0
+
+
+def identities(settings: Settings) -> dict[str, Identity]:
+    """The identity of every service `up` runs, read from its live process.
+
+    A service that is being restarted (absent from runtime.json, or gone before its /proc was
+    read) is looked up again, in its next process.
+    """
+    names = {name if i == 1 else f"{name}-{i}" for name in SERVICES
+             for i in range(1, settings.instances + 1)}
+    for _ in range(300):
+        services = read_runtime(settings.runtime_file).services
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if names <= services.keys():
+                return {name: Identity(services[name]) for name in names}
+        time.sleep(0.1)
+    raise AssertionError(f"not every service of {sorted(names)} was running")
+
+
+def settings_for(tmp_path_factory: pytest.TempPathFactory, server_root: Path, prefix: str,
+                 instances: int) -> Settings:
+    """A data folder (and key-encryption key) inside a directory only root can enter."""
+    locked = tmp_path_factory.mktemp("locked")
+    locked.chmod(0o700)
+    return Settings(data_dir=locked / "data", prefix=prefix, server_root=server_root,
+                    kek_dir=locked / "keks", instances=instances)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, server_root: Path) -> Iterator[Settings]:
+    """One stack with two instances of every service (`up --instances 2`)."""
+    settings = settings_for(tmp_path_factory, server_root, "svcusers", instances=2)
+    try:
+        commands.up(settings)
+        yield settings
+    finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
+
+
+def assert_services_run_as_their_users(settings: Settings) -> dict[str, Identity]:
+    who = identities(settings)
+    # The servers' users, by name: their pids change when the supervisor restarts one.
+    servers = {pwd.getpwnam(user_name(settings.data_dir, kind)).pw_uid for kind in ("nats", "pg")}
+    for name, identity in who.items():
+        service = service_of(name)
+        assert service is not None, name
+        assert identity.uid != 0 and identity.uid not in servers, (name, identity.uid)
+        assert pwd.getpwuid(identity.uid).pw_name == user_name(settings.data_dir, service)
+        assert (identity.gid, identity.groups) == (pwd.getpwuid(identity.uid).pw_gid, [])
+    # One user per service, shared by its instances.
+    assert len({who[name].uid for name in SERVICES}) == len(SERVICES)
+    return who
+
+
+def event(kind: str, task: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "event_id": uuid.uuid4().hex, "tenant": TENANT, "task_id": task,
+            "producer": "agent-u", "occurred_at": datetime.now(UTC).isoformat(),
+            "schema_version": 1, "payload": payload, **extra}
+
+
+async def append_and_read(settings: Settings, task: str) -> None:
+    """An append with a personal value (sealed by the writer) and a wm.get that reveals it (the
+    projector opens it): both services need their key-encryption key copies."""
+    goal, secret = f"ship {task}", f"call me at {uuid.uuid4().hex}"
+    async with await connect(resolve_urls(settings), timeout=30) as client:
+        results = await client.append_batch([
+            event("task_created", task, {"goal": {"text": goal, "acceptance_criteria": [],
+                                                  "goal_hash": goal_hash(goal, [])}}),
+            event("turn_appended", task, {"role": "user", "ordinal": 1, "content": secret},
+                  data_subject="u1"),
+        ])
+        wm = await client.working_memory(TENANT, task, reveal_personal=True, min_seq=results[-1].seq,
+                                         wait_ms=20_000)
+    assert wm.seq >= results[-1].seq
+    assert secret in str(wm.state)
+
+
+def test_every_service_declares_what_it_reads() -> None:
+    """Protects the table the supervisor stages each service's files from: a service added to
+    `up` without saying what it reads would start as its user without them."""
+    assert set(NEEDS) == set(SERVICES) == set(auth.SERVICE_ROLES)
+    assert service_of("projector-2") == "projector" and service_of("sleeper") is None
+
+
+@needs_root
+def test_every_service_process_runs_as_a_user_of_its_own(stack: Settings) -> None:
+    """Protects host hygiene: as root, `up` used to run the six services as root; each now runs
+    as a non-root system user of its own (its instances share it), none of them the servers'."""
+    settings = stack
+    who = assert_services_run_as_their_users(settings)
+    assert set(who) == {*SERVICES, *(f"{name}-2" for name in SERVICES)}
+
+
+@needs_root
+def test_a_service_reads_its_own_credentials_and_no_one_elses(stack: Settings) -> None:
+    """Protects least privilege: a service (a compromised one) reads its own NATS credentials
+    copy, but not another service's, not the operator's or any file of the operator's auth folder,
+    not the data folder's database password, and not another service's key copies; its home holds
+    only what it reads, each file its own and 0400."""
+    settings = stack
+    who = identities(settings)
+    for name, expected in HOME_FILES.items():
+        home = Path(who[name].env["HOME"])
+        files = {p.name: p.stat() for p in home.iterdir() if not p.name.endswith(".ready")}
+        assert set(files) == expected, name
+        assert {(st.st_uid, st.st_mode & 0o777) for st in files.values()} == {(who[name].uid, 0o400)}
+        assert (home.stat().st_uid, home.stat().st_mode & 0o777) == (who[name].uid, 0o700)
+    store = auth.AuthStore(settings.auth_root)
+    operator_files = [store.creds(role) for role in (*auth.SERVICE_ROLES, auth.OPERATOR_ROLE,
+                                                     auth.SYS_ROLE)]
+    operator_files += [store.root / "operator.nk", settings.data_dir / "secrets" / "agentledger.pgpass"]
+    assert all(path.exists() for path in operator_files)
+    for name in SERVICES:
+        mine = who[name].env["AGENTLEDGER_NATS_CREDS"]
+        assert who[name].reads(mine), name
+        assert Path(mine).read_text().startswith("-----BEGIN NATS USER JWT-----")
+        assert who[f"{name}-2"].env["AGENTLEDGER_NATS_CREDS"] == mine
+        others = [Path(who[other].env[variable]) for other in SERVICES if other != name
+                  for variable in ("AGENTLEDGER_NATS_CREDS", "AGENTLEDGER_KEK_FILE")
+                  if variable in who[other].env]
+        assert {p.name for p in others} == {"nats.creds", "kek"}
+        for path in (*others, *operator_files):
+            assert not who[name].reads(path), (name, path)
+
+
+@needs_root
+def test_the_stack_answers_with_services_on_their_own_key_copies(stack: Settings) -> None:
+    """Protects the stack's function under the new users: an append sealed by the writer and a
+    wm.get revealed by the projector are served, each reading the key-encryption key from a copy
+    in its own home rather than the operator's file."""
+    settings = stack
+    who = identities(settings)
+    for name in ("ledger-writer", "projector"):
+        kek = Path(who[name].env["AGENTLEDGER_KEK_FILE"])
+        assert kek.read_bytes() == settings.kek_path.read_bytes()
+        assert (kek.stat().st_uid, kek.stat().st_mode & 0o777) == (who[name].uid, 0o400)
+    asyncio.run(append_and_read(settings, "t-answers"))
+
+
+@needs_root
+@pytest.mark.timeout(300)
+def test_restarts_keep_the_users_and_clean_removes_them(
+        tmp_path_factory: pytest.TempPathFactory, server_root: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects the life cycle: `down` and `up` again start the services as the same users and
+    they answer; `make clean` (`python -m agentledger.runtime.hosting clean`) deletes the
+    services' users and homes with the servers'."""
+    settings = settings_for(tmp_path_factory, server_root, "svcrestart", instances=1)
+    try:
+        commands.up(settings)
+        first = assert_services_run_as_their_users(settings)
+        commands.down(settings)
+        commands.up(settings)
+        again = assert_services_run_as_their_users(settings)
+        assert {name: i.uid for name, i in again.items()} == {name: i.uid for name, i in first.items()}
+        asyncio.run(append_and_read(settings, "t-restarted"))
+        homes = {Path(i.env["HOME"]) for i in again.values()}
+    finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
+    users = [user_name(settings.data_dir, name) for name in SERVICES]
+    assert all(pwd.getpwnam(user) for user in users)
+    monkeypatch.setenv("AGENTLEDGER_SERVER_ROOT", str(server_root))
+    assert hosting.main(["clean", "--data-dir", str(settings.data_dir)]) == 0
+    for user in users:
+        with pytest.raises(KeyError):
+            pwd.getpwnam(user)
+    assert not any(home.exists() for home in homes)
