@@ -26,8 +26,14 @@ Trust, in one place:
 Files under ``auth_dir`` (directory 0700, files 0600): ``operator.nk`` /
 ``operator.jwt``, ``accounts/{SYS,SVC}.{nk,jwt}``, ``creds/<role>.creds`` for the
 services, the operator and the system user, ``tenants/<prefix>/<tenant>.json``
-(account seed, agents, revocations) and the agents' credentials under
-``creds/tenants/<prefix>/<tenant>/<agent>.creds``.
+(account seed, every user key issued to each agent, revocations, retired accounts, limits)
+and the agents' credentials under ``creds/tenants/<prefix>/<tenant>/<agent>.creds``.
+
+Revocation never depends on finding a file: revoking an agent revokes every key it was
+issued (the account JWT's ``revocations``), and a revoked tenant added again gets a new
+account, so nothing issued under the old one can come back. Each tenant account carries
+limits (connections, subscriptions per connection, payload) from the settings or the
+operator's per-tenant values, pushed again on every start.
 """
 
 from __future__ import annotations
@@ -53,7 +59,13 @@ from nats.aio.client import Client
 
 from agentledger.buckets import open_kv
 from agentledger.config import Settings
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
+from agentledger.errors import (
+    AgentLedgerError,
+    ContractError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from agentledger.identity import ACTIVE, REVOKED, TenantEntry, tenants_bucket
 from agentledger.natsclient import open_connection
 from agentledger.private_files import write_private
@@ -76,6 +88,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
               "wildcards": True, "conn": -1, "leaf": -1}
 _JETSTREAM = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
+
+
+def _tenant_limits(limits: TenantLimits) -> dict[str, Any]:
+    """Account-JWT limits of a tenant: its quotas, no exports and no leaf node connections."""
+    return {**_UNLIMITED, "conn": limits.connections, "subs": limits.subscriptions,
+            "payload": limits.payload, "exports": 0, "leaf": 0}
 
 
 class AuthError(AgentLedgerError):
@@ -143,8 +161,20 @@ def check_name(value: str, what: str) -> str:
 # --- records ---------------------------------------------------------------------------------
 
 class AgentRecord(msgspec.Struct, kw_only=True):
+    """The user keys issued to one agent; revoking the agent revokes every one of them."""
+
+    # The latest key (the credentials file `agent add` wrote last) and when it was issued.
     user: str
     issued_at: int
+    # Every key ever issued to this agent -> its issue time (Unix seconds). Records written
+    # before keys were kept hold only the latest one: ``complete`` is False for those, and
+    # earlier keys can only be found while they are connected (``agent_revoke``).
+    keys: dict[str, int] = {}
+    complete: bool = False
+
+    def issued(self) -> dict[str, int]:
+        """Every key known to have been issued to this agent, with its issue time."""
+        return {**self.keys, self.user: self.issued_at}
 
 
 class TenantRecord(msgspec.Struct, kw_only=True):
@@ -158,6 +188,46 @@ class TenantRecord(msgspec.Struct, kw_only=True):
     agents: dict[str, AgentRecord] = {}
     # user public key (or "*" for every user) -> revoked at (Unix seconds).
     revocations: dict[str, int] = {}
+    # Accounts the tenant had before it was revoked and added again: never used again, and
+    # pushed as refusing every connection (their seeds are gone: nobody signs for them).
+    retired_accounts: list[str] = []
+    # The operator's per-tenant NATS limits (`tenant add --max-connections ...`); None: the
+    # setting of the same name (``Settings.tenant_max_connections``, ...).
+    max_connections: int | None = None
+    max_subscriptions: int | None = None
+    max_payload: int | None = None
+
+
+class TenantLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """NATS limits of one tenant account; -1 is no limit.
+
+    ``connections`` counts the account's client connections across the cluster;
+    ``subscriptions`` (per connection) and ``payload`` (bytes per published
+    message, per connection) are what the server applies to each of them.
+    """
+
+    connections: int
+    subscriptions: int
+    payload: int
+
+    @classmethod
+    def of(cls, settings: Settings, record: TenantRecord) -> TenantLimits:
+        """The record's own limits where the operator set them, the settings' otherwise."""
+        return cls(connections=_pick(record.max_connections, settings.tenant_max_connections),
+                   subscriptions=_pick(record.max_subscriptions, settings.tenant_max_subscriptions),
+                   payload=_pick(record.max_payload, settings.tenant_max_payload_bytes))
+
+
+def _pick(own: int | None, default: int) -> int:
+    return default if own is None else own
+
+
+def check_limit(value: int | None, what: str) -> int | None:
+    """A limit is a positive count or -1 (no limit); None leaves it as it was."""
+    if value is not None and value != -1 and value < 1:
+        raise ContractError(f"{what} {value} must be at least 1, or -1 for no limit",
+                            code="invalid_value", path=what)
+    return value
 
 
 class AuthStore:
@@ -310,12 +380,29 @@ class AuthStore:
         self.save_tenant(record)
         return record
 
-    def account_jwt(self, record: TenantRecord) -> str:
-        """The tenant account: no JetStream; imports of one prefix's endpoints, or none if revoked."""
-        svc = public_key(self.seed("SVC"))
+    def account_jwt(self, record: TenantRecord, limits: TenantLimits) -> str:
+        """The tenant account: no JetStream; imports of one prefix's endpoints, within ``limits``.
+
+        A revoked tenant's account imports nothing and revokes every user (``*``): the server
+        closes their connections saying "User Authentication Revoked" and refuses them after.
+        """
+        return self._tenant_account_jwt(record.account, record, limits, record.status == ACTIVE)
+
+    def retired_account_jwt(self, account: str, record: TenantRecord) -> str:
+        """An account the tenant had before it was revoked and added again: refuses everything.
+
+        Every user is revoked, and the zero connection limit also refuses credentials issued
+        later (its seed is gone, but a copy stolen earlier could still sign).
+        """
+        return self._tenant_account_jwt(
+            account, record, TenantLimits(connections=0, subscriptions=0, payload=0), False)
+
+    def _tenant_account_jwt(self, account: str, record: TenantRecord, limits: TenantLimits,
+                            active: bool) -> str:
         imports: list[dict[str, Any]] = []
         revocations = dict(record.revocations)
-        if record.status == ACTIVE:
+        if active:
+            svc = public_key(self.seed("SVC"))
             imports = [{"name": ep, "subject": f"{record.prefix}.{ep}", "account": svc,
                         "type": "service", "share": True} for ep in ENDPOINTS]
             imports.append({"name": "changes", "type": "stream", "account": svc,
@@ -323,13 +410,30 @@ class AuthStore:
             imports.append({"name": "rejections", "type": "stream", "account": svc,
                             "subject": f"{record.prefix}.rejected.{record.tenant}.>"})
         else:
-            revocations["*"] = int(time.time())
-        nats_claims: dict[str, Any] = {"type": "account", "version": 2, "limits": _UNLIMITED,
-                                       "imports": imports}
+            revocations = {"*": int(time.time())}
+        nats_claims: dict[str, Any] = {"type": "account", "version": 2, "imports": imports,
+                                       "limits": _tenant_limits(limits)}
         if revocations:
             nats_claims["revocations"] = revocations
-        return encode_jwt({"sub": record.account, "name": f"{record.prefix}/{record.tenant}",
+        return encode_jwt({"sub": account, "name": f"{record.prefix}/{record.tenant}",
                            "nats": nats_claims}, self.seed("operator"))
+
+    def account_jwts(self, record: TenantRecord, limits: TenantLimits) -> list[str]:
+        """Every account JWT of the tenant: its retired accounts first, then its current one."""
+        return [*(self.retired_account_jwt(acc, record) for acc in record.retired_accounts),
+                self.account_jwt(record, limits)]
+
+    def renew_account(self, record: TenantRecord) -> TenantRecord:
+        """A revoked tenant, active again under a new account; the old one is retired for good.
+
+        Its agents and their revocations belonged to the old account: they start afresh.
+        """
+        seed = _new_seed(nkeys.PREFIX_BYTE_ACCOUNT)
+        renewed = msgspec.structs.replace(
+            record, account_seed=seed, account=public_key(seed), status=ACTIVE, agents={},
+            revocations={}, retired_accounts=[*record.retired_accounts, record.account])
+        self.save_tenant(renewed)
+        return renewed
 
     def add_agent(self, record: TenantRecord, agent: str, out: Path | None = None) -> Path:
         """Issue credentials for ``agent`` in the tenant's account (a new key every time)."""
@@ -350,7 +454,10 @@ class AuthStore:
             "type": "user", "version": 2, "subs": -1, "data": -1, "payload": -1, **permissions}},
             record.account_seed)
         write_private(path, creds_text(jwt, seed))
-        record.agents[agent] = AgentRecord(user=user, issued_at=issued)
+        earlier = record.agents.get(agent)
+        record.agents[agent] = AgentRecord(
+            user=user, issued_at=issued, keys={**(earlier.issued() if earlier else {}), user: issued},
+            complete=earlier.complete if earlier else True)
         self.save_tenant(record)
         return path
 
@@ -358,6 +465,13 @@ class AuthStore:
 # --- connections ----------------------------------------------------------------------------
 
 RECONNECT_WAIT_S = 0.25
+# Finding an agent's open connections: most listed per server, how long to wait for the first
+# server's answer, and for the next one after an answer.
+CONNZ_LIMIT = 100_000
+CONNZ_FIRST_REPLY_S = 5.0
+CONNZ_QUIET_S = 0.25
+# How the server says a tenant account is at its connection limit (nats-server ErrTooManyAccountConnections).
+TOO_MANY_CONNECTIONS = "maximum account active connections exceeded"
 
 def auth_store(settings: Settings) -> AuthStore:
     return AuthStore(settings.auth_root)
@@ -391,30 +505,41 @@ async def connect(settings: Settings, role: str, **options: Any) -> Client:
     # within about a second of a crash, and every service should be too.
     options.setdefault("reconnect_time_wait", RECONNECT_WAIT_S)
     errors: list[str] = []
-    refused = asyncio.Event()
+    refused: list[AgentLedgerError] = []
+    refusal = asyncio.Event()
     given = options.get("error_cb")
+    who = creds if settings.nats_creds is not None else role
 
     async def on_error(exc: Exception) -> None:
         # nats-py would log a traceback per failed attempt; keep the reason for one clear error.
         errors[:] = [str(exc)]
-        if "authorization violation" in errors[0].lower():
-            refused.set()
+        reason = errors[0].lower()
+        if "authorization violation" in reason:
+            refused.append(AuthError(
+                f"the NATS server at {settings.nats_url} refused the credentials of {who} (unknown, "
+                "revoked, or issued for another server)", code="unauthenticated"))
+        elif TOO_MANY_CONNECTIONS in reason:
+            refused.append(PermissionDeniedError(
+                f"the NATS server at {settings.nats_url} refused a new connection for {who}: its "
+                "tenant has as many connections open as its limit allows (`agentledger tenant add "
+                "TENANT --max-connections N` raises it)", code="too_many_connections"))
+        if refused:
+            refusal.set()
         if given is not None:
             await given(exc)
 
     options["error_cb"] = on_error
-    who = creds if settings.nats_creds is not None else role
     connecting = asyncio.ensure_future(open_connection(settings.nats_url, **options))
-    waiting = asyncio.ensure_future(refused.wait())
+    waiting = asyncio.ensure_future(refusal.wait())
     await asyncio.wait([connecting, waiting], return_when=asyncio.FIRST_COMPLETED)
     waiting.cancel()
     if not connecting.done():
-        # Credentials the server refuses will not be accepted on a retry: fail now, not in minutes.
+        # The server refused this identity (or its tenant's quota): retrying in a loop would not
+        # change its answer, so fail now with the reason, not in minutes.
         connecting.cancel()
         with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
             await connecting
-        raise AuthError(f"the NATS server at {settings.nats_url} refused the credentials of {who} "
-                        "(unknown, revoked, or issued for another server)", code="unauthenticated")
+        raise refused[0]
     try:
         return connecting.result()
     except (nats.errors.Error, OSError) as exc:
@@ -448,13 +573,19 @@ async def _push(settings: Settings, jwt: str) -> None:
 
 
 async def _register(settings: Settings, record: TenantRecord) -> None:
-    """Write the tenant's registry entry (as the operator) so the services know its account."""
+    """Write the tenant's registry entries (as the operator) so the services know its accounts.
+
+    The current account gets the record's status; every retired account is (again) revoked, so
+    a tenant revoked and added again never brings its old account back.
+    """
+    entries = {record.account: record.status, **dict.fromkeys(record.retired_accounts, REVOKED)}
     nc = await connect(settings, OPERATOR_ROLE, allow_reconnect=False, connect_timeout=5)
     try:
         kv = await open_kv(nc.jetstream(), tenants_bucket(settings.prefix),
                            replicas=settings.stream_replicas)
-        entry = TenantEntry(tenant=record.tenant, status=record.status, prefix=record.prefix)
-        await kv.put(record.account, msgspec.json.encode(entry))
+        for account, status in entries.items():
+            entry = TenantEntry(tenant=record.tenant, status=status, prefix=record.prefix)
+            await kv.put(account, msgspec.json.encode(entry))
     except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
             nats.errors.NoRespondersError) as exc:
         # On a cluster, while the bucket's raft group elects a leader: try again in seconds.
@@ -464,19 +595,34 @@ async def _register(settings: Settings, record: TenantRecord) -> None:
         await nc.close()
 
 
-async def tenant_add(settings: Settings, tenant: str) -> TenantRecord:
-    """Create (or re-activate) a tenant: registry entry first, then its account JWT."""
+async def _push_tenant(settings: Settings, record: TenantRecord) -> None:
+    """Push the tenant's account JWTs (retired ones first) with its current limits."""
+    store = auth_store(settings)
+    for jwt in store.account_jwts(record, TenantLimits.of(settings, record)):
+        await _push(settings, jwt)
+
+
+async def tenant_add(settings: Settings, tenant: str, *, max_connections: int | None = None,
+                     max_subscriptions: int | None = None,
+                     max_payload: int | None = None) -> TenantRecord:
+    """Create a tenant, or set its limits: registry entries first, then its account JWTs.
+
+    A revoked tenant comes back under a new NATS account (:meth:`AuthStore.renew_account`):
+    every credential issued before the revocation stays refused, by the server and by the
+    services, and its agents need new credentials. A limit given here is kept in the
+    tenant's record (until given again); one not given follows the settings.
+    """
     store = auth_store(settings)
     record = store.new_tenant(settings.prefix, tenant)
     if record.status != ACTIVE:
-        record.status = ACTIVE
-        record.revocations.pop("*", None)
-        # Agents of the revoked period stay revoked: re-add issues new keys.
-        for agent in record.agents.values():
-            record.revocations[agent.user] = int(time.time())
-        store.save_tenant(record)
+        record = store.renew_account(record)
+    for field, value in (("max_connections", max_connections),
+                         ("max_subscriptions", max_subscriptions), ("max_payload", max_payload)):
+        if check_limit(value, field) is not None:
+            setattr(record, field, value)
+    store.save_tenant(record)
     await _register(settings, record)
-    await _push(settings, store.account_jwt(record))
+    await _push_tenant(settings, record)
     return record
 
 
@@ -487,7 +633,7 @@ async def tenant_revoke(settings: Settings, tenant: str) -> TenantRecord:
     record.status = REVOKED
     store.save_tenant(record)
     await _register(settings, record)
-    await _push(settings, store.account_jwt(record))
+    await _push_tenant(settings, record)
     return record
 
 
@@ -498,23 +644,86 @@ async def agent_add(settings: Settings, tenant: str, agent: str, out: Path | Non
     return store.add_agent(record, agent, out)
 
 
-async def agent_revoke(settings: Settings, tenant: str, agent: str) -> None:
-    """Revoke every credential issued to ``agent`` so far; the server disconnects it."""
+class AgentRevocation(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``agent_revoke`` revoked: user keys, and whether every key ever issued is among them."""
+
+    keys: list[str]
+    # False for an agent first issued before keys were recorded: an earlier credentials file of
+    # it that was not connected during the revoke is not known, so not revoked.
+    complete: bool
+
+
+async def agent_revoke(settings: Settings, tenant: str, agent: str) -> AgentRevocation:
+    """Revoke every credential issued to ``agent`` so far; the server disconnects it.
+
+    Every recorded key of the agent is revoked, and so is every user of the tenant's
+    account connected under the agent's name (which finds credentials issued before keys
+    were recorded, as long as they are connected). A later ``agent add`` issues a new key.
+    """
     store = auth_store(settings)
     record = store.tenant(settings.prefix, tenant)
     if agent not in record.agents:
         raise NotFoundError(f"tenant {tenant!r} has no agent {agent!r}", path="agent")
-    # Revoke by issue time: every JWT of this key issued up to now is invalid.
-    record.revocations[record.agents[agent].user] = int(time.time()) + 1
+    issued = record.agents[agent].issued()
+    connected = await connected_users(settings, record.account, agent)
+    now = int(time.time())
+    for user in {*issued, *connected}:
+        # A key's JWTs issued up to this second are refused; each key is only ever issued once.
+        record.revocations[user] = max(now, issued.get(user, now))
     store.save_tenant(record)
-    await _push(settings, store.account_jwt(record))
+    await _push_tenant(settings, record)
+    return AgentRevocation(keys=sorted({*issued, *connected}), complete=record.agents[agent].complete)
+
+
+async def connected_users(settings: Settings, account: str, agent: str) -> set[str]:
+    """Public keys of the users of ``account`` connected now under the name ``agent``.
+
+    Asks every server (``$SYS.REQ.SERVER.PING.CONNZ`` with the account filter, over the
+    system account) and reads the agent's name from each connection's user JWT.
+    """
+    options: dict[str, Any] = {}
+    _tls(settings, options)
+    nc = await open_connection(settings.nats_url, user_credentials=str(auth_store(settings).creds(SYS_ROLE)),
+                               name="agentledger-admin", allow_reconnect=False, connect_timeout=5,
+                               **options)
+    users: set[str] = set()
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        query = {"acc": account, "auth": True, "limit": CONNZ_LIMIT}
+        await nc.publish("$SYS.REQ.SERVER.PING.CONNZ", json.dumps(query).encode(), reply=inbox)
+        wait = CONNZ_FIRST_REPLY_S
+        # Every server answers; once the first has, the others follow within moments.
+        with contextlib.suppress(nats.errors.TimeoutError):
+            while True:
+                msg = await sub.next_msg(timeout=wait)
+                wait = CONNZ_QUIET_S
+                for conn in (json.loads(msg.data).get("data") or {}).get("connections") or []:
+                    if conn.get("account") == account and _jwt_name(conn.get("jwt", "")) == agent:
+                        users.add(conn["authorized_user"])
+    finally:
+        await nc.close()
+    return users
+
+
+def _jwt_name(jwt: str) -> str | None:
+    """The ``name`` claim of a JWT (unverified: the server verified it when the user connected)."""
+    try:
+        body = jwt.split(".")[1]
+        return json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))).get("name")
+    except (IndexError, ValueError):
+        return None
 
 
 async def sync_tenants(settings: Settings) -> int:
-    """Push every tenant account of ``settings.prefix`` again (after a server lost its resolver dir)."""
+    """Push every tenant account of ``settings.prefix`` again, with the current limits.
+
+    Run on every start: a server that lost its resolver folder learns the tenants (and
+    their retired accounts) again, and a changed limit setting reaches every tenant.
+    """
     store = auth_store(settings)
     count = 0
     for record in store.tenants(settings.prefix):
-        await _push(settings, store.account_jwt(record))
+        await _push_tenant(settings, record)
         count += 1
     return count

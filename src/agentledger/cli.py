@@ -238,11 +238,19 @@ def cmd_tenant(args: argparse.Namespace) -> int:
     settings = _connected(args)
     if args.tenant_command == "list":
         for record in auth.auth_store(settings).tenants(settings.prefix):
-            agents = ", ".join(sorted(record.agents)) or "-"
-            print(f"{record.tenant:<24} {record.status:<8} {record.account}  agents: {agents}")
+            agents = ", ".join(name + ("" if agent.user not in record.revocations else " (revoked)")
+                               for name, agent in sorted(record.agents.items())) or "-"
+            limits = auth.TenantLimits.of(settings, record)
+            print(f"{record.tenant:<24} {record.status:<8} {record.account}  "
+                  f"limits: {limits.connections} connections, {limits.subscriptions} "
+                  f"subscriptions, {limits.payload} bytes  agents: {agents}")
         return 0
-    action = auth.tenant_add if args.tenant_command == "add" else auth.tenant_revoke
-    record = asyncio.run(action(settings, args.tenant))
+    if args.tenant_command == "add":
+        record = asyncio.run(auth.tenant_add(
+            settings, args.tenant, max_connections=args.max_connections,
+            max_subscriptions=args.max_subscriptions, max_payload=args.max_payload))
+    else:
+        record = asyncio.run(auth.tenant_revoke(settings, args.tenant))
     print(f"tenant {record.tenant} {record.status} (NATS account {record.account})")
     return 0
 
@@ -251,8 +259,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
     """Issue or revoke an agent's credentials (operator)."""
     settings = _connected(args)
     if args.agent_command == "revoke":
-        asyncio.run(auth.agent_revoke(settings, args.tenant, args.agent))
-        print(f"agent {args.agent} of tenant {args.tenant} revoked")
+        revoked = asyncio.run(auth.agent_revoke(settings, args.tenant, args.agent))
+        print(f"agent {args.agent} of tenant {args.tenant} revoked: {len(revoked.keys)} credential "
+              f"key(s), open connections closed")
+        if not revoked.complete:
+            print(f"warning: {args.agent} was first issued credentials before agentledger recorded "
+                  "every key; an earlier credentials file that was not connected just now is not "
+                  f"revoked. To refuse every one: agentledger tenant revoke {args.tenant} && "
+                  f"agentledger tenant add {args.tenant} (a new account; all its agents need new "
+                  "credentials)", file=sys.stderr)
         return 0
     path = asyncio.run(auth.agent_add(settings, args.tenant, args.agent, args.out))
     print(path)
@@ -277,11 +292,20 @@ def _add_identity_commands(sub: Any) -> None:
     """``tenant``, ``agent`` and ``auth``: the operator's identity administration."""
     tenant = sub.add_parser("tenant", help="add, list and revoke tenants (operator)").add_subparsers(
         dest="tenant_command", required=True)
-    for action, text in (("add", "create a tenant (its NATS account); idempotent"),
-                         ("revoke", "revoke a tenant: refused by the services, disconnected")):
-        p = tenant.add_parser(action, help=text)
-        p.add_argument("tenant")
-        p.set_defaults(fn=cmd_tenant)
+    p = tenant.add_parser("add", help="create a tenant (its NATS account), or set its limits; "
+                          "idempotent; a revoked tenant comes back under a new account")
+    p.add_argument("tenant")
+    for flag, what, setting in (
+            ("--max-connections", "connections of the tenant at once", "MAX_CONNECTIONS"),
+            ("--max-subscriptions", "subscriptions per connection", "MAX_SUBSCRIPTIONS"),
+            ("--max-payload", "bytes of one published message", "MAX_PAYLOAD_BYTES")):
+        p.add_argument(flag, type=int, default=None,
+                       help=f"most {what}; -1: no limit; kept until given again (default: "
+                            f"AGENTLEDGER_TENANT_{setting})")
+    p.set_defaults(fn=cmd_tenant)
+    p = tenant.add_parser("revoke", help="revoke a tenant: refused by the services, disconnected")
+    p.add_argument("tenant")
+    p.set_defaults(fn=cmd_tenant)
     tenant.add_parser("list", help="list the tenants of this prefix").set_defaults(fn=cmd_tenant)
     agent = sub.add_parser("agent", help="issue and revoke agent credentials (operator)").add_subparsers(
         dest="agent_command", required=True)

@@ -56,6 +56,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     key_cache_bytes: int = 16 << 20
     # Leases one tenant may hold at once (live ones); a grant beyond it is `too_many_leases`.
     max_leases_per_tenant: int = 10_000
+    # NATS limits of every tenant account, unless `agentledger tenant add --max-connections` (and
+    # --max-subscriptions, --max-payload) set the tenant's own; -1 is no limit. Applied to every
+    # tenant account on each start. Connections count across the cluster (servers learn their
+    # peers' counts from events: one beyond the limit may be accepted, then the newest is closed);
+    # subscriptions and the payload (bytes of one published message, artifacts included) are per
+    # connection.
+    tenant_max_connections: int = 64
+    tenant_max_subscriptions: int = 1000
+    tenant_max_payload_bytes: int = 8 * 1024 * 1024
     # Largest lease bucket, in bytes (set when it is created; an entry is ~250 bytes).
     max_leases_bytes: int = 64 << 20
     # Replicas of the ledger stream, the KV buckets and the object store (1 on the embedded single
@@ -146,6 +155,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if not 1 <= self.instances <= MAX_INSTANCES:
             raise ContractError(f"instances {self.instances} must be 1 to {MAX_INSTANCES}",
                                 code="invalid_config", path="AGENTLEDGER_INSTANCES")
+        for name in ("tenant_max_connections", "tenant_max_subscriptions", "tenant_max_payload_bytes"):
+            if getattr(self, name) < 1 and getattr(self, name) != -1:
+                raise ContractError(f"{name} {getattr(self, name)} must be at least 1, or -1 for "
+                                    "no limit", code="invalid_config",
+                                    path=f"AGENTLEDGER_{name.upper()}")
         if not 1 <= self.projector_partitions <= MAX_PARTITIONS:
             raise ContractError(f"projector_partitions {self.projector_partitions} must be 1 to "
                                 f"{MAX_PARTITIONS}", code="invalid_config",
@@ -208,7 +222,8 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",
-        "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims"}
+        "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims", "tenant_max_connections",
+        "tenant_max_subscriptions", "tenant_max_payload_bytes"}
 _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
           "context_compactor_timeout_s", "context_catch_up_s"}
 _BOOL = {"embeddings_send_dims", "redact_secrets"}
