@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 
@@ -155,3 +156,34 @@ async def test_a_notification_without_progress_is_decided_on_the_state(
 
         await assert_eventually(saved, message="no checkpoint from a progress-less notification")
         assert reads == [(TENANT, "t1")]
+
+
+async def test_a_database_lost_mid_statement_does_not_end_the_checkpointer(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects the checkpointer's life: a PostgreSQL killed mid-statement leaves asyncpg's protocol
+    raising ``InternalClientError`` ("cannot switch to state 15"), which crashed the checkpointer.
+    Now the evaluation is retried on the next notification and the checkpoint is saved."""
+    async with running(settings) as stack:
+        assert stack.checkpointer is not None
+        real = stack.checkpointer._projected
+        failures = []
+
+        async def projected(key: Any) -> Any:
+            if not failures:
+                failures.append(key)
+                raise asyncpg.InternalClientError("cannot switch to state 15; another operation is in progress")
+            return await real(key)
+
+        monkeypatch.setattr(stack.checkpointer, "_projected", projected)
+        first = await stack.append([created("t1"), plan("t1", chain(2)), started("t1", "S1"),
+                                    succeeded("t1", "S1")])
+        await assert_eventually(lambda: failures, message="the failure was never injected")
+        done = await stack.append([started("t1", "S2"), succeeded("t1", "S2")])
+
+        async def saved() -> bool:
+            row = await stack.pointer("t1")
+            return row is not None and row["seq"] == done
+
+        await assert_eventually(saved, message="no checkpoint after the database came back")
+        assert not stack.checkpointer._failed.done()
+        assert first < done

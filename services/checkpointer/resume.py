@@ -51,12 +51,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import asyncpg
 import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
+from agentledger import db
 from agentledger.artifacts import ArtifactStore
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -322,7 +322,7 @@ class Resumer:
             covered = await self._projection.watermark(self.store.pool)
             earlier = await self._projection.task_first_seqs(self.store.pool, req.tenant, req.task_id,
                                                              replayed, cp.ledger_cursor)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except db.DATABASE_ERRORS as exc:
             raise UnavailableError("the projection's event index is not available") from exc
         if covered is None or covered < cp.ledger_cursor:
             raise UnavailableError(f"the projection does not reach the checkpoint's cursor "
@@ -372,7 +372,7 @@ class Resumer:
         try:
             rows = await self._projection.turns_upto(self.store.pool, req.tenant, req.task_id,
                                                      checkpoint_turns)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except db.DATABASE_ERRORS as exc:
             raise UnavailableError("the projection's transcript is not available") from exc
         if len(rows) != checkpoint_turns:
             raise UnavailableError(f"the projection holds {len(rows)} of the {checkpoint_turns} turns "

@@ -255,8 +255,7 @@ class Checkpointer(ServiceShell):
                 self._busy.add(key)
                 try:
                     await self._evaluate(key, changed)
-                except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
-                        AgentLedgerError) as exc:
+                except (*db.DATABASE_ERRORS, AgentLedgerError) as exc:
                     # Not fatal: the next notification of the task tries again.
                     log.warning("checkpointer.evaluate_failed", tenant=key[0], task=key[1],
                                 error=type(exc).__name__, detail=str(exc)[:300])

@@ -200,6 +200,6 @@ class MemoryPolicy(ServiceShell):
                 removed = await self.reader.expire_receipts()
                 if removed:
                     log.info("memory.receipts_expired", removed=removed)
-            except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            except db.DATABASE_ERRORS as exc:
                 log.warning("memory.expiry_failed", error=type(exc).__name__)
 

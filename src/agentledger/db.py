@@ -42,6 +42,14 @@ import asyncpg
 WATERMARK_NAME = "projector"
 
 
+# What a PostgreSQL operation raises when the server is away, restarting or refused it: a
+# connection lost mid-statement can leave asyncpg's protocol in a state it reports as an
+# ``InternalClientError`` ("cannot switch to state ..."). A background loop logs these and tries
+# again; a request answers them ``unavailable``; none of them may end a process.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError)
+
+
 def watermark_name(partition: int, partitions: int) -> str:
     """The watermark row of one projector partition: ``projector`` when there is one partition
     (the name it always had), else ``projector/<k>of<n>``, so a row names its layout and a

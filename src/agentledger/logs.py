@@ -15,19 +15,29 @@ import structlog
 
 
 def configure(level: str = "info", service: str | None = None) -> None:
-    """Configure structlog to write one JSON object per line to stderr."""
+    """Configure structlog to write one JSON object per line to stderr, and route the standard
+    library's logging there too: what asyncpg, nats-py and asyncio log themselves (a lost
+    connection, "Task exception was never retrieved") becomes a JSON line with the logger's
+    name and its traceback as a field, never a raw multi-line traceback in a JSON log."""
+    threshold = logging.getLevelNamesMapping()[level.upper()]
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]),
+        processors=[*shared, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(threshold, logging.WARNING))
     if service:
         structlog.contextvars.bind_contextvars(service=service)
