@@ -24,10 +24,10 @@ from agentledger.core.detect import (
     find_instructions,
     find_personal,
     find_secrets,
-    free_text_fields,
     marker,
     redact_event,
     redact_secrets,
+    scanned_fields,
 )
 from agentledger.core.validate import check_event, goal_hash
 from agentledger.errors import ContractError
@@ -231,18 +231,44 @@ def test_goal_is_redacted_and_its_hash_still_verifies() -> None:
     check_event(out, "$")  # the stored goal verifies
 
 
-def test_strings_inside_json_values_are_redacted_but_identifiers_are_not() -> None:
+def test_strings_inside_json_values_are_redacted_and_names_too() -> None:
+    """Protects issue 26 item 8: a token in a name (``trace_id``, a JSON member name) is redacted
+    like one in free text; ordinary names and numbers are left as they are."""
     value = {"log": [f"token {SLACK}", {"nested": f"x {GHP}"}], "password": "swordfish42", "n": 3,
-             "note": "nothing here"}
-    e = _event("variable_set", {"name": "result", "value": value, "producer_step": "S1"},
-               trace_id=GHP[:40], causation_id="ghp_" + "a" * 36)
+             "note": "nothing here", AWS: "the member name is the key"}
+    e = _event("variable_set", {"name": "result", "value": value, "producer_step": "S1"}, trace_id=GHP[:40])
     out, n = redact_event(e)
-    assert n == 3
+    assert n == 5
     got = out.payload.value  # type: ignore[attr-defined]
     assert SLACK not in got["log"][0] and GHP not in got["log"][1]["nested"]
     assert got["password"].startswith("[REDACTED:credential:")
     assert got["n"] == 3 and got["note"] == "nothing here"
-    assert out.causation_id == e.causation_id and out.trace_id == e.trace_id  # identifiers untouched
+    assert AWS not in got and "the member name is the key" in got.values()
+    assert out.trace_id is not None and out.trace_id.startswith("[REDACTED:github_token:")
+    assert out.payload.name == "result" and out.event_id == e.event_id  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("where", ["causation_id", "idempotency_key", "artifact"])
+def test_a_secret_in_an_identifier_refuses_the_event(where: str) -> None:
+    """Protects issue 26 item 8: an id (or a reference) cannot be rewritten without changing
+    what it names, so an event with a token there is refused, not stored as it is."""
+    payload: dict[str, Any] = {"plan_version": 1, "step_id": "S1"}
+    extra: dict[str, Any] = {}
+    kind = "step_started"
+    if where == "causation_id":
+        extra["causation_id"] = "ghp_" + "a" * 36
+    elif where == "idempotency_key":
+        payload["idempotency_key"] = f"deploy-{SLACK}"
+    else:
+        kind = "artifact_registered"
+        payload = {"artifact": {"uri": f"https://deploy:{GHP}@example.com/a", "blake3": "0" * 64,
+                                "schema": "s", "producer": "p"}}
+    with pytest.raises(ContractError) as info:
+        redact_event(_event(kind, payload, **extra))
+    assert info.value.code == "secret_in_identifier"
+    assert info.value.path == {"causation_id": "$.causation_id", "idempotency_key": "$.payload.idempotency_key",
+                               "artifact": "$.payload.artifact.uri"}[where]
+    assert GHP not in str(info.value) and SLACK not in str(info.value)
 
 
 def test_a_variable_named_like_a_credential_has_its_value_redacted() -> None:
@@ -287,16 +313,23 @@ def test_an_event_without_secrets_comes_back_as_is() -> None:
     assert n == 0 and out is e
 
 
-def test_redaction_covers_every_kinds_free_text() -> None:
-    """The walked fields, read from the contracts: a new kind with Text or Any fields is covered."""
-    fields = {k: free_text_fields(cls) for k, cls in ev.EVENT_TYPES.items()}
-    assert fields["task_created"] == ["payload.goal.text", "payload.goal.acceptance_criteria[]", "payload.title"]
-    assert fields["step_succeeded"] == ["payload.outputs[].value (any JSON)"]
-    assert "payload.record.value (any JSON)" in fields["memory_decided"]
-    assert fields["lease_granted"] == [] and fields["budget_reserved"] == []
-    for walked in fields.values():
-        assert not any(f.split(".")[-1] in {"event_id", "tenant", "task_id", "producer", "goal_hash",
-                                            "idempotency_key", "blake3", "uri", "ciphertext"} for f in walked)
+def test_redaction_scans_every_string_of_every_kind() -> None:
+    """Protects issue 26 item 8: every string of every kind is scanned, read from the contracts
+    (a new kind is covered); only hex-only digests, enums and sealed values are not."""
+    fields = {k: scanned_fields(cls) for k, cls in ev.EVENT_TYPES.items()}
+    assert {p: lv for p, lv in fields["task_created"].items() if lv == "text"} == {
+        "payload.goal.text": "text", "payload.goal.acceptance_criteria[]": "text", "payload.title": "text"}
+    assert fields["step_succeeded"]["payload.outputs[].value (any JSON)"] == "text"
+    assert fields["step_succeeded"]["payload.outputs[].name"] == "name"
+    assert fields["step_succeeded"]["payload.artifacts[].uri"] == "identifier"
+    assert fields["plan_versioned"]["payload.steps[].tool"] == "name"
+    assert fields["step_failed"]["payload.error_code"] == "name"
+    assert fields["step_started"]["payload.idempotency_key"] == "identifier"
+    for kind, walked in fields.items():
+        assert walked["event_id"] == walked["task_id"] == walked["tenant"] == "identifier", kind
+        assert walked["producer"] == walked["trace_id"] == "name", kind
+        assert not any(p.endswith(("goal_hash", "blake3", "ciphertext", "nonce", ".role"))
+                       for p in walked), kind
 
 
 def test_a_marker_that_outgrows_its_field_is_a_typed_error() -> None:

@@ -15,8 +15,9 @@ from test_writer import created, event
 
 
 async def test_a_full_ledger_refuses_new_events_and_keeps_the_old(settings: Settings) -> None:
-    """Protects the record: at its byte limit the ledger says `ledger_full` and drops nothing."""
-    small = msgspec.structs.replace(settings, max_ledger_bytes=8 * 1024)
+    """Protects the record: at its byte limit the ledger says `ledger_full` and drops nothing;
+    the stream itself is larger by the erasure reserve, which ordinary appends never reach."""
+    small = msgspec.structs.replace(settings, max_ledger_bytes=8 * 1024, ledger_reserve_bytes=4096)
     writer = LedgerWriter(small)
     await writer.start()
     client = await connect(small)
@@ -30,7 +31,9 @@ async def test_a_full_ledger_refuses_new_events_and_keeps_the_old(settings: Sett
         state = (await js.stream_info(small.stream)).state
         assert state.first_seq == 1 and state.messages == len(stored)
         # The stream, the key bucket and the object store were created with their limits.
-        assert (await js.stream_info(small.stream)).config.max_bytes == 8 * 1024
+        info = await js.stream_info(small.stream)
+        assert info.config.max_bytes == 8 * 1024 + 4096
+        assert 8 * 1024 <= info.state.bytes < 8 * 1024 + 4096
         obs = await js.stream_info(f"OBJ_{artifacts_bucket(small)}")
         assert obs.config.max_bytes == small.max_artifact_store_bytes
     finally:
@@ -53,6 +56,25 @@ async def test_the_key_bucket_is_created_with_its_limit(settings: Settings) -> N
         info = await nc.jetstream().stream_info(f"KV_{settings.keys_bucket}")
         await nc.close()
         assert info.config.max_bytes == settings.max_keys_bytes
+    finally:
+        await client.close()
+        await writer.stop()
+
+
+async def test_a_full_artifact_store_answers_artifact_store_full(settings: Settings) -> None:
+    """Protects callers from an untyped failure: a put into an artifact store at its size is
+    refused `artifact_store_full` (it answered `internal`), stores nothing, and the store still
+    takes content that fits."""
+    small = msgspec.structs.replace(settings, max_artifact_store_bytes=4096)
+    writer = LedgerWriter(small)
+    await writer.start()
+    client = await connect(small)
+    try:
+        with pytest.raises(AgentLedgerError) as info:
+            await client.put_artifact(b"x" * 8192, schema="text/plain", producer="p", tenant="acme")
+        assert info.value.code == "artifact_store_full" and not info.value.retryable
+        ref = await client.put_artifact(b"small", schema="text/plain", producer="p", tenant="acme")
+        assert await client.get_artifact(ref.uri) == b"small"
     finally:
         await client.close()
         await writer.stop()

@@ -1,6 +1,8 @@
 """Poisoning through the real service: no injection attempt becomes a rule, a preference or a read.
 
-Every line of ``tests/corpora/injections.txt`` (74 attempts, 8 languages) is
+Every line of ``tests/corpora/injections.txt`` (74 attempts, 8 languages) and of
+``injections_obfuscated.txt`` (the same kinds written with zero-width characters,
+look-alike letters, fullwidth letters, direction overrides and TAG characters) is
 proposed as it would arrive: from an uploaded document, from tool output that
 quotes a fetched page, and from a model that picked it up in chat, each as a
 rule, a preference, a procedure and a fact. Every decision must be quarantine,
@@ -16,7 +18,7 @@ from typing import Any
 from agentledger.config import Settings
 from ckpt_support import running
 
-CORPUS = Path(__file__).parent / "corpora" / "injections.txt"
+CORPORA = [Path(__file__).parent / "corpora" / name for name in ("injections.txt", "injections_obfuscated.txt")]
 TENANT = "poison"
 SOURCES: list[dict[str, Any]] = [
     {"kind": "external_document", "ref": "upload:handbook.pdf"},
@@ -28,13 +30,14 @@ TARGETS = [("rule", {"level": "project", "id": "p1"}), ("preference", {"level": 
 
 
 def attempts() -> list[str]:
-    lines = [line.split("\t", 1)[1] for line in CORPUS.read_text(encoding="utf-8").splitlines()
+    lines = [line.split("\t", 1)[1] for corpus in CORPORA for line in corpus.read_text(encoding="utf-8").splitlines()
              if line and not line.startswith("#")]
     return list(dict.fromkeys(lines))
 
 
 async def test_every_injection_attempt_is_quarantined_or_denied_and_never_read(settings: Settings) -> None:
-    """Protects issue 8 §6 (poisoning): 100% quarantined or denied, none read."""
+    """Protects issue 8 §6 (poisoning): 100% quarantined or denied, none read; and issue 26
+    item 8: an obfuscated attempt is no way around it."""
     texts = attempts()
     assert len(texts) >= 50
     proposals = [

@@ -5,7 +5,10 @@ data folder) takes real-format fake secrets in every free-text field of the
 step events, in memory proposals, in a read's query and in a checkpoint; after
 `down`, every file under the data folder is searched for each secret's bytes.
 A canary (an ordinary unique word placed beside each secret) must be found, so
-the scan is known to look where the secrets would have been.
+the scan is known to look where the secrets would have been. Besides plain secrets
+(issue 8 §4), the forms that once got through (issue 26 item 8): a percent-encoded
+credential URL, a base64 token, a token in a trace id and in a step's tool, and one
+split across two strings of an event.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import base64
 import json
 import secrets
 import string
+import urllib.parse
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +53,11 @@ def fresh_secrets() -> dict[str, str]:
         "stripe": "sk_live_" + _rand(24),
         "jwt": f"{head}.{body}.{_rand(43, ALNUM + '-_')}",
         "password": _rand(18),
+        "url_encoded": urllib.parse.quote(f"postgresql://app:{_rand(16)}@db.example.com/prod", safe=""),
+        "base64": base64.b64encode(("ghp_" + _rand(36)).encode()).decode(),
+        "in_trace_id": "ghp_" + _rand(36),
+        "in_tool": "sk_live_" + _rand(24),
+        "split_second_half": _rand(18),
     }
 
 
@@ -75,6 +84,14 @@ async def workload(client: Client, s: dict[str, str], canary: str) -> None:
         event("turn_appended", task, {"role": "user", "ordinal": 1,
                                       "content": f"my token is {s['jwt']} {canary}"},
               data_subject="u1"),
+        event("step_failed", task, {"plan_version": 1, "step_id": "S2", "error_code": "db",
+                                    "message": f"connect to {s['url_encoded']} failed, blob {s['base64']} "
+                                               f"({canary})"},
+              trace_id=s["in_trace_id"]),
+        event("plan_versioned", task, {"plan_id": "p", "version": 2, "steps": [
+            {"id": "S1", "title": canary, "tool": s["in_tool"]}, {"id": "S2", "depends_on": ["S1"]}]}),
+        event("variable_set", task, {"name": "cut", "value": [
+            f"{canary} the key is ghp_{_rand(18)}", f"{s['split_second_half']} ({canary})"]}),
     ])
     await client.save_checkpoint(TENANT, task)
     await client.memory_propose(TENANT, [

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import msgspec
 import pytest
 
@@ -21,6 +22,7 @@ from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
+from agentledger.core.detect import derive_marker_key, marker
 from agentledger.core.validate import check_event, goal_hash
 from agentledger.errors import AgentLedgerError
 from agentledger.sealing import Keyring, load_kek, unseal
@@ -109,6 +111,34 @@ async def test_no_secret_reaches_the_stream(writer: tuple[LedgerWriter, Client],
     keyring = Keyring(client.nc, settings.keys_bucket, load_kek(settings.kek_path))
     plain = await unseal(turn.payload.sealed, "acme", "t1", keyring)  # type: ignore[attr-defined]
     assert plain is not None and GHP.encode() not in plain and b"[REDACTED:github_token:" in plain
+
+
+async def test_names_are_redacted_ids_refused_and_markers_keyed(writer: tuple[LedgerWriter, Client],
+                                                                 settings: Settings) -> None:
+    """Protects issue 26 item 8 through the real writer: a token in a trace id, a step's tool,
+    an error code or a variable name never reaches the stream; a token in an event id refuses
+    the append (nothing stored); markers carry the hash keyed with the installation's marker
+    key (derived from the key-encryption key, outside the data folder), which a dictionary of
+    guesses cannot check without it."""
+    _, client = writer
+    await client.append_batch([
+        event("n1", "plan_versioned", {"plan_id": "p", "version": 1, "steps": [{"id": "S1", "tool": GHP}]},
+              trace_id=f"trace {AWS}"),
+        event("n2", "step_failed", {"plan_version": 1, "step_id": "S1", "error_code": SLACK, "message": "x"}),
+        event("n3", "variable_set", {"name": f"db_{GHP}", "value": 1}),
+    ])
+    with pytest.raises(AgentLedgerError) as info:
+        await client.append(event(GHP, "variable_set", {"name": "x", "value": 1}))
+    assert (info.value.code, info.value.path) == ("secret_in_identifier", "$.events[0].event_id")
+    messages = await stored_raw(settings)
+    assert len(messages) == 3
+    bodies = b"".join(body for body, _ in messages)
+    for secret in (AWS, GHP, SLACK):
+        assert secret.encode() not in bodies
+    key = derive_marker_key(load_kek(settings.kek_path))
+    assert marker("github_token", GHP, key).encode() in bodies
+    assert marker("slack_token", SLACK, key).encode() in bodies
+    assert f":{blake3.blake3(GHP.encode()).hexdigest()[:8]}]".encode() not in bodies
 
 
 async def test_a_retried_append_is_still_a_duplicate(writer: tuple[LedgerWriter, Client],

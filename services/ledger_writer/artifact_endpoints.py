@@ -9,6 +9,11 @@ a missing artifact, so nothing tells whether that tenant stored the content.
 The operator (a caller inside the services' account) names the tenant it puts
 for and may read any tenant's artifacts.
 
+Each tenant's artifacts take at most ``tenant_max_artifact_bytes`` of the store
+(``artifact_quota_exceeded``; content the tenant already stored is not counted
+twice), counted in the writer's usage counters (``quotas.Usage``); a store at its
+own size answers ``artifact_store_full``.
+
 ``ArtifactEndpoints`` holds the rules with the caller as a parameter and no NATS
 request in sight; ``register`` wires it to the writer's micro service.
 """
@@ -18,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from functools import partial
 
+import nats.js.errors
 import structlog
 from nats.aio.client import Client
 from nats.micro.request import Request
 
-from agentledger.artifacts import ArtifactStore, hash_content
+from agentledger.artifacts import ArtifactStore, artifact_uri, hash_content
 from agentledger.config import Settings
 from agentledger.contracts.artifacts import (
     H_BLAKE3,
@@ -42,8 +49,16 @@ from agentledger.contracts.codec import (
     error_body,
 )
 from agentledger.contracts.events import ArtifactRef
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
+from agentledger.errors import (
+    AgentLedgerError,
+    ContractError,
+    NotFoundError,
+    RateLimitedError,
+    StorageFullError,
+)
 from agentledger.identity import Caller, TenantRegistry
+from agentledger.services.ledger_writer.group_commit import ERR_STREAM_LIMIT
+from agentledger.services.ledger_writer.quotas import Quotas, Usage
 
 log = structlog.get_logger()
 
@@ -65,8 +80,12 @@ def _too_large(size: int, limit: int, what: str) -> ContractError:
 class ArtifactEndpoints:
     """What each endpoint does for a given caller; raises ``AgentLedgerError`` to refuse."""
 
-    def __init__(self, store: ArtifactStore, settings: Settings, *, max_payload: int) -> None:
+    def __init__(self, store: ArtifactStore, settings: Settings, *, max_payload: int,
+                 usage: Usage | None = None) -> None:
         self.store = store
+        # The writer's shared counters; on their own, the endpoints count in memory.
+        self.usage = usage or Usage("artifacts", settings.tenant_max_artifact_bytes,
+                                    "AGENTLEDGER_TENANT_MAX_ARTIFACT_BYTES")
         self.max_put_bytes = settings.max_artifact_bytes
         # Any stored artifact that fits in a reply can be read, even above today's put limit.
         self.max_get_bytes = max_payload - REPLY_HEADROOM
@@ -82,12 +101,34 @@ class ArtifactEndpoints:
         caller.require_tenant(tenant, path)
         if len(data) > self.max_put_bytes:
             raise _too_large(len(data), self.max_put_bytes, "the artifact")
-        if meta.blake3 is not None and (actual := await hash_content(data)) != meta.blake3:
-            raise AgentLedgerError(f"the content arrived hashing to {actual}, the request says "
+        digest = await hash_content(data)
+        if meta.blake3 is not None and digest != meta.blake3:
+            raise AgentLedgerError(f"the content arrived hashing to {digest}, the request says "
                                    f"{meta.blake3}; nothing was stored",
                                    code="artifact_hash_mismatch", path=f"headers.{H_BLAKE3}")
-        return await self.store.put(data, tenant=tenant, schema=meta.schema, producer=meta.producer,
-                                    version=meta.version)
+        # Stored already (the put then writes nothing): not counted again, even at the quota.
+        new = await self._missing(artifact_uri(self.store.bucket, tenant, digest), tenant, len(data))
+        if new:
+            self.usage.check(tenant, len(data), "artifact_quota_exceeded")
+        try:
+            ref = await self.store.put(data, tenant=tenant, schema=meta.schema,
+                                       producer=meta.producer, version=meta.version)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != ERR_STREAM_LIMIT:
+                raise
+            raise StorageFullError(f"the artifact store is full ({exc.description}); nothing was "
+                                   "stored. Raise AGENTLEDGER_MAX_ARTIFACT_STORE_BYTES",
+                                   code="artifact_store_full") from None
+        if new:
+            self.usage.add(tenant, len(data))
+        return ref
+
+    async def _missing(self, uri: str, tenant: str, size: int) -> bool:
+        """Whether the tenant's store lacks this content intact (a put would write it)."""
+        try:
+            return (await self.store.stat(uri, tenant=tenant)).size != size
+        except AgentLedgerError:  # missing, or not intact: the put writes it
+            return True
 
     async def stat(self, caller: Caller, body: bytes) -> ArtifactRef:
         """The ref of one of the caller's artifacts (any tenant's for the operator)."""
@@ -126,18 +167,31 @@ class _Server:
     """NATS glue: identity from the request headers, one task per request, typed error replies."""
 
     def __init__(self, endpoints: ArtifactEndpoints, tenants: TenantRegistry,
-                 tasks: set[asyncio.Task[None]]) -> None:
+                 tasks: set[asyncio.Task[None]], quotas: Quotas) -> None:
         self.endpoints = endpoints
         self.tenants = tenants
         self.tasks = tasks
+        self.quotas = quotas
         self.slots = asyncio.Semaphore(MAX_CONCURRENT)
 
     def handler(self, action: str) -> Callable[[Request], Awaitable[None]]:
         async def handle(req: Request) -> None:
+            # A tenant over its artifact rate is refused before it takes a slot or its content
+            # is hashed: the slots are every tenant's (the refusal is held like an append's).
+            try:
+                caller = await self.tenants.caller(req.headers)
+                self.quotas.admit_artifact(caller, len(req.data))
+            except RateLimitedError as exc:
+                if not self.quotas.hold(caller, exc, partial(self._refuse, req, exc)):
+                    await self._refuse(req, exc)
+                return
+            except AgentLedgerError as exc:
+                await self._refuse(req, exc)
+                return
             # Waiting for a slot here leaves further requests queued in the subscription,
             # where the client's pending limits apply, instead of in memory here.
             await self.slots.acquire()
-            task = asyncio.create_task(self.serve(action, req))
+            task = asyncio.create_task(self.serve(action, req, caller))
             self.tasks.add(task)
             task.add_done_callback(self._done)
         return handle
@@ -146,9 +200,8 @@ class _Server:
         self.tasks.discard(task)
         self.slots.release()
 
-    async def serve(self, action: str, req: Request) -> None:
+    async def serve(self, action: str, req: Request, caller: Caller) -> None:
         try:
-            caller = await self.tenants.caller(req.headers)
             with structlog.contextvars.bound_contextvars(action=f"artifact.{action}",
                                                          tenant=caller.tenant, agent=caller.agent):
                 if action == "put":
@@ -175,16 +228,18 @@ class _Server:
 
 
 async def register(service: object, nc: Client, settings: Settings, store: ArtifactStore,
-                   tenants: TenantRegistry, *, tasks: set[asyncio.Task[None]]) -> ArtifactEndpoints:
+                   tenants: TenantRegistry, *, tasks: set[asyncio.Task[None]],
+                   quotas: Quotas) -> ArtifactEndpoints:
     """Add ``<prefix>.artifact.put|get|stat`` to the writer's micro service.
 
-    Requests run in tasks added to ``tasks``, which the writer awaits on shutdown.
+    Requests run in tasks added to ``tasks``, which the writer awaits on shutdown; ``quotas``
+    limits each tenant's request rate and counts its stored artifact bytes.
     """
-    endpoints = ArtifactEndpoints(store, settings, max_payload=nc.max_payload)
+    endpoints = ArtifactEndpoints(store, settings, max_payload=nc.max_payload, usage=quotas.artifacts)
     if settings.max_artifact_bytes > endpoints.max_get_bytes:
         log.warning("artifact.limit_above_max_payload", max_artifact_bytes=settings.max_artifact_bytes,
                     max_payload=nc.max_payload)
-    server = _Server(endpoints, tenants, tasks)
+    server = _Server(endpoints, tenants, tasks, quotas)
     for action in ACTIONS:
         await service.add_endpoint(  # type: ignore[attr-defined]
             name=f"artifact-{action}", subject=artifact_subject(settings.prefix, action),

@@ -36,7 +36,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import nats.js.errors
 import structlog
@@ -55,9 +55,11 @@ from agentledger.errors import (
     ConflictError,
     DuplicateError,
     EventIdConflictError,
+    StorageFullError,
     UnavailableError,
 )
 from agentledger.ledger import DIGEST, MSG_ID, event_digest, msg_id
+from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
 
 log = structlog.get_logger()
 
@@ -109,6 +111,13 @@ class Unit:
     # Awaited by the committer once the unit is settled, before it takes up other work: the
     # writer sends the append's reply from there, without a further hop through the event loop.
     on_settled: Callable[[asyncio.Future[list[AppendResult]]], Awaitable[None]] | None = None
+    # The tenant whose quota the unit counts against, what it will take in the stream
+    # (``quotas.estimated_bytes``), what it took as last sent (``quotas.message_bytes``), and
+    # whether it is an erasure, which the ledger's reserve lets through.
+    tenant: str = ""
+    size: int = 0
+    sent_bytes: int = 0
+    erasure: bool = False
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -126,12 +135,25 @@ class Unit:
 def make_unit(subject: str, events: Sequence[EventBase], stored: Sequence[EventBase],
               expected_last_seq: int | None = None) -> Unit:
     """A unit storing ``stored`` (the events as sealed), digested from ``events`` (as sent)."""
-    return Unit(subject=subject,
-                msg_ids=[msg_id(e.tenant, e.task_id, e.event_id) for e in stored],
-                bodies=[encode(e) for e in stored],
+    msg_ids = [msg_id(e.tenant, e.task_id, e.event_id) for e in stored]
+    bodies = [encode(e) for e in stored]
+    return Unit(subject=subject, msg_ids=msg_ids, bodies=bodies,
                 event_ids=[e.event_id for e in stored],
                 expected_last_seq=expected_last_seq,
-                digests=[event_digest(e) for e in events])
+                digests=[event_digest(e) for e in events],
+                tenant=events[0].tenant, size=estimated_bytes(subject, msg_ids, bodies),
+                erasure=is_erasure(events))
+
+
+class Admission(Protocol):
+    """What the committer asks before it queues a unit, and tells once one is stored
+    (``quotas.Quotas``: the ledger's size and the tenants' ledger quotas)."""
+
+    def admit_unit(self, unit: Unit) -> None:
+        """Raise to refuse ``unit`` before anything of it is sent."""
+
+    def stored(self, unit: Unit) -> None:
+        """``unit`` was stored (not a duplicate)."""
 
 
 class _BatchFailed(Exception):  # noqa: N818 - internal signal, never escapes this module
@@ -146,8 +168,12 @@ class GroupCommitter:
 
     def __init__(self, nc: Client, stream: str, *, max_batch: int = 1000,
                  max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0,
-                 on_no_stream: Callable[[int], Awaitable[bool]] | None = None) -> None:
+                 on_no_stream: Callable[[int], Awaitable[bool]] | None = None,
+                 admission: Admission | None = None) -> None:
         self._nc = nc
+        # Asked before a unit is queued (every append and lease grant of this writer passes
+        # here) and told of each one stored: see ``Admission``.
+        self._admission = admission
         # JetStream acks of our publishes: one reply subscription, a future per publish.
         self._acks = Replies(nc)
         self._stream = stream
@@ -175,12 +201,14 @@ class GroupCommitter:
         resolves once it is durably stored, or raises why not."""
         if self._closed:
             raise UnavailableError("the writer is shutting down")
+        if self._admission is not None:
+            self._admission.admit_unit(unit)
         self._queue.append(unit)
         units = self._open.get(unit.subject)
         if units is None:
             units = self._open[unit.subject] = set()
         units.add(unit)
-        unit.future.add_done_callback(lambda _: self._settle(unit))
+        unit.future.add_done_callback(lambda f: self._settle(unit, f))
         self._wakeup.set()
         return unit.future
 
@@ -188,7 +216,10 @@ class GroupCommitter:
         """Queue ``unit`` and wait until it is durably stored (or refused)."""
         return await self.submit_nowait(unit)
 
-    def _settle(self, unit: Unit) -> None:
+    def _settle(self, unit: Unit, future: asyncio.Future[list[AppendResult]]) -> None:
+        if (self._admission is not None and not future.cancelled() and future.exception() is None
+                and not future.result()[0].duplicate):
+            self._admission.stored(unit)
         units = self._open.get(unit.subject)
         if units is not None:
             units.discard(unit)
@@ -372,11 +403,13 @@ class GroupCommitter:
             headers = unit.headers(0)
             if unit.expected_last_seq is not None:
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+            unit.sent_bytes = message_bytes(unit.subject, unit.bodies[0], headers)
             return await self._acks.send(unit.subject, unit.bodies[0], self._timeout, headers)
         batch_id = _nuid.next().decode()
         total = sum(len(u) for u in units)
         n = 0
         for unit in units:
+            unit.sent_bytes = 0
             for i, body in enumerate(unit.bodies):
                 n += 1
                 headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
@@ -385,6 +418,8 @@ class GroupCommitter:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
                 if n == total:
                     headers["Nats-Batch-Commit"] = "1"
+                unit.sent_bytes += message_bytes(unit.subject, body, headers)
+                if n == total:
                     return await self._acks.send(unit.subject, body, self._timeout, headers)
                 await self._nc.publish(unit.subject, body, headers=headers)
         raise AssertionError("a unit holds at least one event")
@@ -518,9 +553,10 @@ class GroupCommitter:
 def _refused(exc: _BatchFailed) -> AgentLedgerError:
     """The answer to an append the ledger refused for a reason other than ids or expectations."""
     if exc.err_code == ERR_STREAM_LIMIT:
-        return AgentLedgerError(f"the ledger is full ({exc.description}); nothing was stored. "
+        # Past the writer's own limit and its erasure reserve too (or another writer's).
+        return StorageFullError(f"the ledger is full ({exc.description}); nothing was stored. "
                                 "Raise AGENTLEDGER_MAX_LEDGER_BYTES or the server's storage",
-                                code="ledger_full", retryable=False)
+                                code="ledger_full")
     if exc.err_code == ERR_DUPLICATE_IN_PROCESS:
         return UnavailableError("an earlier copy of this append is still being replicated; retry with "
                                 "the same event ids (it is stored once)")

@@ -54,16 +54,23 @@ from agentledger.contracts.codec import (
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
 from agentledger.core.detect import redact_event
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
-from agentledger.errors import AgentLedgerError, ConflictError, ContractError, UnavailableError
+from agentledger.errors import (
+    AgentLedgerError,
+    ConflictError,
+    ContractError,
+    RateLimitedError,
+    UnavailableError,
+)
 from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.leases import Lease, LeaseError, LeaseTable
 from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.natsclient import reader_alive
 from agentledger.on_behalf import acting_for
-from agentledger.sealing import Keyring, kek_of, seal_event
+from agentledger.sealing import Keyring, kek_of, marker_key_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
+from agentledger.services.ledger_writer.quotas import Quotas
 
 log = structlog.get_logger()
 
@@ -108,6 +115,7 @@ class LedgerWriter:
         self._leases: LeaseTable | None = None
         self._evictions: Subscription | None = None
         self._tenants: TenantRegistry | None = None
+        self._quotas = Quotas(settings)
         self._stopped = False
         self._stream_lock = asyncio.Lock()
         # Per task, the newest append that finishes in a task and is not yet handed to the
@@ -124,9 +132,13 @@ class LedgerWriter:
                                 max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes,
                                 replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(self._nc, s)
+        # Per-tenant quotas and the ledger's erasure reserve (quotas.py): the committer asks
+        # them before it queues any unit, lease grants included.
+        await self._quotas.start(self._nc)
         self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
                                          max_inflight=s.max_inflight_batches, timeout=ACK_TIMEOUT_S,
-                                         on_no_stream=self._stream_missing)
+                                         on_no_stream=self._stream_missing,
+                                         admission=self._quotas)
         self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
         self._flusher = asyncio.create_task(self._committer.run())
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
@@ -145,7 +157,7 @@ class LedgerWriter:
                 name=f"lease-{action}", subject=lease_subject(s.prefix, action),
                 handler=self._lease_handler(action))
         await artifact_endpoints.register(self._service, self._nc, s, self._artifacts, self._tenants,
-                                          tasks=self._handlers)
+                                          tasks=self._handlers, quotas=self._quotas)
         self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
                                              self._evict)
 
@@ -203,6 +215,7 @@ class LedgerWriter:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._committer is not None:
             await self._committer.close()  # the last commits, and their replies
+        await self._quotas.stop()
         if self._leases is not None:
             await self._leases.stop()
         if self._tenants is not None:
@@ -216,7 +229,14 @@ class LedgerWriter:
         assert self._tenants is not None and self._committer is not None
         try:
             caller = acting_for(await self._tenants.caller(req.headers), req.headers)
+            # The tenant's append rate: a flooding tenant is refused before anything is decoded.
+            self._quotas.admit(caller, len(req.data))
             prepared = self._prepare(req.data, caller)
+            self._quotas.charge(caller, len(prepared[0]))
+        except RateLimitedError as exc:
+            if not self._quotas.hold(caller, exc, partial(req.respond, error_reply(exc))):
+                await req.respond(error_reply(exc))
+            return
         except AgentLedgerError as exc:
             log.info("append.rejected", code=exc.code, path=exc.path)
             await req.respond(error_reply(exc))
@@ -309,21 +329,24 @@ class LedgerWriter:
             events = self._redacted(events)
         return events, request.expected_last_seq, request.lease_secret
 
-    @staticmethod
-    def _redacted(events: list[EventBase]) -> list[EventBase]:
-        """The events with every secret in their free text replaced by a redaction marker.
+    def _redacted(self, events: list[EventBase]) -> list[EventBase]:
+        """The events with every secret in their strings replaced by a redaction marker.
 
         After validation, so the client's goal hash is checked against what it sent (the
         redacted goal gets its hash recomputed), and before sealing and digesting: the
         stored event, its ``Agentledger-Digest`` and any sealed value carry the marker,
-        never the secret. Redaction is deterministic, so a retry of the same append
-        redacts to the same event, has the same digest and is answered as a duplicate.
+        never the secret. A secret in an identifier refuses the append
+        (``secret_in_identifier``). Markers are keyed with the installation's marker key
+        (``marker_key_of``: the same for every writer instance and across restarts), so
+        a retry of the same append redacts to the same event, has the same digest and is
+        answered as a duplicate.
         """
+        key = marker_key_of(self.settings)
         out = []
         total = 0
         for i, e in enumerate(events):
             try:
-                redacted, n = redact_event(e)
+                redacted, n = redact_event(e, key=key)
             except ContractError as exc:
                 raise ContractError(str(exc), code=exc.code,
                                     path=f"$.events[{i}]{(exc.path or '$')[1:]}") from None

@@ -57,7 +57,7 @@ from agentledger.core.memory.authority import KIND_RULES, record_id_for
 from agentledger.core.memory.decide import Prepared, decide, prepare
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
-from agentledger.errors import ContractError, NotFoundError, UnavailableError
+from agentledger.errors import ContractError, NotFoundError, QuotaExceededError, UnavailableError
 from agentledger.identity import Caller, PermissionDeniedError
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.store import DecisionRow, MemoryStore, decode_row
@@ -240,6 +240,8 @@ class Decider:
             if decision.record is not None:
                 groups[pre.group_key] = group.with_entry(
                     GroupEntry(decision.record, decision.action, decision.reason, pid))
+        await self._check_quota(tenant, sum(d.record is not None for d in decisions.values()),
+                                path or "$.proposals")
         seqs = await self._append(tenant, pairs)
         out: list[DecisionItem] = []
         given: set[str] = set()
@@ -259,6 +261,26 @@ class Decider:
             given.add(pid)
         self.decided += len(decisions)
         return out
+
+    async def _check_quota(self, tenant: str, new: int, path: str) -> None:
+        """Refuse a request whose decisions would take the tenant past its memory records.
+
+        Per request, not per proposal: a call is decided and appended whole or not at all,
+        so the caller learns of the quota before anything of it is stored. Counted in the
+        projection (which holds every earlier decision: the tenant's lock is held and each
+        call waited for its own), every status but ``forgotten``: a superseded or quarantined
+        record is stored all the same, a forgotten one holds nothing any more.
+        """
+        cap = self.settings.tenant_max_memory_records
+        if not cap or not new:
+            return
+        held = await self._pool.fetchval(
+            "SELECT count(*) FROM memory_records WHERE tenant = $1 AND status <> 'forgotten'", tenant)
+        if held + new > cap:
+            raise QuotaExceededError(
+                f"tenant {tenant!r} has {held} memory records; this request would add {new}, past "
+                f"its quota of {cap} (AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS). Nothing was stored",
+                code="memory_quota_exceeded", path=path)
 
     def _events(self, tenant: str, p: Proposal, proposed: ev.MemoryProposed, decision: ev.MemoryDecided, *,
                 producer: str, now: datetime, path: str) -> tuple[bytes, bytes]:

@@ -63,7 +63,7 @@ from agentledger.core.memory.read import (
 from agentledger.core.memory.state import RecordRow
 from agentledger.errors import ContractError
 from agentledger.identity import Caller
-from agentledger.sealing import Keyring, kek_of, unseal
+from agentledger.sealing import Keyring, kek_of, marker_key_of, unseal
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
@@ -315,7 +315,8 @@ class Reader:
         created = datetime.now(UTC)
         receipt = ReadReceipt(
             receipt_id=receipt_id(), tenant=request.tenant, caller=caller.agent or "operator", scopes=scopes,
-            request=_kept_request(request), candidates=candidates, selected=[c.record_id for c in picked],
+            request=_kept_request(request, marker_key_of(self.settings)), candidates=candidates,
+            selected=[c.record_id for c in picked],
             tokens=selection.tokens, budget_tokens=request.budget_tokens,
             latency_ms=round((time.perf_counter() - started) * 1000, 3), created_at=created,
             expires_at=created + timedelta(seconds=self.settings.memory_receipt_ttl_s), task_id=request.task_id)
@@ -391,11 +392,12 @@ class Reader:
         return int(status.split()[-1])
 
 
-def _kept_request(request: ReadRequest) -> dict[str, Any]:
+def _kept_request(request: ReadRequest, key: bytes) -> dict[str, Any]:
     """The request as a receipt keeps it: a secret pasted into the query or the purpose is
-    replaced by its marker, as the writer does for events, so no receipt ever holds one."""
+    replaced by its marker (keyed as the writer's are), as the writer does for events, so no
+    receipt ever holds one."""
     kept = msgspec.to_builtins(request)
     for name in ("query", "purpose"):
         if kept.get(name):
-            kept[name] = redact_secrets(kept[name])[0]
+            kept[name] = redact_secrets(kept[name], key=key)[0]
     return kept

@@ -36,7 +36,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Largest artifact accepted through the artifact endpoints, in bytes (NATS max_payload is 8 MB).
     max_artifact_bytes: int = 4 * 1024 * 1024
     # Largest ledger stream in bytes; 0: no limit of its own (the server's storage limit applies).
-    # At the limit new appends are refused (`ledger_full`); nothing stored is ever discarded.
+    # At the limit the writer refuses new appends (`ledger_full`) but erasures, which use
+    # ledger_reserve_bytes beyond it; nothing stored is ever discarded.
     max_ledger_bytes: int = 0
     # Largest data-subject key bucket, in bytes (a wrapped key is ~100 bytes).
     max_keys_bytes: int = 1 << 30
@@ -67,6 +68,29 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tenant_max_payload_bytes: int = 8 * 1024 * 1024
     # Largest lease bucket, in bytes (set when it is created; an entry is ~250 bytes).
     max_leases_bytes: int = 64 << 20
+    # Ledger reserve, in bytes, kept for erasure (forget requests and receipts, memory_forgotten):
+    # with max_ledger_bytes set, the stream's own limit is max_ledger_bytes plus this, and the
+    # writer refuses every other append (`ledger_full`) once the stream holds max_ledger_bytes.
+    ledger_reserve_bytes: int = 64 << 20
+    # Per-tenant quotas of the writer (0: none). Append rate of a tenant's agents, in events and
+    # bytes of requests per second, per writer instance, with bursts of tenant_append_burst_s
+    # seconds' worth; beyond it an append is refused `rate_limited` (retryable).
+    tenant_append_events_per_s: float = 10_000.0
+    tenant_append_bytes_per_s: float = float(64 << 20)
+    tenant_append_burst_s: float = 2.0
+    # Artifact requests (put, get, stat) of a tenant's agents, and the bytes they put, per second
+    # and writer instance (same burst); beyond it a request is refused `rate_limited` before its
+    # content is hashed or it takes one of the endpoint's slots.
+    tenant_artifact_requests_per_s: float = 1_000.0
+    tenant_artifact_bytes_per_s: float = float(64 << 20)
+    # Bytes of one tenant's messages in the ledger (erasure events excepted): beyond it an append
+    # is refused `ledger_quota_exceeded`.
+    tenant_max_ledger_bytes: int = 8 << 30
+    # Bytes of one tenant's artifacts: beyond it a put is refused `artifact_quota_exceeded`.
+    tenant_max_artifact_bytes: int = 4 << 30
+    # Memory records of one tenant (every status but forgotten): a proposal request that would
+    # go beyond it is refused whole, `memory_quota_exceeded`.
+    tenant_max_memory_records: int = 100_000
     # Replicas of the ledger stream, the KV buckets and the object store (1 on the embedded single
     # server; `up --cluster 3` makes it 3). On a cluster of your own, set it to 3 (or 5).
     stream_replicas: int = 1
@@ -160,6 +184,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
                 raise ContractError(f"{name} {getattr(self, name)} must be at least 1, or -1 for "
                                     "no limit", code="invalid_config",
                                     path=f"AGENTLEDGER_{name.upper()}")
+        for name in ("ledger_reserve_bytes", "tenant_append_events_per_s", "tenant_append_bytes_per_s",
+                     "tenant_artifact_requests_per_s", "tenant_artifact_bytes_per_s",
+                     "tenant_max_ledger_bytes", "tenant_max_artifact_bytes",
+                     "tenant_max_memory_records"):
+            if getattr(self, name) < 0:
+                raise ContractError(f"{name} {getattr(self, name)} must be 0 (no limit) or more",
+                                    code="invalid_config", path=f"AGENTLEDGER_{name.upper()}")
+        if self.tenant_append_burst_s <= 0:
+            raise ContractError(f"tenant_append_burst_s {self.tenant_append_burst_s} must be above 0",
+                                code="invalid_config", path="AGENTLEDGER_TENANT_APPEND_BURST_S")
         if not 1 <= self.projector_partitions <= MAX_PARTITIONS:
             raise ContractError(f"projector_partitions {self.projector_partitions} must be 1 to "
                                 f"{MAX_PARTITIONS}", code="invalid_config",
@@ -179,6 +213,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def leases_bucket(self) -> str:
         """KV bucket of the task execution leases."""
         return f"{self.prefix.upper().replace('-', '_')}_LEASES"
+
+    @property
+    def usage_bucket(self) -> str:
+        """KV bucket of the writer's per-tenant usage counters (ledger and artifact bytes)."""
+        return f"{self.prefix.upper().replace('-', '_')}_USAGE"
 
     @property
     def auth_root(self) -> Path:
@@ -223,9 +262,12 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
         "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims", "tenant_max_connections",
-        "tenant_max_subscriptions", "tenant_max_payload_bytes"}
+        "tenant_max_subscriptions", "tenant_max_payload_bytes", "ledger_reserve_bytes",
+        "tenant_max_ledger_bytes", "tenant_max_artifact_bytes", "tenant_max_memory_records"}
 _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
-          "context_compactor_timeout_s", "context_catch_up_s"}
+          "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
+          "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
+          "tenant_artifact_bytes_per_s"}
 _BOOL = {"embeddings_send_dims", "redact_secrets"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 

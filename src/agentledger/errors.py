@@ -85,3 +85,30 @@ class RuntimeStateError(AgentLedgerError):
     """The embedded runtime is not in the state the command needs (not up, already up)."""
 
     code = "runtime_state"
+
+
+class RateLimitedError(AgentLedgerError):
+    """A tenant sends faster than its configured rate; the same request succeeds a little later
+    (``retry_after_s``, which the message also names)."""
+
+    code = "rate_limited"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float = 0.0, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.retry_after_s = retry_after_s
+
+
+class QuotaExceededError(AgentLedgerError):
+    """A tenant holds what its quota allows (``ledger_quota_exceeded``,
+    ``artifact_quota_exceeded``, ``memory_quota_exceeded``); retrying does not help until
+    something of it is erased or the quota is raised."""
+
+    code = "quota_exceeded"
+
+
+class StorageFullError(AgentLedgerError):
+    """A store shared by every tenant is at its configured size (``ledger_full``,
+    ``artifact_store_full``); nothing was stored."""
+
+    code = "storage_full"

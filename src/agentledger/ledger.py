@@ -72,6 +72,16 @@ def event_digest(event: EventBase) -> str:
     return blake3.blake3(_canonical.encode(event)).hexdigest()
 
 
+def stream_max_bytes(settings: Settings) -> int:
+    """The stream's own size limit: the configured ledger size plus the erasure reserve
+    (-1: none). The writer refuses ordinary appends at ``max_ledger_bytes`` itself
+    (services/ledger_writer/quotas.py), so only erasures ever reach into the reserve and a
+    forget request still succeeds on a full ledger."""
+    if not settings.max_ledger_bytes:
+        return -1
+    return settings.max_ledger_bytes + settings.ledger_reserve_bytes
+
+
 def stream_config(settings: Settings) -> StreamConfig:
     """File storage, atomic batches for group commit, direct get for lookups."""
     return StreamConfig(
@@ -81,7 +91,7 @@ def stream_config(settings: Settings) -> StreamConfig:
         storage=StorageType.FILE,
         # A full ledger refuses new events; it never drops old ones (it is the record).
         discard=DiscardPolicy.NEW,
-        max_bytes=settings.max_ledger_bytes or -1,
+        max_bytes=stream_max_bytes(settings),
         duplicate_window=settings.dedupe_window_s,
         # Headroom over the event limit for the envelope the writer adds when sealing.
         max_msg_size=settings.max_event_bytes * 2 + 4096,

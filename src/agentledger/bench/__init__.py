@@ -25,6 +25,7 @@ from agentledger.bench import (
     ledger,
     memory,
     projection,
+    quotas,
     scaleout,
     sustained,
 )
@@ -45,6 +46,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "detector": detector.bench_detector,
     "memory": memory.bench_memory,
     "forget": forget.bench_forget,
+    "quotas": quotas.bench_quotas,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster).
 NAMES = [*BENCHES, "reducer", "context", "scaleout"]

@@ -5,14 +5,21 @@
 * ``find_personal``: personal data (the memory policy keeps it user-scoped and sealed);
 * ``find_instructions``: imperatives aimed at the agent's own policy (the memory
   policy quarantines them from untrusted sources);
-* ``redact_event``: ``redact_secrets`` over every free-text field of any event.
+* ``redact_event``: secrets in every string of any event (identifiers refuse them);
+* ``derive_marker_key``: the installation's key of the redaction markers.
 """
 
-from agentledger.core.detect.events import free_text_fields, redact_event, redact_text
+from agentledger.core.detect.events import redact_event, redact_text, scanned_fields
 from agentledger.core.detect.finding import Finding
 from agentledger.core.detect.instructions import find_instructions
 from agentledger.core.detect.personal import find_personal
-from agentledger.core.detect.secrets import could_contain_secret, find_secrets, marker, redact_secrets
+from agentledger.core.detect.secrets import (
+    could_contain_secret,
+    derive_marker_key,
+    find_secrets,
+    marker,
+    redact_secrets,
+)
 
-__all__ = ["Finding", "could_contain_secret", "find_instructions", "find_personal", "find_secrets",
-           "free_text_fields", "marker", "redact_event", "redact_secrets", "redact_text"]
+__all__ = ["Finding", "could_contain_secret", "derive_marker_key", "find_instructions", "find_personal",
+           "find_secrets", "marker", "redact_event", "redact_secrets", "redact_text", "scanned_fields"]

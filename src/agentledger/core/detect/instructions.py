@@ -14,11 +14,23 @@ Portuguese. Descriptions ("the user prefers Chinese", "build No.19 passed",
 "the README has install instructions") must not match: the verbs are
 imperative forms and their objects are the agent's instructions, memory, data
 or rules.
+
+Text is normalised before it is matched, so an instruction a model reads the
+same way is found however it is written: NFKC (fullwidth, mathematical and
+circled letters, ligatures), zero-width, invisible and direction-control
+characters removed, combining marks composed or dropped (a strike-through
+overlay), and letters that look like Latin ones (the Cyrillic i U+0456, the Greek
+omicron, small capitals) mapped to their skeleton in a second view, so Russian is
+still matched as Russian. Unicode TAG characters (U+E0020 to U+E007E, invisible ASCII) are
+removed from the text and matched as the hidden text they spell. Findings are
+spans of the original text.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 
 from agentledger.core.detect.finding import Finding, non_overlapping
 
@@ -155,6 +167,71 @@ _COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (kind, re.compile(p, _I | re.MULTILINE)) for kind, ps in _PATTERNS.items() for p in ps)
 
 
+# Removed before matching: zero-width and invisible characters, soft hyphen, direction
+# controls (embeddings, overrides, isolates, marks), variation selectors.
+_INVISIBLE = frozenset(
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\u206a"
+    "\u206b\u206c\u206d\u206e\u206f\u3164\ufe00\ufe01\ufe02\ufe03\ufe04\ufe05\ufe06\ufe07\ufe08"
+    "\ufe09\ufe0a\ufe0b\ufe0c\ufe0d\ufe0e\ufe0f\ufeff\uffa0")
+_TAGS = range(0xE0000, 0xE0080)
+_VARIATION_SUPPLEMENT = range(0xE0100, 0xE01F0)
+# Letters that render like a Latin letter (Unicode's confusables for the Latin alphabet, after
+# NFKC): Cyrillic, Greek, Armenian, Cherokee-free subset, Latin small capitals and IPA.
+_SKELETON = str.maketrans(
+    "аеорсухіјѕԁһԛԝкмтвпгнзАВЕКМНОРСТХУІЈЅԀԌԚԜЁёїЇӏ"
+    "αβεικνορτυχγωΑΒΕΖΗΙΚΜΝΟΡΤΥΧϲϳ"
+    "օոսհցզԱՍՕ"
+    "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢıɩɑɡʋ",
+    "aeopcyxijsdhqwkmtbnrh3ABEKMHOPCTXYIJSDGQWEeiIl"
+    "aBeiKvopTuxywABEZHIKMNOPTYXcj"
+    "onuhgqUUO"
+    "abcdefghijklmnoprstuvwyziiagv")
+
+
+@functools.lru_cache(maxsize=4096)
+def _nfkc(c: str) -> str:
+    return unicodedata.normalize("NFKC", c)
+
+
+def _views(text: str) -> list[tuple[str, list[int] | None]]:
+    """The texts to match, each with the index in ``text`` of each of its characters (None:
+    ``text`` itself): the normalised text, its skeleton when that differs, and the text
+    spelled in TAG characters when there is one."""
+    if text.isascii():
+        return [(text, None)]
+    chars: list[str] = []
+    index: list[int] = []
+    hidden: list[str] = []
+    hidden_index: list[int] = []
+    for i, c in enumerate(text):
+        cp = ord(c)
+        if cp in _TAGS:
+            if 0x20 <= cp - 0xE0000 < 0x7F:
+                hidden.append(chr(cp - 0xE0000))
+                hidden_index.append(i)
+            continue
+        if c in _INVISIBLE or cp in _VARIATION_SUPPLEMENT:
+            continue
+        if unicodedata.combining(c):
+            if chars:
+                composed = unicodedata.normalize("NFC", chars[-1] + c)
+                if len(composed) == 1:
+                    chars[-1] = composed
+            continue  # a mark that composes with nothing (an overlay, a stack of accents): dropped
+        for n in _nfkc(c):
+            chars.append(n)
+            index.append(i)
+    clean = "".join(chars)
+    views: list[tuple[str, list[int] | None]] = [(clean, index)]
+    skeleton = clean.translate(_SKELETON)
+    if skeleton != clean:
+        views.append((skeleton, index))
+    if hidden:
+        views.append(("".join(hidden), hidden_index))
+    return views
+
+
 def find_instructions(text: str) -> list[Finding]:
     """Imperatives aimed at the agent's policy, by kind (see the module docstring).
 
@@ -164,9 +241,13 @@ def find_instructions(text: str) -> list[Finding]:
     if not text:
         return []
     by_kind: dict[str, list[Finding]] = {}
-    for kind, pattern in _COMPILED:
-        for m in pattern.finditer(text):
-            by_kind.setdefault(kind, []).append(Finding(kind, m.start(), m.end(), f"own.{kind}"))
+    for view, index in _views(text):
+        for kind, pattern in _COMPILED:
+            for m in pattern.finditer(view):
+                start, end = m.span()
+                if index is not None:
+                    start, end = (index[start], index[end - 1] + 1) if end > start else (index[start],) * 2
+                by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
     # One finding per instruction and kind; one sentence may try several things at once.
     return sorted((f for fs in by_kind.values() for f in non_overlapping(fs)),
                   key=lambda f: (f.start, f.kind))
