@@ -538,16 +538,25 @@ class GroupCommitter:
         return (reply.headers or {}).get(DIGEST)
 
     async def last_seq(self, subject: str) -> int:
-        """Stream sequence of the last message on ``subject`` (0 when none)."""
+        """Stream sequence of the last message on ``subject`` (0 when none).
+
+        A direct get, which any replica may answer. One that has not stored the subject's
+        first message yet answers "none" for a task that exists (a grant right after the
+        task's first append, on a cluster), so "none" is asked again of the stream's leader; a
+        replica answering an older message only costs the grant's expectation a retry.
+        """
         try:
             reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
                                            json.dumps({"last_by_subj": subject}).encode(),
                                            timeout=self._timeout)
-        except (NatsTimeout, NoRespondersError) as exc:
-            raise UnavailableError("the ledger did not answer a direct get") from exc
-        seq = (reply.headers or {}).get("Nats-Sequence")
-        return int(seq) if seq else 0
-
+            seq = (reply.headers or {}).get("Nats-Sequence")
+            if seq:
+                return int(seq)
+            return int((await self._nc.jetstream().get_msg(self._stream, subject=subject)).seq or 0)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (NatsTimeout, NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
+            raise UnavailableError("the ledger did not answer a get of the task's last message") from exc
 
 
 def _refused(exc: _BatchFailed) -> AgentLedgerError:
