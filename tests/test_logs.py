@@ -8,6 +8,7 @@ JSON logs, which no log pipeline can parse.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 
@@ -44,3 +45,29 @@ def test_the_libraries_own_log_lines_are_json_objects() -> None:
     assert by_event["reconnecting to nats://127.0.0.1:1"]["logger"] == "nats.aio.client"
     assert "not written" not in by_event
     assert any(r.get("logger") == "asyncio" and "no route" in r.get("exception", "") for r in records), records
+
+
+def test_logging_follows_stderr_when_the_host_swaps_it() -> None:
+    """Protects every later log call of a process whose stderr was swapped after logging was
+    configured (a test runner's capture, closed after its test): the logger wrote to the closed
+    file and raised, and the service call that logged never answered."""
+    import io  # noqa: PLC0415 - only here
+
+    import structlog  # noqa: PLC0415
+
+    from agentledger import logs  # noqa: PLC0415
+
+    first, second = io.StringIO(), io.StringIO()
+    original = sys.stderr
+    try:
+        sys.stderr = first
+        logs.configure("info", service="writer")
+        first.close()
+        sys.stderr = second
+        structlog.get_logger().info("artifact.refused", code="artifact_missing")
+        logging.getLogger("asyncpg").warning("lost")
+    finally:
+        sys.stderr = original
+        logs.configure("info")
+    events = [json.loads(line)["event"] for line in second.getvalue().splitlines()]
+    assert events == ["artifact.refused", "lost"]

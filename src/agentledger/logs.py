@@ -14,6 +14,18 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """``sys.stderr`` as it is at each write, not as it was when logging was configured: a host
+    that swaps it (a test runner capturing output, then closing what it captured into) must
+    not leave every later log call writing to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "info", service: str | None = None) -> None:
     """Configure structlog to write one JSON object per line to stderr, and route the standard
     library's logging there too: what asyncpg, nats-py and asyncio log themselves (a lost
@@ -28,10 +40,10 @@ def configure(level: str = "info", service: str | None = None) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_Stderr())  # type: ignore[arg-type]
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
