@@ -48,7 +48,7 @@ async def _agent(settings: Settings, name: str) -> Client:
 async def acme(settings: Settings) -> AsyncIterator[Tenant]:
     if settings.auth_dir is None:
         pytest.skip("the NATS server runs without accounts")
-    stack = await Stack(settings).start(checkpointer=False, memory=True, context=True, tombstone=True)
+    stack = await Stack(settings).start(memory=True, context=True, tombstone=True)
     await auth.tenant_add(settings, TENANT)
     await auth.tenant_add(settings, "globex")
     await bindings.bind_agent(settings, TENANT, "alice", ["u1"], ["web"])
@@ -215,3 +215,22 @@ async def test_an_agent_forgets_only_its_users_and_tasks_nobody_else_holds(acme:
     task = await acme.alice.forget(TENANT, {"kind": "task", "task_id": TASK})
     for request in (subject, task):
         assert (await acme.alice.forget_wait(TENANT, request.request_id)).receipt is not None
+
+
+# ---- 6. operator-only fields ---------------------------------------------------------------------------
+
+async def test_an_agent_cannot_resume_from_a_named_checkpoint(acme: Tenant) -> None:
+    """Protects other tenants' task names: a resume naming ``checkpoint_id`` answered an agent
+    "checkpoint N belongs to <other tenant>/<task>". The field is the operator's (restoring from a
+    backup): an agent is refused ``operator_only`` before anything is looked up, and the reply names
+    nothing of the other tenant."""
+    c = acme.stack.c
+    await c.append_batch([created("secret-merger", tenant="globex")])
+    saved = await c.save_checkpoint("globex", "secret-merger")
+    await acme.stack.append([created(TASK)])
+    with pytest.raises(AgentLedgerError) as info:
+        await acme.alice.resume(TENANT, TASK, "alice", checkpoint_id=saved.checkpoint_id)
+    assert (info.value.code, info.value.path) == ("operator_only", "$.checkpoint_id")
+    assert "globex" not in info.value.message and "secret-merger" not in info.value.message
+    resumed = await acme.alice.resume(TENANT, TASK, "alice")
+    assert resumed.status in ("resumable", "needs_reconcile"), resumed.reasons
