@@ -98,11 +98,13 @@ NOT_CONTENT: dict[str, str] = {
     "forget_watermark": "a ledger sequence",
     "forget_requests": "the deletion receipts themselves: pseudonymous ids, counts, digests",
     "forget_steps": "the saga's progress: ids, ledger sequences, counts",
+    "projection_rejections": "ledger sequences a projection passed over, with a code and a reason naming no content",
 }
 
 # JetStream stores that hold no tenant content, with the reason.
 NOT_CONTENT_STORES: dict[str, str] = {
     "tenants": "the tenant registry: account keys and status (revoking a tenant is `agentledger tenant revoke`)",
+    "usage": "the writer's quota counters: bytes per tenant, no content",
 }
 
 
@@ -111,4 +113,4 @@ def stores_of(settings: Settings) -> dict[str, str]:
     return {"ledger": settings.stream, "keys": f"KV_{settings.keys_bucket}",
             "leases": f"KV_{settings.leases_bucket}", "artifacts": f"OBJ_{artifacts_bucket(settings)}",
             "bindings": f"KV_{bindings_bucket(settings.prefix)}",
-            "tenants": f"KV_{tenants_bucket(settings.prefix)}"}
+            "tenants": f"KV_{tenants_bucket(settings.prefix)}", "usage": f"KV_{settings.usage_bucket}"}
