@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
@@ -334,7 +335,10 @@ class Quotas:
         if held >= MAX_HELD:
             return False
         self._held[tenant] = held + 1
-        asyncio.get_running_loop().call_later(refusal.retry_after_s, self._release, tenant, send)
+        # Spread over half the wait again: refusals let go together come back together, and a
+        # burst of them queues every other tenant's requests behind it.
+        delay = refusal.retry_after_s * (1.0 + 0.5 * random.random())  # noqa: S311 - not a secret
+        asyncio.get_running_loop().call_later(delay, self._release, tenant, send)
         return True
 
     def _release(self, tenant: str, send: Callable[[], Awaitable[None]]) -> None:

@@ -1,8 +1,10 @@
 """Quota figures: a quiet tenant alone, then beside a tenant that floods at its limits.
 
-For this figure the bench restarts the writer with a per-tenant append rate of ``RATE``
-events/s and an artifact quota of ``ARTIFACT_QUOTA`` bytes (the defaults are sized for a
-single tenant; docs/operations.md), and puts it back as it was afterwards. Then, in one run:
+For this figure the bench restarts the writer with per-tenant limits an operator would give
+each of two tenants sharing this 2-core stack: an append rate of ``RATE`` events/s, artifact
+requests at ``ARTIFACT_RATE``/s and ``ARTIFACT_BYTES_RATE`` bytes/s, and an artifact quota of
+``ARTIFACT_QUOTA`` bytes (the defaults are sized for a single tenant; docs/operations.md), and
+puts it back as it was afterwards. Then, in one run:
 
 * **alone**: the quiet tenant's agent, paced at one round every ``QUIET_INTERVAL_S`` (well
   under its rate), appends one event to its task and reads the task back with ``wm.get``;
@@ -50,6 +52,8 @@ from agentledger.runtime.state import settings_env
 QUIET, FLOOD = "quiet", "flood"
 # The per-tenant limits of the writer during this figure.
 RATE = 100.0
+ARTIFACT_RATE = 20.0
+ARTIFACT_BYTES_RATE = float(1 << 20)
 ARTIFACT_QUOTA = 2 << 20
 ARTIFACT_BYTES = 64 << 10
 QUIET_INTERVAL_S = 0.01
@@ -65,6 +69,8 @@ FLOOD_WARMUP_S = 1.0
 async def _writer_with_limits(stack: Stack) -> AsyncIterator[None]:
     """The bench stack's writer process, restarted with this figure's limits, then put back."""
     limits = {"AGENTLEDGER_TENANT_APPEND_EVENTS_PER_S": str(RATE),
+              "AGENTLEDGER_TENANT_ARTIFACT_REQUESTS_PER_S": str(ARTIFACT_RATE),
+              "AGENTLEDGER_TENANT_ARTIFACT_BYTES_PER_S": str(ARTIFACT_BYTES_RATE),
               "AGENTLEDGER_TENANT_MAX_ARTIFACT_BYTES": str(ARTIFACT_QUOTA)}
     await _restart_writer(stack, limits)
     try:
@@ -102,7 +108,8 @@ async def _quiet_run(client: Client, task: str, seconds: float, tag: str) -> tup
 
 
 async def bench_quotas(stack: Stack) -> None:
-    seconds = max(stack.profile.window_s * 2, 1.0)
+    # Long enough for a p99 of some thousand rounds (15 s each in the full profile).
+    seconds = max(stack.profile.window_s * 6, 1.0)
     async with _writer_with_limits(stack):
         quiet = await connect(await agent_settings(stack.settings, QUIET), timeout=30)
         flood_settings = await agent_settings(stack.settings, FLOOD)
@@ -122,7 +129,8 @@ async def bench_quotas(stack: Stack) -> None:
             await flooder.wait()
         finally:
             await quiet.close()
-    context = {"rate_events_per_s": RATE, "artifact_quota_bytes": ARTIFACT_QUOTA, "flood": counts,
+    context = {"rate_events_per_s": RATE, "artifact_requests_per_s": ARTIFACT_RATE,
+               "artifact_bytes_per_s": ARTIFACT_BYTES_RATE, "artifact_quota_bytes": ARTIFACT_QUOTA, "flood": counts,
                "samples": [len(alone[0]), len(loaded[0])], "window_s": seconds}
     for name, q, which, target in (("quota_quiet_append_p50", 0.5, 0, None),
                                    ("quota_quiet_append_p99", 0.99, 0, "<= 2"),
