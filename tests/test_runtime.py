@@ -405,3 +405,40 @@ def test_settings_env_round_trips_and_skips_unset_values(tmp_path: Path) -> None
     env = settings_env(settings)
     assert "AGENTLEDGER_KEK_FILE" not in env
     assert from_env(env) == settings
+
+
+def test_up_waits_while_the_processes_make_progress(tmp_path: Path) -> None:
+    """Protects `up` on a slow, busy machine: it gave up after a fixed 30 s and tore down a stack
+    that was still starting. Now it waits as long as some process writes to its log, fails when
+    none did for the stall time, or at the ceiling, naming the processes not ready and the last
+    line each logged (on a fake clock: nothing here depends on how fast the host is)."""
+    now = [0.0]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "ledger-writer.log").write_text('{"event": "writer.ready"}\n')
+    progress = commands.StartProgress(logs, ["ledger-writer", "memory-policy"], stall_s=120, ceiling_s=600,
+                             clock=lambda: now[0])
+    for step in range(20):  # 400 s of a slow start in which the memory policy keeps logging
+        now[0] += 20
+        with (logs / "memory-policy.log").open("a") as f:
+            f.write(f'{{"event": "memory.loading", "step": {step}}}\n')
+        progress.check("the services did not all start", ["memory-policy"])
+    now[0] += 121  # then nothing moves: the stall
+    with pytest.raises(RuntimeStateError) as info:
+        progress.check("the services did not all start", ["memory-policy"])
+    message = str(info.value)
+    assert "AGENTLEDGER_UP_STALL_S" in message
+    assert 'memory-policy: {"event": "memory.loading", "step": 19}' in message
+    assert "ledger-writer" not in message.split("not ready:")[1].split("(logs in", maxsplit=1)[0]
+
+    busy = commands.StartProgress(logs, ["memory-policy"], stall_s=120, ceiling_s=600, clock=lambda: now[0])
+    start = now[0]
+    while now[0] - start <= 600:  # progress all along, but past the ceiling
+        now[0] += 50
+        with (logs / "memory-policy.log").open("a") as f:
+            f.write('{"event": "memory.loading"}\n')
+        if now[0] - start > 600:
+            with pytest.raises(RuntimeStateError, match="AGENTLEDGER_UP_TIMEOUT_S"):
+                busy.check("the services did not all start", ["memory-policy"])
+        else:
+            busy.check("the services did not all start", ["memory-policy"])

@@ -91,6 +91,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Memory records of one tenant (every status but forgotten): a proposal request that would
     # go beyond it is refused whole, `memory_quota_exceeded`.
     tenant_max_memory_records: int = 100_000
+    # How long `agentledger up` waits for the stack: it fails when no process it started has
+    # made progress (written to its log) for up_stall_s, or at up_timeout_s whatever happens, so
+    # a slow, busy machine is waited for and a wedged start is not.
+    up_timeout_s: float = 600.0
+    up_stall_s: float = 120.0
     # Replicas of the ledger stream, the KV buckets and the object store (1 on the embedded single
     # server; `up --cluster 3` makes it 3). On a cluster of your own, set it to 3 (or 5).
     stream_replicas: int = 1
@@ -191,6 +196,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if getattr(self, name) < 0:
                 raise ContractError(f"{name} {getattr(self, name)} must be 0 (no limit) or more",
                                     code="invalid_config", path=f"AGENTLEDGER_{name.upper()}")
+        for name in ("up_timeout_s", "up_stall_s"):
+            if getattr(self, name) <= 0:
+                raise ContractError(f"{name} {getattr(self, name)} must be above 0", code="invalid_config",
+                                    path=f"AGENTLEDGER_{name.upper()}")
         if self.tenant_append_burst_s <= 0:
             raise ContractError(f"tenant_append_burst_s {self.tenant_append_burst_s} must be above 0",
                                 code="invalid_config", path="AGENTLEDGER_TENANT_APPEND_BURST_S")
@@ -267,7 +276,7 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
 _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
           "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
-          "tenant_artifact_bytes_per_s"}
+          "tenant_artifact_bytes_per_s", "up_timeout_s", "up_stall_s"}
 _BOOL = {"embeddings_send_dims", "redact_secrets"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 

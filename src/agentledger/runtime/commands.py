@@ -24,7 +24,8 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -95,7 +96,6 @@ READY_PINGS = {"ledger-writer": WRITER_SERVICE, "memory-policy": "agentledger-me
 # Database created in the embedded PostgreSQL, owned by the services' role (the
 # server's `postgres` db stays empty and closed to it).
 EMBEDDED_DATABASE = "agentledger"
-READY_TIMEOUT_S = 30.0
 
 # Servers and supervisors `up` left running. Holding on to them keeps their Popen
 # objects from being collected while the processes run (which warns "subprocess
@@ -151,7 +151,7 @@ def up(settings: Settings, *, foreground: bool = False,
                 settings, database_url=embedded_pg.provision(EMBEDDED_DATABASE))
         if nats_nodes:
             # JetStream must elect its meta leader before a stream can be created.
-            asyncio.run(wait_for_cluster(settings, len(nats_nodes), time.monotonic() + READY_TIMEOUT_S))
+            asyncio.run(wait_for_cluster(settings, len(nats_nodes), time.monotonic() + settings.up_timeout_s))
         asyncio.run(_prepare(settings))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
         supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground, nats_nodes)
@@ -187,7 +187,7 @@ async def _prepare(settings: Settings) -> None:
     from agentledger.db import migrate  # noqa: PLC0415
     from agentledger.ledger import ensure_stream  # noqa: PLC0415
 
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = time.monotonic() + settings.up_timeout_s
     await migrate(settings.database_url)
     # A cluster that restarts elects each stream's leader after its meta leader: until then the
     # stream API times out or answers 503, so these are retried for a while.
@@ -252,7 +252,7 @@ async def _until_streams_answer(step: Callable[[], Awaitable[None]], deadline: f
 
 def _check_deadline(deadline: float, what: str) -> None:
     if time.monotonic() > deadline:
-        raise RuntimeStateError(f"the NATS cluster was not ready within {READY_TIMEOUT_S:.0f} s: {what}")
+        raise RuntimeStateError(f"the NATS cluster was not ready within AGENTLEDGER_UP_TIMEOUT_S: {what}")
 
 
 async def _meta_state(nc: Client, size: int) -> str:
@@ -411,31 +411,77 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+class StartProgress:
+    """Whether the processes ``up`` started are getting anywhere: each one's log growing.
+
+    ``check`` fails when none of them wrote to its log for ``stall_s`` (a wedged start), or
+    once ``ceiling_s`` passed whatever happens; so a slow, busy machine is waited for as
+    long as something moves. The error names the processes not ready yet and the last line
+    each one logged.
+    """
+
+    def __init__(self, log_dir: Path, names: Sequence[str], *, stall_s: float, ceiling_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log_dir = log_dir
+        self._names = [*names, "supervisor"]
+        self.stall_s, self.ceiling_s = stall_s, ceiling_s
+        self._clock = clock
+        self._sizes = self._read()
+        self._started = self._moved = clock()
+
+    def _read(self) -> tuple[int, ...]:
+        sizes = []
+        for name in self._names:
+            try:
+                sizes.append((self._log_dir / f"{name}.log").stat().st_size)
+            except OSError:
+                sizes.append(-1)
+        return tuple(sizes)
+
+    def check(self, what: str, waiting: Sequence[str]) -> None:
+        """Raise ``RuntimeStateError`` (``what`` has not happened; ``waiting`` are the processes
+        not ready) if nothing moved for ``stall_s`` or the ceiling passed."""
+        now = self._clock()
+        sizes = self._read()
+        if sizes != self._sizes:
+            self._sizes, self._moved = sizes, now
+        if now - self._started > self.ceiling_s:
+            why = f"within the ceiling of {self.ceiling_s:.0f} s (AGENTLEDGER_UP_TIMEOUT_S)"
+        elif now - self._moved > self.stall_s:
+            why = (f"and no process wrote to its log for {self.stall_s:.0f} s "
+                   "(AGENTLEDGER_UP_STALL_S)")
+        else:
+            return
+        lasts = "\n".join(f"  {name}: {self.last_line(name)}" for name in waiting)
+        raise RuntimeStateError(f"{what} {why}; not ready:\n{lasts}\n"
+                                f"(logs in {self._log_dir})")
+
+    def last_line(self, name: str) -> str:
+        lines = log_tail(self._log_dir / f"{name}.log", 1).strip()
+        return lines or "(nothing logged yet)"
+
+
 def _wait_until_up(settings: Settings, supervisor: subprocess.Popen[bytes]) -> RuntimeInfo:
-    """Wait until runtime.json lists a live pid for every service and the writer answers."""
+    """Wait until runtime.json lists a live pid for every service and the services answer,
+    for as long as the processes make progress (``StartProgress``)."""
     log_dir = settings.data_dir / "logs"
-    names = {name for name, _ in services_of(settings)}
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    names = sorted(name for name, _ in services_of(settings))
+    progress = StartProgress(log_dir, names, stall_s=settings.up_stall_s, ceiling_s=settings.up_timeout_s)
     while True:
         if supervisor.poll() is not None:
             raise RuntimeStateError(f"the supervisor exited with {supervisor.returncode}:\n"
                                     f"{log_tail(log_dir / 'supervisor.log')}")
         info = _read_if_present(settings.runtime_file)
-        if (info is not None and info.supervisor_pid == supervisor.pid
-                and names <= info.services.keys()
-                and all(pid_alive(info.services[name]) for name in names)):
+        live = set() if info is None or info.supervisor_pid != supervisor.pid else {
+            name for name in names if name in info.services and pid_alive(info.services[name])}
+        if live >= set(names):
             break
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {name}.log\n{log_tail(log_dir / f'{name}.log')}"
-                              for name in sorted(names))
-            raise RuntimeStateError(f"services did not start within {READY_TIMEOUT_S:.0f} s\n"
-                                    f"{tails}")
+        progress.check("the services did not all start", [n for n in names if n not in live])
         time.sleep(0.05)
     for name, micro in READY_PINGS.items():
-        if name in names and not asyncio.run(_answers(settings, micro, deadline)):
-            raise RuntimeStateError(f"the {name} did not answer on $SRV.PING.{micro} "
-                                    f"within {READY_TIMEOUT_S:.0f} s; its log ends with:\n"
-                                    f"{log_tail(log_dir / f'{name}.log')}")
+        if name in names:
+            asyncio.run(_answers(settings, micro, partial(
+                progress.check, f"the {name} did not answer on $SRV.PING.{micro}", [name])))
     return read_runtime(settings.runtime_file)
 
 
@@ -446,17 +492,16 @@ def _read_if_present(path: Path) -> RuntimeInfo | None:
         return None
 
 
-async def _answers(settings: Settings, micro: str, deadline: float) -> bool:
-    """Ping a NATS micro service until it answers or ``deadline`` (monotonic) passes."""
+async def _answers(settings: Settings, micro: str, check: Callable[[], None]) -> None:
+    """Ping a NATS micro service until it answers; ``check`` raises when waiting should end."""
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, connect_timeout=5, max_reconnect_attempts=3)
     try:
         while True:
             try:
                 await nc.request(f"$SRV.PING.{micro}", b"", timeout=1.0)
-                return True
+                return
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                if time.monotonic() > deadline:
-                    return False
+                check()
                 await asyncio.sleep(0.1)
     finally:
         await nc.close()
