@@ -8,6 +8,7 @@ takes erasures (a forget request runs to its receipt) and lease releases.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -39,11 +40,10 @@ async def _code(coro: object) -> AgentLedgerError:
     return info.value
 
 
-@pytest.fixture
-async def two_tenants(settings: Settings) -> AsyncIterator[tuple[Settings, Client, Client]]:
-    """A writer whose tenants may append 5 events/s with a 2 s burst, and an agent of two tenants."""
-    limited = msgspec.structs.replace(settings, tenant_append_events_per_s=5.0,
-                                      tenant_append_bytes_per_s=0.0, tenant_append_burst_s=2.0)
+@contextlib.asynccontextmanager
+async def _limited(settings: Settings, **limits: float) -> AsyncIterator[tuple[Settings, Client, Client]]:
+    """A writer with these per-tenant limits (2 s bursts), and an agent of two tenants."""
+    limited = msgspec.structs.replace(settings, tenant_append_burst_s=2.0, **limits)
     writer = LedgerWriter(limited)
     await writer.start()
     acme, globex = await _agent(limited, "acme"), await _agent(limited, "globex")
@@ -53,6 +53,13 @@ async def two_tenants(settings: Settings) -> AsyncIterator[tuple[Settings, Clien
         await acme.close()
         await globex.close()
         await writer.stop()
+
+
+@pytest.fixture
+async def two_tenants(settings: Settings) -> AsyncIterator[tuple[Settings, Client, Client]]:
+    """Tenants that may append 5 events/s with a 2 s burst."""
+    async with _limited(settings, tenant_append_events_per_s=5.0, tenant_append_bytes_per_s=0.0) as world:
+        yield world
 
 
 async def test_a_flooding_tenant_is_rate_limited_and_another_is_not(
@@ -78,12 +85,8 @@ async def test_a_tenant_flooding_the_artifact_endpoints_is_rate_limited_and_anot
     """Protects the artifact endpoints' shared slots: past its artifact request rate a tenant's puts
     and stats are refused `rate_limited` (retryable, naming the setting) before they take a slot,
     while another tenant's puts all go through."""
-    limited = msgspec.structs.replace(settings, tenant_artifact_requests_per_s=5.0,
-                                      tenant_artifact_bytes_per_s=0.0, tenant_append_burst_s=2.0)
-    writer = LedgerWriter(limited)
-    await writer.start()
-    acme, globex = await _agent(limited, "acme"), await _agent(limited, "globex")
-    try:
+    async with _limited(settings, tenant_artifact_requests_per_s=5.0,
+                        tenant_artifact_bytes_per_s=0.0) as (_, acme, globex):
         outcomes = await asyncio.gather(
             *(acme.put_artifact(f"report {i}".encode(), schema="text", producer="agent-1") for i in range(60)),
             return_exceptions=True)
@@ -93,10 +96,6 @@ async def test_a_tenant_flooding_the_artifact_endpoints_is_rate_limited_and_anot
         for i in range(5):
             ref = await globex.put_artifact(f"quiet {i}".encode(), schema="text", producer="agent-1")
             assert await globex.get_artifact(ref.uri) == f"quiet {i}".encode()
-    finally:
-        await acme.close()
-        await globex.close()
-        await writer.stop()
 
 
 async def test_a_tenant_at_its_ledger_quota_is_refused_and_others_and_erasures_are_not(
