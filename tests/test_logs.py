@@ -7,6 +7,7 @@ JSON logs, which no log pipeline can parse.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import subprocess
@@ -71,3 +72,26 @@ def test_logging_follows_stderr_when_the_host_swaps_it() -> None:
         logs.configure("info")
     events = [json.loads(line)["event"] for line in second.getvalue().splitlines()]
     assert events == ["artifact.refused", "lost"]
+
+
+def test_a_logger_cached_before_a_reconfiguration_still_reaches_the_current_chain() -> None:
+    """Protects log capture and reconfiguration in one process: a module's logger, cached on its
+    first use, kept the processor chain of the ``configure`` before it, so a command run in-process
+    (the CLI configures logging) made later log captures miss that module's lines."""
+    import structlog  # noqa: PLC0415 - only here
+    from structlog.testing import capture_logs  # noqa: PLC0415
+
+    from agentledger import logs  # noqa: PLC0415
+
+    logs.configure("info")
+    module_logger = structlog.get_logger()
+    original = sys.stderr
+    try:
+        sys.stderr = io.StringIO()
+        module_logger.info("cached now")
+        logs.configure("info")
+        with capture_logs() as captured:
+            module_logger.warning("projector.waiting_for_servers", reason="ledger unusable")
+    finally:
+        sys.stderr = original
+    assert [e["event"] for e in captured] == ["projector.waiting_for_servers"]

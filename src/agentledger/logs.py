@@ -26,6 +26,12 @@ class _Stderr:
         sys.stderr.flush()
 
 
+# The one processor chain every configuration uses, changed in place: a logger cached on its first
+# use keeps the chain it was bound with, so a later ``configure`` (a command run in-process, a
+# test's log capture) reaches loggers cached before it only through the same list.
+_PROCESSORS: list[structlog.typing.Processor] = []
+
+
 def configure(level: str = "info", service: str | None = None) -> None:
     """Configure structlog to write one JSON object per line to stderr, and route the standard
     library's logging there too: what asyncpg, nats-py and asyncio log themselves (a lost
@@ -37,8 +43,9 @@ def configure(level: str = "info", service: str | None = None) -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    _PROCESSORS[:] = [*shared, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
+        processors=_PROCESSORS,
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
