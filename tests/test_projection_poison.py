@@ -82,9 +82,10 @@ async def passed_over(stack: Stack) -> dict[tuple[str, int], str]:
 
 async def test_poisoned_reserved_messages_stop_no_tenant(settings: Settings, stack: Stack, ledger: Ledger) -> None:
     """Protects every tenant's memory, documents and deletion from one message: NUL in a memory
-    record's value and key, in a document chunk and in a forget request's reason, and a 10,000-deep
-    memory event, are recorded and passed over; then another tenant proposes, reads, ingests and
-    forgets as usual, and a rebuild and ``replay --verify`` of both projections are green."""
+    record's value and key, in a document chunk and in a forget request's reason, a 10,000-deep
+    memory event, and bytes that are no event at all, are recorded and passed over; then another
+    tenant proposes, reads, ingests and forgets as usual, and a rebuild and ``replay --verify`` of
+    both projections are green."""
     c = stack.c
     decided = (await c.memory_propose("acme", [proposal("p1", "the build uses uv", key="toolchain")])).decisions[0]
     ingested = await c.ingest_document("acme", "handbook", 1, "Deploys happen on Tuesdays after review.",
@@ -115,6 +116,9 @@ async def test_poisoned_reserved_messages_stop_no_tenant(settings: Settings, sta
         (MEMORY, "too_deep"): await raw_publish(
             ledger, "acme", ev.MEMORY_TASK,
             b'{"kind": "memory_proposed", "payload": {"value": ' + deep(10_000).encode() + b"}}", "poison-m2"),
+        (MEMORY, "undecodable"): await raw_publish(ledger, "acme", ev.MEMORY_TASK, b'{"kind": "mem\xff\xfe', "m3"),
+        (DOCUMENTS, "undecodable"): await raw_publish(ledger, "acme", ev.DOCUMENTS_TASK, b"[1, 2, 3]", "d2"),
+        (FORGET, "undecodable"): await raw_publish(ledger, "acme", ev.FORGET_TASK, b"\x00\x01 not json", "f2"),
     }
 
     # Another tenant, after the poison: every path that waits on these projections answers.

@@ -608,8 +608,13 @@ class DocumentProjection(LedgerProjection[DocumentStore]):
 
     async def apply(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]]) -> dict[str, int]:
         prefix = self.settings.prefix
-        events = [(seq, e) for seq, msg in fresh
-                  if (e := decode_document(prefix, msg.subject, msg.data, seq)) is not None]
+        events = []
+        for seq, msg in fresh:
+            event = decode_document(prefix, msg.subject, msg.data, seq)
+            if event is None:
+                self.pass_over(seq, "undecodable", "not a document event of this subject's tenant")
+            else:
+                events.append((seq, event))
         return {"chunks": await fold_batch(conn, self.store, self._vectors, events)}
 
 

@@ -12,11 +12,12 @@ is acked. A watermark this process did not write (``replay`` rebuilt the
 projection) makes it start over from the new one.
 
 A message on a memory subject that is not a memory event of that tenant (the
-writer lets none through) is logged and passed over: it only moves the
-watermark. ``applied`` and ``wait_for`` give the service read-your-writes: a
-decision waits until the projection holds the decisions appended before it.
-The loop is ``agentledger.ledger_projection``'s, shared with the document
-index; this module says how a batch of memory events becomes rows.
+writer lets none through) is logged and passed over (a row of
+``projection_rejections``): it only moves the watermark. ``applied`` and
+``wait_for`` give the service read-your-writes: a decision waits until the
+projection holds the decisions appended before it. The loop is
+``agentledger.ledger_projection``'s, shared with the document index; this
+module says how a batch of memory events becomes rows.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ class MemoryProjection(LedgerProjection[MemoryStore]):
         events = []
         for seq, msg in fresh:
             event = decode_memory(self.settings.prefix, msg.subject, msg.data, seq)
-            if event is not None:
+            if event is None:
+                self.pass_over(seq, "undecodable", "not a memory event of this subject's tenant")
+            else:
                 events.append((seq, event))
         rows = 0
         for tenant, items in sorted(by_tenant(events).items()):

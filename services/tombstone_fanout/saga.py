@@ -78,6 +78,7 @@ class ForgetLog(LedgerProjection[ForgetStore]):
                 event = decode_event(msg.data)
             except Exception as exc:  # noqa: BLE001 - any bytes: skipped, with a log line
                 log.warning("forget.undecodable", seq=seq, error=type(exc).__name__)
+                self.pass_over(seq, "undecodable", f"not an event ({type(exc).__name__})")
                 continue
             payload = ev.payload_of(event)
             if isinstance(payload, ev.ForgetRequested):

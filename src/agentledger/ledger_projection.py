@@ -167,6 +167,8 @@ class LedgerProjection(Generic[StoreT]):
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Highest seq known applied (read-your-writes), kept across rebinds.
         self.applied = 0
+        # What ``apply`` passed over in the batch being committed (``pass_over``).
+        self._passed: list[tuple[int, str, str]] = []
 
     def filter_subject(self) -> str:
         """The subject filter of the consumer: ``<prefix>.ledger.*.<reserved task>``."""
@@ -174,8 +176,13 @@ class LedgerProjection(Generic[StoreT]):
 
     async def apply(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]]) -> dict[str, int]:
         """Fold ``fresh`` (seq, message), in ledger order, into the rows inside the batch's
-        transaction; counts for the batch's log line."""
+        transaction; counts for the batch's log line. A message that is not an event of the
+        subject is given to ``pass_over``."""
         raise NotImplementedError
+
+    def pass_over(self, seq: int, code: str, reason: str) -> None:
+        """Record that ``apply`` passed over the message at ``seq`` (in the batch's transaction)."""
+        self._passed.append((seq, code, reason))
 
     async def start(self) -> None:
         await self._lead()
@@ -395,9 +402,11 @@ class LedgerProjection(Generic[StoreT]):
                         else:
                             rejected.append((seq, *why))
                             log.warning(f"{self.log_name}.unfoldable", seq=seq, code=why[0])
+                self._passed = []
+                counts = await self.apply(conn, foldable) if foldable else {}
+                rejected += self._passed
                 if rejected:
                     await record_rejections(conn, self.durable, rejected)
-                counts = await self.apply(conn, foldable) if foldable else {}
                 await self.store.set_watermark(conn, fresh[-1][0])
                 log.debug(f"{self.log_name}.batch", events=len(fresh), **counts, rejected=len(rejected),
                           watermark=fresh[-1][0])
