@@ -10,6 +10,7 @@ each other's data and can run in any order.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import secrets
@@ -44,8 +45,10 @@ from agentledger.runtime.postgres import (
 from raw_ledger import Ledger
 
 # Key-encryption keys live outside the data folders, by default under $XDG_CONFIG_HOME: the
-# test session's (and its service processes') go to a folder of their own.
+# test session's (and its service processes') go to a folder of their own, removed with the
+# session (it holds keys).
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="agentledger-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
