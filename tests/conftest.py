@@ -177,6 +177,16 @@ def settings(nats_server_url: str, postgres_role: PostgresRole, tmp_path: Path,
     _run_in_thread(_delete_streams(test_settings))
 
 
+@pytest.fixture
+def admin(settings: Settings) -> Settings:
+    """``settings`` of a NATS server with accounts (operator mode), where tenants and agents can
+    be added and revoked; the test is skipped on a server without them."""
+    if settings.auth_dir is None:
+        pytest.skip("the NATS server runs without accounts (AGENTLEDGER_TEST_NATS_URL without "
+                    "AGENTLEDGER_TEST_NATS_AUTH_DIR)")
+    return settings
+
+
 def _run_in_thread(coro: Coroutine[Any, Any, None]) -> None:
     """Run ``coro`` on a private loop in a thread, leaving pytest-asyncio's loop untouched."""
     failure: list[BaseException] = []

@@ -26,14 +26,6 @@ Open = Callable[[Path], Awaitable[NATS]]
 
 
 @pytest.fixture
-def admin(settings: Settings) -> Settings:
-    if settings.auth_dir is None:
-        pytest.skip("the NATS server runs without accounts (AGENTLEDGER_TEST_NATS_URL without "
-                    "AGENTLEDGER_TEST_NATS_AUTH_DIR)")
-    return settings
-
-
-@pytest.fixture
 async def open_as(admin: Settings) -> AsyncIterator[Open]:
     """Connect with a credentials file; every connection is closed after the test."""
     opened: list[NATS] = []

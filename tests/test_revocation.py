@@ -28,14 +28,6 @@ from agentledger.runtime.state import settings_env
 from helpers import assert_eventually
 
 
-@pytest.fixture
-def admin(settings: Settings) -> Settings:
-    if settings.auth_dir is None:
-        pytest.skip("the NATS server runs without accounts (AGENTLEDGER_TEST_NATS_URL without "
-                    "AGENTLEDGER_TEST_NATS_AUTH_DIR)")
-    return settings
-
-
 class Connection:
     """One agent connection."""
 

@@ -30,7 +30,7 @@ import structlog
 from nats.aio.client import Client
 from nats.micro.request import Request
 
-from agentledger.artifacts import ArtifactStore, artifact_uri, hash_content
+from agentledger.artifacts import ArtifactStore, hash_content
 from agentledger.config import Settings
 from agentledger.contracts.artifacts import (
     H_BLAKE3,
@@ -101,34 +101,31 @@ class ArtifactEndpoints:
         caller.require_tenant(tenant, path)
         if len(data) > self.max_put_bytes:
             raise _too_large(len(data), self.max_put_bytes, "the artifact")
-        digest = await hash_content(data)
-        if meta.blake3 is not None and digest != meta.blake3:
-            raise AgentLedgerError(f"the content arrived hashing to {digest}, the request says "
+        if meta.blake3 is not None and (actual := await hash_content(data)) != meta.blake3:
+            raise AgentLedgerError(f"the content arrived hashing to {actual}, the request says "
                                    f"{meta.blake3}; nothing was stored",
                                    code="artifact_hash_mismatch", path=f"headers.{H_BLAKE3}")
-        # Stored already (the put then writes nothing): not counted again, even at the quota.
-        new = await self._missing(artifact_uri(self.store.bucket, tenant, digest), tenant, len(data))
-        if new:
+        written = False
+
+        def admit() -> None:
+            # Called only when the content is not stored yet: what is stored already is not
+            # counted again, even at the quota.
+            nonlocal written
             self.usage.check(tenant, len(data), "artifact_quota_exceeded")
+            written = True
+
         try:
             ref = await self.store.put(data, tenant=tenant, schema=meta.schema,
-                                       producer=meta.producer, version=meta.version)
+                                       producer=meta.producer, version=meta.version, before_write=admit)
         except nats.js.errors.APIError as exc:
             if exc.err_code != ERR_STREAM_LIMIT:
                 raise
             raise StorageFullError(f"the artifact store is full ({exc.description}); nothing was "
                                    "stored. Raise AGENTLEDGER_MAX_ARTIFACT_STORE_BYTES",
                                    code="artifact_store_full") from None
-        if new:
+        if written:
             self.usage.add(tenant, len(data))
         return ref
-
-    async def _missing(self, uri: str, tenant: str, size: int) -> bool:
-        """Whether the tenant's store lacks this content intact (a put would write it)."""
-        try:
-            return (await self.store.stat(uri, tenant=tenant)).size != size
-        except AgentLedgerError:  # missing, or not intact: the put writes it
-            return True
 
     async def stat(self, caller: Caller, body: bytes) -> ArtifactRef:
         """The ref of one of the caller's artifacts (any tenant's for the operator)."""

@@ -36,7 +36,7 @@ import blake3
 import msgspec
 from nats.aio.client import Client
 
-from agentledger.artifacts import ArtifactStore, evidence_problem
+from agentledger.artifacts import ArtifactStore, evidence_problems
 from agentledger.bindings import BindingRegistry
 from agentledger.client import raise_error
 from agentledger.config import Settings
@@ -217,14 +217,15 @@ class Decider:
         ids = {record_id_for(tenant, pid): pid for pid in pids if pid not in stored}
         forgotten = {ids[rid] for rid in await self.store.forgotten(self._pool, tenant, sorted(ids))}
         now = datetime.now(UTC)
-        fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
+        new: dict[str, tuple[int, Proposal]] = {}
         for i, p in enumerate(proposals):
-            if p.proposal_id in stored or p.proposal_id in fresh or p.proposal_id in forgotten:
-                continue
+            if p.proposal_id not in stored and p.proposal_id not in new and p.proposal_id not in forgotten:
+                new[p.proposal_id] = (i, p)
+        problems = await evidence_problems(self._artifacts, tenant, [p.evidence for _, p in new.values()])
+        fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
+        for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
             proposed = _proposed(tenant, p, producer)
-            problem = await evidence_problem(self._artifacts, tenant, p.evidence) if p.evidence else None
-            fresh[p.proposal_id] = (i, p, proposed, prepare(proposed, personal=p.personal,
-                                                            evidence_problem=problem))
+            fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem))
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []

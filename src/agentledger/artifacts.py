@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -208,13 +208,15 @@ class ArtifactStore:
             raise UnavailableError(f"artifact {uri}: {exc!r}") from exc
 
     async def put(self, data: bytes, *, tenant: str, schema: str, producer: str,
-                  version: int = 1) -> ev.ArtifactRef:
+                  version: int = 1, before_write: Callable[[], None] | None = None) -> ev.ArtifactRef:
         """Store ``data`` under ``tenant`` and its blake3; return its ref, once durably stored.
 
         Identical content the same tenant already stored intact is not written
         again; the ref returned names the caller's schema/producer/version (the
         metadata keeps those of the first writer). An object under that name
         whose metadata is not intact is overwritten with the right bytes.
+        ``before_write`` is called just before content is written (never for
+        content already stored); what it raises stops the put.
         """
         data = bytes(data)
         digest = await hash_content(data)
@@ -242,6 +244,8 @@ class ArtifactStore:
                     return ref
             except AgentLedgerError:
                 pass  # not intact: rewrite it below
+        if before_write is not None:
+            before_write()
         meta = ObjectMeta(name=address.name, headers={
             H_TENANT: [tenant], H_BLAKE3: [digest], H_SCHEMA: [schema], H_PRODUCER: [producer],
             H_VERSION: [str(version)]})
@@ -383,14 +387,27 @@ async def check_refs(store: ArtifactStore, events: Sequence[ev.EventBase]) -> No
     await check_ref_list(store, artifact_refs(events))
 
 
-async def evidence_problem(store: ArtifactStore, tenant: str, refs: Sequence[ev.ArtifactRef]) -> str | None:
-    """Why ``refs`` (the evidence a memory proposal of ``tenant`` cites) cannot be trusted, or None
-    when every one is stored, is the tenant's, and has the hash and size it says."""
-    try:
-        await check_ref_list(store, [(f"evidence[{i}]", tenant, ref) for i, ref in enumerate(refs)])
-    except ContractError as exc:
-        return f"{exc.path}: {exc.code}"
-    return None
+async def evidence_problems(store: ArtifactStore, tenant: str,
+                            cited: Sequence[Sequence[ev.ArtifactRef]]) -> list[str | None]:
+    """For each list of refs (the evidence of one memory proposal of ``tenant``), why it cannot be
+    trusted, or None when every ref is stored, is the tenant's, and has the hash and size it says.
+    Each distinct ref is looked up once, however many proposals cite it (a bulk import of
+    episodes citing one report)."""
+    distinct = {msgspec.json.encode(ref): ref for refs in cited for ref in refs}
+
+    async def problem(ref: ev.ArtifactRef) -> str | None:
+        try:
+            await check_ref_list(store, [("", tenant, ref)])
+        except ContractError as exc:
+            return exc.code
+        return None
+
+    found = dict(zip(distinct, await asyncio.gather(*(problem(r) for r in distinct.values())), strict=True))
+    out: list[str | None] = []
+    for refs in cited:
+        codes = [(i, found[msgspec.json.encode(ref)]) for i, ref in enumerate(refs)]
+        out.append(next((f"evidence[{i}]: {code}" for i, code in codes if code is not None), None))
+    return out
 
 
 async def check_ref_list(store: ArtifactStore, refs: Sequence[tuple[str, str, ev.ArtifactRef]]) -> None:
