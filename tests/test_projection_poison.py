@@ -36,7 +36,7 @@ from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.memory_policy.projection import DURABLE as MEMORY
 from agentledger.services.tombstone_fanout.saga import DURABLE as FORGET
-from ckpt_support import Stack
+from ckpt_support import Stack, created
 from raw_ledger import Ledger
 from test_memory_service import proposal
 
@@ -308,5 +308,22 @@ async def test_hostile_bytes_on_every_subject_get_a_typed_refusal(stack: Stack) 
             assert reply.get("ok") is False, (subject, name, reply)
             assert error.get("code") not in (None, "internal", "unavailable"), (subject, name, reply)
             assert error.get("retryable") is not True, (subject, name, reply)
+    assert await stack.last_seq() == before
+    assert (await c.memory_read("acme", "anything")).ok
+
+
+async def test_a_10_mb_value_is_a_typed_refusal_everywhere(stack: Stack) -> None:
+    """Protects the caller from an untyped ``MaxPayloadError``: a 10 MB value in a proposal, an event,
+    a query or a document is refused with a typed error before or at the service, nothing is
+    appended, and the services answer after."""
+    c = stack.c
+    before = await stack.last_seq()
+    big = "x" * (10 << 20)
+    event = created("t1")
+    event["payload"]["goal"]["text"] = big
+    for call in (c.memory_propose("acme", [proposal("p1", big)]), c.append(event),
+                 c.memory_read("acme", big), c.ingest_document("acme", "d", 1, big, source="s")):
+        code, _ = await _code(call)
+        assert code in ("request_too_large", "invalid_value"), code
     assert await stack.last_seq() == before
     assert (await c.memory_read("acme", "anything")).ok

@@ -230,6 +230,8 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
             try:
                 msg = await self._replies.request(subject, payload, self.timeout)
                 break
+            except MaxPayloadError as exc:
+                raise self._too_large(len(payload)) from exc
             except _UNAVAILABLE as exc:
                 if attempt == self.retries:
                     raise UnavailableError("the ledger-writer did not answer") from exc
@@ -322,12 +324,20 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
             after = page.next_after_seq
 
     async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
+        payload = encode_request(body)
         try:
-            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", encode_request(body),
-                                        timeout=self.timeout)
+            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", payload, timeout=self.timeout)
+        except MaxPayloadError as exc:
+            raise self._too_large(len(payload)) from exc
         except _UNAVAILABLE as exc:
             raise UnavailableError(f"the {what} did not answer") from exc
         return msg.data
+
+    def _too_large(self, size: int) -> ContractError:
+        """A request NATS cannot carry, refused here as the typed error it is (nothing was sent)."""
+        return ContractError(f"the request is {size} bytes; one NATS message holds at most "
+                             f"{self.nc.max_payload} (put large content in an artifact)",
+                             code="request_too_large", path="$")
 
     async def _call(self, subject: str, body: dict[str, Any], what: str,
                     decoder: msgspec.json.Decoder[Any]) -> Any:
