@@ -20,12 +20,12 @@ import asyncpg
 import nats
 import nats.errors
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.validate import goal_hash
 from agentledger.runtime.state import settings_env
+from agentledger.security import auth
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.context_builder.service import ContextBuilder
 from agentledger.services.ledger_writer.service import LedgerWriter

@@ -24,11 +24,8 @@ from typing import Any
 
 import pytest
 
-from agentledger import auth
-from agentledger.auth import AuthStore
 from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
-from agentledger.ledger import ensure_stream
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.runtime.hosting import DEFAULT_SERVER_ROOT, remove_instances
 from agentledger.runtime.postgres import (
@@ -42,6 +39,9 @@ from agentledger.runtime.postgres import (
     role_url,
     write_passfile,
 )
+from agentledger.security import auth
+from agentledger.security.auth import AuthStore
+from agentledger.stores.ledger import ensure_stream
 from raw_ledger import Ledger
 
 # Key-encryption keys live outside the data folders, by default under $XDG_CONFIG_HOME: the

@@ -12,7 +12,7 @@ import nats
 
 from agentledger.config import Settings
 from agentledger.contracts.codec import encode
-from agentledger.ledger import MSG_ID, ledger_subject, msg_id
+from agentledger.stores.ledger import MSG_ID, ledger_subject, msg_id
 
 
 class Ledger:

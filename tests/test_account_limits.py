@@ -16,10 +16,11 @@ import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
-from agentledger import auth, cli
+from agentledger.cli import main as cli
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.state import settings_env
+from agentledger.security import auth
 from helpers import assert_eventually
 
 Open = Callable[[Path], Awaitable[NATS]]

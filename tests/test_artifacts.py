@@ -24,17 +24,19 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js.api import ObjectMeta
 
-from agentledger import artifacts, auth, cli
-from agentledger.artifacts import ArtifactAddress, ArtifactStore, artifacts_bucket, check_refs, parse_uri
+from agentledger.cli import main as cli
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.artifacts import H_BLAKE3, H_TENANT, H_VERSION, ArtifactReply
 from agentledger.contracts.codec import decode_event
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
-from agentledger.identity import OPERATOR, Caller, PermissionDeniedError
+from agentledger.security import auth
+from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
 from agentledger.services.ledger_writer.artifact_endpoints import REPLY_HEADROOM, ArtifactEndpoints
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.stores import artifacts
+from agentledger.stores.artifacts import ArtifactAddress, ArtifactStore, artifacts_bucket, check_refs, parse_uri
 
 MISSING = "0" * 64
 TENANT = "acme"

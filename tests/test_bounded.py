@@ -14,8 +14,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth
-from agentledger.bounded import ByteLRU
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.contracts import events as ev
@@ -24,7 +22,9 @@ from agentledger.core.reducer import apply
 from agentledger.core.state import RECENT_REJECTIONS, Changes, encode_state, new_state
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError
-from agentledger.sealing import KEY_ENTRY_OVERHEAD
+from agentledger.security import auth
+from agentledger.security.sealing import KEY_ENTRY_OVERHEAD
+from agentledger.shell.bounded import ByteLRU
 from ckpt_support import TENANT, Stack, chain, created, event, plan, running, variable
 
 _wm_reply = msgspec.json.Decoder(WorkingMemoryReply)

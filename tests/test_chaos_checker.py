@@ -33,7 +33,7 @@ from agentledger.contracts.events import StepDef
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.state import SideEffect, StepState, WorkingMemory
 from agentledger.core.validate import goal_hash
-from agentledger.ledger import MSG_ID
+from agentledger.stores.ledger import MSG_ID
 
 HOLDERS = {"agent-0", "resumer-0"}
 

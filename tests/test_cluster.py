@@ -30,12 +30,9 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from agentledger import auth
-from agentledger.auth import AuthStore
 from agentledger.client import connect
 from agentledger.config import Settings, from_env, nats_servers
 from agentledger.errors import ContractError, NotFoundError, RuntimeStateError, UnavailableError
-from agentledger.ledger import MSG_ID, ensure_stream, ledger_wildcard
 from agentledger.runtime import commands
 from agentledger.runtime.embedded import (
     NATS_BIN,
@@ -47,8 +44,11 @@ from agentledger.runtime.embedded import (
     pid_alive,
 )
 from agentledger.runtime.state import RuntimeInfo, read_runtime, resolve_urls
+from agentledger.security import auth
+from agentledger.security.auth import AuthStore
 from agentledger.services.projector.rebuild import verify
 from agentledger.services.projector.store import Store
+from agentledger.stores.ledger import MSG_ID, ensure_stream, ledger_wildcard
 from ckpt_support import created, event
 from helpers import assert_eventually
 from test_deploy import _self_signed
@@ -524,7 +524,7 @@ async def test_two_instances_of_every_service_serve_and_a_forget_completes(stack
     """Protects several instances of every service on the cluster: both instances of each answer
     their PING; memory proposals and forget requests reach either, the reserved-ledger projections
     are folded by one instance each, and a forget request runs once to its receipt."""
-    from agentledger import evict  # noqa: PLC0415 - the ping helper, used only here
+    from agentledger.erasure import evict  # noqa: PLC0415 - the ping helper, used only here
 
     nc = await auth.connect(stack, auth.OPERATOR_ROLE)
     try:

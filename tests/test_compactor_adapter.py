@@ -20,16 +20,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger.compactors import (
+from agentledger.config import Settings
+from agentledger.contracts.context_api import Coverage, Summary, SummaryItem
+from agentledger.errors import ContractError
+from agentledger.models.compactors import (
     CompactorError,
     CompactorReplyError,
     CompactorUnavailableError,
     OpenAICompactor,
     make_compactor,
 )
-from agentledger.config import Settings
-from agentledger.contracts.context_api import Coverage, Summary, SummaryItem
-from agentledger.errors import ContractError
 
 KEY = "sk-test-0123456789abcdef"
 

@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import tokens
 from agentledger.config import Settings
 from agentledger.contracts.context_api import CommitReply, Generation
 from agentledger.core.context import turn_tokens
+from agentledger.models import tokens
 from agentledger.services.context_builder.compactors import PlainTurn
 from ckpt_support import Stack, created
 from test_compactor_adapter import Fake, fake

@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agentledger import tokens
 from agentledger.contracts.context_api import ChatMessage, Generation, SystemPart, ToolSchema
 from agentledger.core import context as cx
 from agentledger.core.context.render import unit_segment
 from agentledger.errors import ContractError
+from agentledger.models import tokens
 
 
 def count(text: str) -> int:

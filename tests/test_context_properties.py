@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentledger import tokens
 from agentledger.contracts.context_api import SystemPart, ToolSchema
 from agentledger.core import context as cx
+from agentledger.models import tokens
 
 pytestmark = pytest.mark.timeout(900)
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,10 +15,10 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agentledger import tokens
 from agentledger.contracts.context_api import CompactionCheckpoint, Coverage, Summary, SummaryItem
 from agentledger.core import context as cx
 from agentledger.core.state import Turn
+from agentledger.models import tokens
 
 
 def count(text: str) -> int:

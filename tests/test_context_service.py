@@ -13,10 +13,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth, bindings, tokens
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts.context_api import BuildReply, ClearReply, CommitReply, Generation, TraceReply
+from agentledger.models import tokens
+from agentledger.security import auth, bindings
 from ckpt_support import Stack, created, end_process, event, spawn_service, variable, wait_for_service
 from test_memory_service import proposal
 

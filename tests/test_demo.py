@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from agentledger.config import Settings
-from agentledger.demo import render, render_resume, run_demo
-from agentledger.demo_context import render_compaction, run_compaction
-from agentledger.demo_memory import FAKE_TOKEN, render_lab, run_lab
+from agentledger.demo.context import render_compaction, run_compaction
+from agentledger.demo.memory import FAKE_TOKEN, render_lab, run_lab
+from agentledger.demo.scenario import render, render_resume, run_demo
 from ckpt_support import running
 
 

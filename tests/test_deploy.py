@@ -27,9 +27,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agentledger import auth
 from agentledger.config import Settings
 from agentledger.runtime.embedded import NATS_BIN, free_port, log_tail
+from agentledger.security import auth
 
 EXAMPLE = Path(__file__).parent.parent / "deploy" / "nats-server.conf"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.cli import build_parser
+from agentledger.cli.main import build_parser
 from agentledger.contracts.codec import decode_append_request, decode_event
 from agentledger.contracts.events import EVENT_TYPES
 from agentledger.core.reducer import _HANDLERS

@@ -16,14 +16,14 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.context_api import IngestRequest
 from agentledger.core.validate import check_reserved
 from agentledger.errors import AgentLedgerError, ConflictError, ContractError
-from agentledger.identity import OPERATOR, Caller, PermissionDeniedError
+from agentledger.security import auth
+from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
 from agentledger.services.context_builder.docs_replay import rebuild_documents, verify_documents
 from agentledger.services.context_builder.documents import (
     DocumentIndex,

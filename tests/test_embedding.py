@@ -23,7 +23,8 @@ import pytest
 
 from agentledger import config
 from agentledger.config import Settings
-from agentledger.embedding import (
+from agentledger.errors import ContractError, UnavailableError
+from agentledger.models.embedding import (
     Embedder,
     EmbedderError,
     EmbedderUnavailableError,
@@ -31,7 +32,6 @@ from agentledger.embedding import (
     WordLlamaEmbedder,
     load_embedder,
 )
-from agentledger.errors import ContractError, UnavailableError
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -113,7 +113,7 @@ socket.socket.connect_ex = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
 
-from agentledger.embedding import WordLlamaEmbedder
+from agentledger.models.embedding import WordLlamaEmbedder
 print(json.dumps(WordLlamaEmbedder().embed_sync(["the user prefers answers in French"])[0]))
 """
 

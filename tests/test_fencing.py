@@ -20,7 +20,6 @@ import msgspec
 import nats.js.errors
 import pytest
 
-from agentledger import auth, leases
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts.codec import decode_event
@@ -28,9 +27,11 @@ from agentledger.contracts.events import LeaseGrantedEvent
 from agentledger.core.reducer import fold
 from agentledger.core.state import new_state, view
 from agentledger.errors import AgentLedgerError
-from agentledger.identity import Caller
-from agentledger.leases import Lease, secret_hash
+from agentledger.security import auth
+from agentledger.security.identity import Caller
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.stores import leases
+from agentledger.stores.leases import Lease, secret_hash
 from helpers import assert_eventually
 from test_writer import created, event, stored
 

@@ -22,8 +22,6 @@ import msgspec
 import nats.js.errors
 import pytest
 
-from agentledger import artifacts, auth, evict
-from agentledger.artifacts import ArtifactStore
 from agentledger.client import raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -37,13 +35,17 @@ from agentledger.core.context import (
     private_key_from_bytes,
     verify_checkpoint,
 )
-from agentledger.erase import erase_seqs, erase_subject
+from agentledger.erasure import evict
+from agentledger.erasure.erase import erase_seqs, erase_subject
 from agentledger.errors import NotFoundError
-from agentledger.sealing import Keyring, load_kek
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, load_kek
 from agentledger.services.context_builder.compactors import CompactionInput, structured
 from agentledger.services.context_builder.docs_replay import verify_documents
 from agentledger.services.context_builder.forget import CompactionHandler, DocumentsHandler, GenerationsHandler
 from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler
+from agentledger.stores import artifacts
+from agentledger.stores.artifacts import ArtifactStore
 from ckpt_support import Stack, created, event
 from test_context_compaction import COMPACT, commit
 from test_context_service import build, call

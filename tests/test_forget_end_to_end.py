@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import forget_scan
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
+from agentledger.erasure import scan as forget_scan
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime import commands
 from agentledger.runtime.embedded import pid_alive

@@ -26,8 +26,6 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from nats.aio.client import Client as Nats
 
-from agentledger import auth, evict
-from agentledger.artifacts import ArtifactStore, artifacts_bucket
 from agentledger.client import Client, raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -35,14 +33,17 @@ from agentledger.contracts.api import AppendReply
 from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import memory as m
 from agentledger.core.memory.authority import promoted_id_for
+from agentledger.erasure import evict
 from agentledger.errors import NotFoundError
-from agentledger.ledger import ledger_subject
-from agentledger.sealing import Keyring, load_kek, unseal
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.memory_policy.forget import MemoryHandler, ReadReceiptsHandler
 from agentledger.services.memory_policy.replay import fold_tenant, read_tenant, rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.memory_policy.store import decode_row
 from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores.artifacts import ArtifactStore, artifacts_bucket
+from agentledger.stores.ledger import ledger_subject
 from ckpt_support import Stack, running
 from helpers import assert_eventually
 from test_memory_core import NOW

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncpg
 
-from agentledger import auth, bindings, evict
 from agentledger.chaos.health import MICRO_NAMES
 from agentledger.config import Settings
+from agentledger.erasure import evict
+from agentledger.security import auth, bindings
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.registry import NOT_CONTENT, NOT_CONTENT_STORES, stores_of
 from ckpt_support import TENANT, created, event, running

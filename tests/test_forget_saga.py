@@ -13,11 +13,11 @@ from typing import Any
 import nats.js.errors
 import pytest
 
-from agentledger import artifacts, auth
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.forget import verify_receipt
-from agentledger.sealing import Keyring, load_kek
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, load_kek
 from agentledger.services.tombstone_fanout.indexes import (
     ArtifactsHandler,
     BindingsHandler,
@@ -29,6 +29,7 @@ from agentledger.services.tombstone_fanout.indexes import (
     WorkingMemoryHandler,
 )
 from agentledger.services.tombstone_fanout.saga import ForgetLog, Saga
+from agentledger.stores import artifacts
 from ckpt_support import TENANT, Stack, chain, created, event, plan, succeeded, variable
 
 OWN = (LedgerHandler(), KeysHandler(), WorkingMemoryHandler(), CheckpointsHandler(), LeasesHandler(),
@@ -138,7 +139,7 @@ def msgspec_ref(ref: ev.ArtifactRef) -> dict[str, Any]:
 
 
 async def ledger_seqs(stack: Stack, task: str) -> list[int]:
-    from agentledger.erase import subject_seqs  # noqa: PLC0415
+    from agentledger.erasure.erase import subject_seqs  # noqa: PLC0415
     return await subject_seqs(stack.c.nc.jetstream(), stack.settings.stream,
                               f"{stack.settings.prefix}.ledger.{TENANT}.{task}")
 

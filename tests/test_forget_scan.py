@@ -24,14 +24,11 @@ import nats
 import pytest
 from nats.js import api
 
-from agentledger import auth
-from agentledger.artifacts import ArtifactStore
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.forget import make_receipt
-from agentledger.embedding import WordLlamaEmbedder
-from agentledger.erase import erase_seqs, erase_subject
-from agentledger.forget_scan import (
+from agentledger.erasure.erase import erase_seqs, erase_subject
+from agentledger.erasure.scan import (
     LogicalReport,
     RawReport,
     compact_postgres,
@@ -43,9 +40,12 @@ from agentledger.forget_scan import (
     verify,
     verify_forgotten,
 )
-from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject
+from agentledger.models.embedding import WordLlamaEmbedder
 from agentledger.runtime.embedded import EmbeddedNats, pid_alive
 from agentledger.runtime.postgres import EmbeddedPostgres, database_url
+from agentledger.security import auth
+from agentledger.stores.artifacts import ArtifactStore
+from agentledger.stores.ledger import MSG_ID, ensure_stream, ledger_subject
 
 TENANT = "acme"
 KV_BUCKET = "FSCAN"
@@ -404,7 +404,7 @@ async def test_each_copy_is_found_until_erased_and_compacted(stack: Stack) -> No
 async def test_a_purge_leaves_the_bytes_that_a_secure_erase_removes(stack: Stack) -> None:
     """Why purge is not forgetting: a subject purge, a KV delete and an object store delete all
     pass the logical scan, and the raw scan still finds every one of them in the block files;
-    the message-delete API (agentledger.erase) leaves nothing."""
+    the message-delete API (agentledger.erasure.erase) leaves nothing."""
     erased, purged, kv_deleted, obj_deleted = (token(x) for x in ("erased", "purged", "kvdel", "objdel"))
     needles = [n.encode() for n in (erased, purged, kv_deleted, obj_deleted)]
     nc = await nats.connect(stack.settings.nats_url)

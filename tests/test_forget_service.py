@@ -18,12 +18,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth, bindings
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts.forget_api import RequestProgress
 from agentledger.core.forget import verify_receipt
 from agentledger.errors import AgentLedgerError
+from agentledger.security import auth, bindings
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from ckpt_support import Stack, created, end_process, event, service_env, variable, wait_for_service
 from test_memory_service import proposal

@@ -23,11 +23,11 @@ from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.reducer import fold
 from agentledger.core.state import Changes, encode_state, new_state, view
-from agentledger.db import WATERMARK_NAME
-from agentledger.ledger import MSG_ID, ledger_subject, msg_id
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.services.projector.store import REFUSED, Store
+from agentledger.stores.db import WATERMARK_NAME
+from agentledger.stores.ledger import MSG_ID, ledger_subject, msg_id
 from ckpt_support import TENANT as CK_TENANT
 from ckpt_support import created, running, variable
 from ckpt_support import event as ck_event

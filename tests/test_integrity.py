@@ -19,15 +19,15 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts.codec import encode
 from agentledger.errors import AgentLedgerError, EventIdConflictError
-from agentledger.ledger import DIGEST, MSG_ID, ledger_subject, msg_id, subject_key
+from agentledger.security import auth
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
+from agentledger.stores.ledger import DIGEST, MSG_ID, ledger_subject, msg_id, subject_key
 from test_projector import (
     TENANT,
     Ledger,

@@ -23,13 +23,13 @@ import nats
 import nats.errors
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
-from agentledger.identity import tenants_bucket
-from agentledger.ledger import ledger_subject
+from agentledger.security import auth
+from agentledger.security.identity import tenants_bucket
 from agentledger.services.projector.service import LEADER_LOCK, Projector
+from agentledger.stores.ledger import ledger_subject
 from ckpt_support import Stack, chain, created, event, plan
 from helpers import assert_eventually
 

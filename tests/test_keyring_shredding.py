@@ -15,13 +15,13 @@ import nats
 import pytest
 from nats.js.errors import KeyNotFoundError
 
-from agentledger import auth
-from agentledger.buckets import open_kv
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedNats
-from agentledger.sealing import Keyring, _seal, aad_for, kek_of, load_kek, unseal
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, _seal, aad_for, kek_of, load_kek, unseal
+from agentledger.stores.buckets import open_kv
 
 AAD = aad_for("acme", "t1")
 

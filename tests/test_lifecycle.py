@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.config import Settings
-from agentledger.lifecycle import ServiceStuckError, serve
+from agentledger.security import auth
 from agentledger.services.projector.service import Projector, get_subject
+from agentledger.shell.lifecycle import ServiceStuckError, serve
 from helpers import assert_eventually
 from test_projector import TENANT, Ledger, task_script
 

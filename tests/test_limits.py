@@ -5,12 +5,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agentledger import auth
-from agentledger.artifacts import artifacts_bucket
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
+from agentledger.security import auth
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.stores.artifacts import artifacts_bucket
 from test_writer import created, event
 
 

@@ -18,8 +18,8 @@ from agentledger.contracts.memory_api import MemoryItem, ReadRequest
 from agentledger.core import memory as m
 from agentledger.core.detect import redact_event
 from agentledger.errors import AgentLedgerError
-from agentledger.identity import PermissionDeniedError
-from agentledger.tokens import count
+from agentledger.models.tokens import count
+from agentledger.security.identity import PermissionDeniedError
 
 T = "acme"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from agentledger import auth, bindings
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
+from agentledger.security import auth, bindings
 from agentledger.services.memory_policy.service import MemoryPolicy
 from ckpt_support import Stack
 from helpers import assert_eventually

@@ -19,7 +19,7 @@ import pytest
 from agentledger.contracts import events as ev
 from agentledger.contracts.memory_api import ReadRequest
 from agentledger.core import memory as m
-from agentledger.tokens import count
+from agentledger.models.tokens import count
 from test_memory_core import EVIDENCE, NOW, Ledger, proposal, rid, rules
 
 API_KEY = "ghp_" + "Zq4Lr8Tn2Vw6Xy0Ab3Cd5Ef7Gh9Jk1Mn4Pq6R"

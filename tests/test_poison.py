@@ -22,18 +22,18 @@ import nats.js.errors
 import pytest
 from structlog.testing import capture_logs
 
-from agentledger import auth
 from agentledger.config import Settings
 from agentledger.contracts.codec import MAX_DEPTH, check_depth, encode, nesting_path
 from agentledger.contracts.resume import ResumeReply
 from agentledger.core.state import decode_state
 from agentledger.errors import AgentLedgerError, ContractError
-from agentledger.ledger import MSG_ID, ensure_stream, ledger_subject, msg_id
+from agentledger.security import auth
 from agentledger.services.checkpointer.service import resume_subject
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import MAX_REASON_CHARS, MAX_TOKEN_CHARS
 from agentledger.services.projector.service import DURABLE, Projector
+from agentledger.stores.ledger import MSG_ID, ensure_stream, ledger_subject, msg_id
 from ckpt_support import Stack, created
 from helpers import assert_eventually
 from test_projector import (

@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime import commands, hosting, postgres
@@ -41,6 +40,7 @@ from agentledger.runtime.postgres import (
     psql,
     read_passfile,
 )
+from agentledger.stores import db
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="other OS users can only be used as root")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.config import Settings, from_env
 from agentledger.errors import AgentLedgerError, ContractError
-from agentledger.ledger import ensure_stream
+from agentledger.security import auth
+from agentledger.stores.ledger import ensure_stream
 
 
 @pytest.mark.parametrize("prefix", ["agent-ledger", "agent_ledger", "AgentLedger", "a.b", "", "9x",

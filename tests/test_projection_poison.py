@@ -25,17 +25,17 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import cli
+from agentledger.cli import main as cli
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import encode_request
 from agentledger.errors import AgentLedgerError, ContractError
-from agentledger.ledger import MSG_ID, ledger_subject, msg_id
 from agentledger.services.context_builder import docs_replay
 from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.memory_policy.projection import DURABLE as MEMORY
 from agentledger.services.tombstone_fanout.saga import DURABLE as FORGET
+from agentledger.stores.ledger import MSG_ID, ledger_subject, msg_id
 from ckpt_support import Stack, created
 from raw_ledger import Ledger
 from test_memory_service import proposal

@@ -22,11 +22,11 @@ from agentledger.contracts.api import TaskChanged, WorkingMemoryReply
 from agentledger.core.state import WorkingMemory, decode_state, view
 from agentledger.core.validate import goal_hash
 from agentledger.errors import NotFoundError, UnavailableError
-from agentledger.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.lane import OutOfOrderError
 from agentledger.services.projector.service import DURABLE, Projector
 from agentledger.services.projector.store import Store
+from agentledger.stores.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from helpers import assert_eventually
 from raw_ledger import Ledger
 

@@ -25,13 +25,13 @@ from hypothesis import strategies as st
 
 from agentledger.config import Settings
 from agentledger.core.state import decode_state
-from agentledger.db import watermark_name
 from agentledger.errors import ContractError
-from agentledger.ledger import partition_of
 from agentledger.services.projector import ownership
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import LEADER_LOCK, Projector
 from agentledger.services.projector.store import Layout, LayoutError, Store, parse_layout
+from agentledger.stores.db import watermark_name
+from agentledger.stores.ledger import partition_of
 from helpers import assert_eventually
 from test_projector import Ledger, task_rows
 from test_replay import ProjectorProcess, crash_events

@@ -15,10 +15,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.security import auth
 from agentledger.services.ledger_writer.service import LedgerWriter
 from ckpt_support import Stack, created, variable
 from test_memory_service import proposal

@@ -19,12 +19,12 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.core.state import decode_variable
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.services.projector.store import Position, Store
+from agentledger.stores import db
 from test_history_free import republish
 from test_projector import TENANT, Ledger, caught_up, event, task_script, wm_get
 

@@ -19,13 +19,13 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.core.state import core_hash, decode_state, encode_core
 from agentledger.errors import UnavailableError
 from agentledger.runtime.state import settings_env
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
+from agentledger.stores import db
 from helpers import assert_eventually
 from test_projector import TENANT, Ledger, caught_up, event, task_rows, task_script, watermark
 

@@ -26,8 +26,7 @@ import nats.js.errors
 import pytest
 from nats.js.api import ObjectMeta
 
-from agentledger import artifacts
-from agentledger.cli import resume_command
+from agentledger.cli.main import resume_command
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.api import LeaseBody
@@ -36,8 +35,9 @@ from agentledger.contracts.resume import ReconcileItem, ResumeReply
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ContractError
-from agentledger.ledger import ensure_stream, ledger_subject
 from agentledger.services.checkpointer.service import resume_subject
+from agentledger.stores import artifacts
+from agentledger.stores.ledger import ensure_stream, ledger_subject
 from ckpt_support import (
     TENANT,
     Stack,

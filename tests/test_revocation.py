@@ -20,11 +20,12 @@ import nkeys
 import pytest
 from nats.aio.client import Client as NATS
 
-from agentledger import auth, cli
+from agentledger.cli import main as cli
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
-from agentledger.identity import REQUEST_INFO, TenantRegistry
 from agentledger.runtime.state import settings_env
+from agentledger.security import auth
+from agentledger.security.identity import REQUEST_INFO, TenantRegistry
 from helpers import assert_eventually
 
 

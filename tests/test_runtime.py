@@ -19,7 +19,6 @@ import asyncpg
 import nats
 import pytest
 
-from agentledger import auth
 from agentledger.config import Settings, from_env
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime import commands
@@ -32,6 +31,7 @@ from agentledger.runtime.state import (
     settings_env,
     write_runtime,
 )
+from agentledger.security import auth
 from helpers import assert_eventually
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -41,7 +41,7 @@ STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIG
 # Stands in for the ledger writer: answers the NATS micro PING that `up` waits for.
 FAKE_WRITER = [sys.executable, "-c", f"""
 import asyncio
-from agentledger import auth
+from agentledger.security import auth
 from agentledger.config import from_env
 async def main():
     nc = await auth.connect(from_env(), auth.WRITER)
@@ -288,8 +288,8 @@ def test_up_starts_everything_and_down_stops_everything(
     async def ensure_stream(settings: Settings) -> None:
         prepared.append(f"stream {settings.nats_url}")
 
-    monkeypatch.setitem(sys.modules, "agentledger.db", types.SimpleNamespace(migrate=migrate))
-    monkeypatch.setitem(sys.modules, "agentledger.ledger",
+    monkeypatch.setitem(sys.modules, "agentledger.stores.db", types.SimpleNamespace(migrate=migrate))
+    monkeypatch.setitem(sys.modules, "agentledger.stores.ledger",
                         types.SimpleNamespace(ensure_stream=ensure_stream))
     monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER),
                                                ("projector", SLEEPER)])

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from agentledger import auth
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.core.validate import goal_hash
@@ -30,6 +29,7 @@ from agentledger.runtime import commands, hosting
 from agentledger.runtime.hosting import user_name
 from agentledger.runtime.service_users import NEEDS, service_of
 from agentledger.runtime.state import read_runtime, resolve_urls
+from agentledger.security import auth
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the services users "
                                 "of their own; run by anyone else, they run as that user")

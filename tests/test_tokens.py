@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tiktoken_ext import openai_public
 
-from agentledger import tokens
 from agentledger.errors import ContractError
+from agentledger.models import tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +147,7 @@ socket.socket.connect_ex = refuse
 socket.create_connection = refuse
 socket.getaddrinfo = refuse
 
-from agentledger import tokens
+from agentledger.models import tokens
 print(json.dumps({name: tokens.encoding(name).encode_ordinary("hello world") for name in tokens.KNOWN_ENCODINGS}))
 """
 

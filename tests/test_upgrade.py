@@ -7,10 +7,10 @@ projection and the projector, on start, rebuilds it from the ledger.
 
 from __future__ import annotations
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.services.projector.rebuild import verify
 from agentledger.services.projector.service import Projector
+from agentledger.stores import db
 from ckpt_support import created, running, variable
 from helpers import assert_eventually
 

@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth, bindings
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
-from agentledger.on_behalf import ON_BEHALF_OF
+from agentledger.security import auth, bindings
+from agentledger.security.on_behalf import ON_BEHALF_OF
 from ckpt_support import Stack, created, event
 from helpers import assert_eventually
 from test_context_service import turn

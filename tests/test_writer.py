@@ -16,16 +16,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError
-from agentledger.ledger import ledger_subject
-from agentledger.sealing import Keyring, load_kek, unseal
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
+from agentledger.stores.ledger import ledger_subject
 
 
 def event(event_id: str, kind: str = "variable_set", payload: dict[str, Any] | None = None,

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
+from agentledger.security import auth
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
 from test_writer import created, event, stored
 

@@ -17,7 +17,6 @@ import blake3
 import msgspec
 import pytest
 
-from agentledger import auth
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -25,7 +24,8 @@ from agentledger.contracts.codec import decode_event
 from agentledger.core.detect import derive_marker_key, marker
 from agentledger.core.validate import check_event, goal_hash
 from agentledger.errors import AgentLedgerError
-from agentledger.sealing import Keyring, load_kek, unseal
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter
 
 AWS = "AKIAQ3EGRIT5KZ7XW4NB"

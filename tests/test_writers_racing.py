@@ -11,7 +11,7 @@ at the same moment; a grant made by one writer fences appends that another
 writer validated against its own (stale) copy of the lease table, because each
 fenced append is committed with an expectation on the task's last sequence and
 a refused expectation makes the writer read what was appended since (see
-``agentledger.leases``).
+``agentledger.stores.leases``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import pytest
 
 from agentledger.client import connect
 from agentledger.config import Settings
-from agentledger.leases import Lease, LeaseTable
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.stores.leases import Lease, LeaseTable
 from helpers import assert_eventually
 from test_writer import created, event, stored
 

@@ -56,8 +56,6 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
-from agentledger import db
-from agentledger.artifacts import ArtifactStore
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.api import LeaseBody, LeaseReply, LeaseRequest
@@ -73,10 +71,12 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import Turn, WorkingMemory, decode_turn, new_state, view
 from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
-from agentledger.ledger import ledger_subject
 from agentledger.services.checkpointer.store import CheckpointStore, Located
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
 from agentledger.services.projector.store import Store as ProjectionStore
+from agentledger.stores import db
+from agentledger.stores.artifacts import ArtifactStore
+from agentledger.stores.ledger import ledger_subject
 
 # Messages fetched one by one with direct gets before switching to an ordered consumer.
 DIRECT_FIRST = 64

@@ -44,7 +44,6 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import ErrorBody, TaskChanged
 from agentledger.contracts.codec import check_request, contract_error, encode
@@ -57,15 +56,18 @@ from agentledger.contracts.resume import (
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.state import WorkingMemory
+from agentledger.erasure import evict
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
-from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
-from agentledger.ledger import ledger_subject
-from agentledger.lifecycle import ServiceShell
-from agentledger.natsclient import reader_alive
+from agentledger.security import auth
+from agentledger.security.identity import Caller, PermissionDeniedError, TenantRegistry
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
+from agentledger.shell.lifecycle import ServiceShell
+from agentledger.stores import artifacts, db
+from agentledger.stores.ledger import ledger_subject
+from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 

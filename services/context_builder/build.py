@@ -53,8 +53,6 @@ import msgspec
 import structlog
 from nats.aio.client import Client
 
-from agentledger.artifacts import ArtifactStore
-from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.context_api import (
     Branch,
@@ -97,8 +95,9 @@ from agentledger.core.dag import next_ready
 from agentledger.core.memory.read import Bindings, allowed_scopes
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
-from agentledger.identity import Caller
-from agentledger.sealing import unseal
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import Caller
+from agentledger.security.sealing import unseal
 from agentledger.services.context_builder.compactors import (
     CompactionInput,
     Compactor,
@@ -111,6 +110,7 @@ from agentledger.services.context_builder.keys import SigningKey
 from agentledger.services.context_builder.sources import Sources
 from agentledger.services.context_builder.store import ContextStore, GenerationRow
 from agentledger.services.memory_policy.propose import binding_of
+from agentledger.stores.artifacts import ArtifactStore
 
 log = structlog.get_logger()
 

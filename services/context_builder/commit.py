@@ -10,7 +10,7 @@ checkpoint is marked ``refused`` with the reason; either way the transaction com
 that decision, so a second commit of the same generation answers the same.
 
 Clear appends ``history_cleared`` through the writer for the caller (checked as the
-caller's own append: ``agentledger.on_behalf``), waits until
+caller's own append: ``agentledger.security.on_behalf``), waits until
 the projection applied it, and moves the conversation to the new epoch and lineage: the
 old lineage's active checkpoint is superseded and its staged ones can never be activated
 (a commit refuses them ``stale_epoch``).
@@ -35,7 +35,7 @@ from agentledger.contracts import events as ev
 from agentledger.contracts.context_api import ClearReply, ClearRequest, CommitReply, CommitRequest
 from agentledger.core.context import cas_check, lineage_id, public_key_from_bytes
 from agentledger.errors import ConflictError, ContractError, NotFoundError
-from agentledger.identity import Caller
+from agentledger.security.identity import Caller
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.keys import SigningKey
 from agentledger.services.context_builder.store import FORGOTTEN, ContextStore

@@ -7,7 +7,7 @@ candidate; a compactor that raises, times out or answers something invalid makes
 build select its frozen fallback.
 
 * ``structured``: ``core.context.compact_structured``, deterministic, no model (default);
-* ``openai``: an OpenAI-compatible chat endpoint (``agentledger.compactors``), when
+* ``openai``: an OpenAI-compatible chat endpoint (``agentledger.models.compactors``), when
   ``context_compactor_url`` is set;
 * any name passed to ``ContextBuilder(compactors=...)`` (tests register failing ones).
 """
@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentledger.compactors import make_compactor
 from agentledger.config import Settings
 from agentledger.contracts.context_api import Coverage, Summary
 from agentledger.core.context import compact_structured
 from agentledger.errors import ContractError
+from agentledger.models.compactors import make_compactor
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ folds every tenant up to the live watermark, and compares documents, versions
 and chunks (text, full-text vector and embedding) in one snapshot.
 
 The ledger side (connecting, the tenants, reading a subject, waiting for the
-live projection) is ``agentledger.projection_replay``, shared by both replays.
+live projection) is ``agentledger.projection.replay``, shared by both replays.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ import asyncpg
 import structlog
 from nats.aio.client import Client
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
-from agentledger.embedding import load_embedder
-from agentledger.ledger_projection import passed_over
-from agentledger.projection_replay import (
+from agentledger.models.embedding import load_embedder
+from agentledger.projection.live import passed_over
+from agentledger.projection.replay import (
     connect,
     diff,
     read_subject,
@@ -51,6 +50,7 @@ from agentledger.services.context_builder.documents import (
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.store import parse_vector
 from agentledger.services.projector.rebuild import stream_last_seq
+from agentledger.stores import db
 
 log = structlog.get_logger()
 

@@ -14,7 +14,7 @@ usually one. The call returns once the projection holds the version
 
 ``DocumentProjection`` folds those subjects into PostgreSQL (tables: ``db``
 migration 5) with the loop the memory projection runs too
-(``agentledger.ledger_projection``): a durable pull consumer
+(``agentledger.projection.live``): a durable pull consumer
 ``context-documents`` positioned from the watermark, each batch applied in ONE
 transaction that row-locks the watermark, skips what it already holds and
 moves it. Tables:
@@ -61,14 +61,14 @@ from agentledger.contracts import events as ev
 from agentledger.contracts.api import AppendReply
 from agentledger.contracts.codec import encode
 from agentledger.contracts.context_api import IngestReply, IngestRequest
-from agentledger.db import check_schema
-from agentledger.embedding import load_embedder
 from agentledger.errors import ConflictError, ContractError, UnavailableError
-from agentledger.identity import Caller
-from agentledger.ledger import subject_key
-from agentledger.ledger_projection import LedgerProjection
+from agentledger.models.embedding import load_embedder
+from agentledger.projection.live import LedgerProjection
+from agentledger.security.identity import Caller
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.store import vector_text
+from agentledger.stores.db import check_schema
+from agentledger.stores.ledger import subject_key
 
 log = structlog.get_logger()
 
@@ -590,7 +590,7 @@ async def fold_batch(conn: asyncpg.Connection, index: DocumentStore, vectors: Ve
 
 class DocumentProjection(LedgerProjection[DocumentStore]):
     """Folds the ``_documents`` subjects into PostgreSQL with the memory projection's loop
-    (``agentledger.ledger_projection``): a durable consumer positioned from the watermark, one
+    (``agentledger.projection.live``): a durable consumer positioned from the watermark, one
     transaction per batch, rebinding when a replay moved the watermark. ``start()``, ``stop()``,
     ``alive()``, ``wait_for(seq)``, ``failed``."""
 

@@ -56,15 +56,15 @@ import msgspec
 from agentledger.contracts import events as ev
 from agentledger.contracts.context_api import Coverage
 from agentledger.core.context import forgotten_checkpoint, lineage_id
-from agentledger.embedding import load_embedder
-from agentledger.erase import subject_seqs
-from agentledger.ledger import ledger_subject
+from agentledger.erasure.erase import subject_seqs
+from agentledger.models.embedding import load_embedder
 from agentledger.services.context_builder.docs_replay import fold_tenant, read_tenant
 from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS_DURABLE
 from agentledger.services.context_builder.documents import DocumentStore
 from agentledger.services.context_builder.store import FORGOTTEN
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores.ledger import ledger_subject
 
 # Artifact erasures in flight at once.
 ERASE_IN_FLIGHT = 16

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from agentledger.errors import AgentLedgerError
-from agentledger.private_files import write_private
+from agentledger.security.private_files import write_private
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ NATS micro service ``agentledger-context-builder``:
 * ``<prefix>.context.ingest``: add a document version to the tenant's RAG index
   (``documents.py``), when that module is installed.
 
-A forget request's eviction (``<prefix>.forget.evict``, ``agentledger.evict``) drops the
+A forget request's eviction (``<prefix>.forget.evict``, ``agentledger.erasure.evict``) drops the
 data-subject keys the builder's keyring caches and the embedding cache, and waits (bounded)
 for the tenant's builds that were running: what they froze is then in the tables the forget
 request's ``generations`` / ``compaction`` steps (``forget.py``) reach.
@@ -39,8 +39,6 @@ from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db, evict
-from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.context_api import (
     BuildReply,
@@ -54,15 +52,19 @@ from agentledger.contracts.context_api import (
     IngestRequest,
     TraceReply,
 )
-from agentledger.identity import TenantRegistry
-from agentledger.lifecycle import ServiceShell
-from agentledger.natsclient import reader_alive
-from agentledger.service_endpoints import Endpoint, Endpoints
+from agentledger.erasure import evict
+from agentledger.security import auth
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import TenantRegistry
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
 from agentledger.services.context_builder.documents import DocumentIndex
 from agentledger.services.context_builder.keys import load_signing_key
 from agentledger.services.context_builder.store import ContextStore
+from agentledger.shell.endpoints import Endpoint, Endpoints
+from agentledger.shell.lifecycle import ServiceShell
+from agentledger.stores import artifacts, db
+from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 

@@ -17,7 +17,6 @@ import nats.js.errors
 import structlog
 from nats.aio.client import Client
 
-from agentledger.artifacts import hash_content
 from agentledger.client import raise_error
 from agentledger.config import Settings
 from agentledger.contracts.api import AppendReply
@@ -27,11 +26,12 @@ from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.contracts.memory_api import ReadReply, ReadRequest
 from agentledger.core.state import Turn, WorkingMemory
 from agentledger.errors import NotFoundError, UnavailableError
-from agentledger.identity import OPERATOR, Caller
-from agentledger.ledger import ledger_subject
-from agentledger.on_behalf import headers_for
-from agentledger.sealing import Keyring, kek_of, unseal
+from agentledger.security.identity import OPERATOR, Caller
+from agentledger.security.on_behalf import headers_for
+from agentledger.security.sealing import Keyring, kek_of, unseal
 from agentledger.services.context_builder.store import ContextStore
+from agentledger.stores.artifacts import hash_content
+from agentledger.stores.ledger import ledger_subject
 
 log = structlog.get_logger()
 

@@ -1,6 +1,6 @@
 """PostgreSQL I/O of the context-builder: its own tables, and the Working Memory projection it reads.
 
-Tables (migration 4 in ``agentledger.db``):
+Tables (migration 4 in ``agentledger.stores.db``):
 
 * ``context_generations``: one row per frozen generation. The generation itself is an
   artifact (schema ``context-generation/v1``) in the artifact store; the row indexes it

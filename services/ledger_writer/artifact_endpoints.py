@@ -30,7 +30,6 @@ import structlog
 from nats.aio.client import Client
 from nats.micro.request import Request
 
-from agentledger.artifacts import ArtifactStore, hash_content
 from agentledger.config import Settings
 from agentledger.contracts.artifacts import (
     H_BLAKE3,
@@ -56,9 +55,10 @@ from agentledger.errors import (
     RateLimitedError,
     StorageFullError,
 )
-from agentledger.identity import Caller, TenantRegistry
+from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.services.ledger_writer.group_commit import ERR_STREAM_LIMIT
 from agentledger.services.ledger_writer.quotas import Quotas, Usage
+from agentledger.stores.artifacts import ArtifactStore, hash_content
 
 log = structlog.get_logger()
 

@@ -1,4 +1,4 @@
-"""The ledger side of a lease grant (``agentledger.leases.GrantLedger``), on the group committer.
+"""The ledger side of a lease grant (``agentledger.stores.leases.GrantLedger``), on the group committer.
 
 A grant is recorded as a ``lease_granted`` event on the task's ledger subject,
 committed like any append (with an expectation on the task's last sequence,
@@ -9,7 +9,7 @@ that event back.
 ``fence_at`` answers which grant is the latest at the task's last message: the
 message itself when it is a grant, else its ``Agentledger-Fence`` stamp (the
 grant a fenced append was checked against and committed after, see
-``agentledger.leases``), else a scan of the task's subject forward from where
+``agentledger.stores.leases``), else a scan of the task's subject forward from where
 the caller's knowledge ends (batched direct gets, headers and bodies).
 """
 
@@ -28,9 +28,9 @@ from nats.aio.client import Client
 from agentledger.config import Settings
 from agentledger.contracts.events import AnyEvent, LeaseGranted, LeaseGrantedEvent
 from agentledger.errors import ConflictError, NotFoundError, UnavailableError
-from agentledger.leases import LeaseError
-from agentledger.ledger import ledger_subject
 from agentledger.services.ledger_writer.group_commit import FENCE, GroupCommitter, make_unit
+from agentledger.stores.leases import LeaseError
+from agentledger.stores.ledger import ledger_subject
 
 # The producer of the events the writer appends itself.
 WRITER_PRODUCER = "agentledger-ledger-writer"

@@ -58,8 +58,8 @@ from agentledger.errors import (
     StorageFullError,
     UnavailableError,
 )
-from agentledger.ledger import DIGEST, MSG_ID, event_digest, msg_id
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
+from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
 
 log = structlog.get_logger()
 
@@ -84,7 +84,7 @@ _PROBE_LAST_ID = "agentledger-probe"
 _PROBE_SUBJECT_SEQ = str(2**62)
 # On the messages of a fenced append: the token of the latest lease grant at or below them,
 # true because the append was committed with an expectation on its task's last sequence
-# (see agentledger.leases). Only the writer publishes to ledger subjects.
+# (see agentledger.stores.leases). Only the writer publishes to ledger subjects.
 FENCE = "Agentledger-Fence"
 # A refused expectation names the subject's actual last sequence (from the stream's leader).
 _WRONG_LAST = re.compile(r"wrong last sequence: (\d+)")

@@ -61,11 +61,11 @@ from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
-from agentledger.buckets import open_kv
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import QuotaExceededError, RateLimitedError, StorageFullError
-from agentledger.identity import Caller
+from agentledger.security.identity import Caller
+from agentledger.stores.buckets import open_kv
 
 if TYPE_CHECKING:
     from agentledger.services.ledger_writer.group_commit import Unit

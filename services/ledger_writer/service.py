@@ -40,7 +40,6 @@ from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.request import Request
 
-from agentledger import artifacts, auth, evict
 from agentledger.config import Settings
 from agentledger.contracts.api import AppendReply, AppendResult, LeaseBody, LeaseReply
 from agentledger.contracts.codec import (
@@ -54,6 +53,7 @@ from agentledger.contracts.codec import (
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
 from agentledger.core.detect import redact_event
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
+from agentledger.erasure import evict
 from agentledger.errors import (
     AgentLedgerError,
     ConflictError,
@@ -61,16 +61,18 @@ from agentledger.errors import (
     RateLimitedError,
     UnavailableError,
 )
-from agentledger.identity import Caller, PermissionDeniedError, TenantRegistry
-from agentledger.leases import Lease, LeaseError, LeaseTable
-from agentledger.ledger import ensure_stream, ledger_subject
-from agentledger.natsclient import reader_alive
-from agentledger.on_behalf import acting_for
-from agentledger.sealing import Keyring, kek_of, marker_key_of, seal_event
+from agentledger.security import auth
+from agentledger.security.identity import Caller, PermissionDeniedError, TenantRegistry
+from agentledger.security.on_behalf import acting_for
+from agentledger.security.sealing import Keyring, kek_of, marker_key_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 from agentledger.services.ledger_writer.quotas import Quotas
+from agentledger.stores import artifacts
+from agentledger.stores.leases import Lease, LeaseError, LeaseTable
+from agentledger.stores.ledger import ensure_stream, ledger_subject
+from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 
@@ -402,7 +404,7 @@ class LedgerWriter:
         the unit is committed with an expectation on the task's last sequence, so no
         grant made through another writer does either: when the server refuses that
         expectation, the check is made again on what was appended since (see
-        ``agentledger.leases``).
+        ``agentledger.stores.leases``).
         """
         assert self._leases is not None and self._committer is not None
         first = events[0]

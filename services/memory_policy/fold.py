@@ -27,7 +27,6 @@ from typing import Any
 
 import msgspec
 
-from agentledger.bounded import ByteLRU
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import promoted_id_for, record_id_for, scope_key
 from agentledger.core.memory.keys import text_of
@@ -41,8 +40,9 @@ from agentledger.core.memory.state import (
     forget_records,
     names_forgotten,
 )
-from agentledger.embedding import Embedder
+from agentledger.models.embedding import Embedder
 from agentledger.services.memory_policy.store import HistoryRow, MemoryStore, RecordWrite
+from agentledger.shell.bounded import ByteLRU
 
 _mark_decoder = msgspec.json.Decoder(FeedbackMark)
 # Embeddings kept per text (a status change rewrites a row with the same text).

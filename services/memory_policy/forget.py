@@ -41,10 +41,10 @@ from agentledger.core.memory.authority import parse_scope_key
 from agentledger.core.memory.keys import normalise_key
 from agentledger.core.memory.state import FORGET_PRODUCER
 from agentledger.errors import UnavailableError
-from agentledger.ledger import ledger_subject
 from agentledger.services.memory_policy.projection import DURABLE
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, WATERMARK, MemoryStore
 from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores.ledger import ledger_subject
 
 WATERMARK_TABLE = "memory_watermark"
 # Records per ``memory_forgotten`` event (the contract's bound) and room left for its envelope.

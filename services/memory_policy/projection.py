@@ -16,7 +16,7 @@ writer lets none through) is logged and passed over (a row of
 ``projection_rejections``): it only moves the watermark. ``applied`` and
 ``wait_for`` give the service read-your-writes: a decision waits until the
 projection holds the decisions appended before it. The loop is
-``agentledger.ledger_projection``'s, shared with the document index; this
+``agentledger.projection.live``'s, shared with the document index; this
 module says how a batch of memory events becomes rows.
 """
 
@@ -32,10 +32,10 @@ from nats.aio.client import Client
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
-from agentledger.ledger import subject_key
-from agentledger.ledger_projection import LedgerProjection
+from agentledger.projection.live import LedgerProjection
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
 from agentledger.services.memory_policy.store import MemoryStore
+from agentledger.stores.ledger import subject_key
 
 log = structlog.get_logger()
 

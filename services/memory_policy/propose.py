@@ -36,8 +36,6 @@ import blake3
 import msgspec
 from nats.aio.client import Client
 
-from agentledger.artifacts import ArtifactStore, evidence_problems
-from agentledger.bindings import BindingRegistry
 from agentledger.client import raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -58,9 +56,11 @@ from agentledger.core.memory.decide import Prepared, decide, prepare
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
 from agentledger.errors import ContractError, NotFoundError, QuotaExceededError, UnavailableError
-from agentledger.identity import Caller, PermissionDeniedError
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.store import DecisionRow, MemoryStore, decode_row
+from agentledger.stores.artifacts import ArtifactStore, evidence_problems
 
 # How long a call waits for its own projection to hold what it appended.
 CATCH_UP_S = 30.0

@@ -31,8 +31,6 @@ import asyncpg
 import msgspec
 from nats.aio.client import Client
 
-from agentledger import tokens
-from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.memory_api import (
@@ -62,8 +60,10 @@ from agentledger.core.memory.read import (
 )
 from agentledger.core.memory.state import RecordRow
 from agentledger.errors import ContractError
-from agentledger.identity import Caller
-from agentledger.sealing import Keyring, kek_of, marker_key_of, unseal
+from agentledger.models import tokens
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import Caller
+from agentledger.security.sealing import Keyring, kek_of, marker_key_of, unseal
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text

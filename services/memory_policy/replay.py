@@ -22,7 +22,7 @@ fold of a tombstone does not depend on having seen them, so a rebuild gives
 the live rows and ``verify_memory`` stays green.
 
 The ledger side (connecting, the tenants, reading a subject, waiting for the
-live projection) is ``agentledger.projection_replay``, shared by both replays.
+live projection) is ``agentledger.projection.replay``, shared by both replays.
 """
 
 from __future__ import annotations
@@ -34,15 +34,14 @@ import msgspec
 import structlog
 from nats.aio.client import Client
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import promoted_id_for
 from agentledger.core.memory.resolve import encode_group
 from agentledger.core.memory.state import MemoryState
-from agentledger.embedding import load_embedder
-from agentledger.ledger_projection import passed_over
-from agentledger.projection_replay import (
+from agentledger.models.embedding import load_embedder
+from agentledger.projection.live import passed_over
+from agentledger.projection.replay import (
     connect,
     diff,
     read_subject,
@@ -70,6 +69,7 @@ from agentledger.services.memory_policy.store import (
     parse_vector,
 )
 from agentledger.services.projector.rebuild import stream_last_seq
+from agentledger.stores import db
 
 log = structlog.get_logger()
 

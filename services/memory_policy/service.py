@@ -18,7 +18,7 @@ The service also runs the memory projection (``projection.py``) it reads from.
 
 Forgetting: the tombstone-fanout's handlers (``forget.py``) turn records into
 tombstones through the ledger; each instance also answers the fan-out's cache
-eviction (``agentledger.evict``), dropping the data keys it holds for the
+eviction (``agentledger.erasure.evict``), dropping the data keys it holds for the
 subject or tenant and the embedding cache (keyed by record and query text).
 """
 
@@ -35,8 +35,6 @@ from nats.aio.subscription import Subscription
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db, evict, tokens
-from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts.memory_api import (
     FeedbackReply,
@@ -50,15 +48,20 @@ from agentledger.contracts.memory_api import (
     ReceiptsReply,
     ReceiptsRequest,
 )
-from agentledger.embedding import load_embedder
-from agentledger.identity import TenantRegistry
-from agentledger.lifecycle import ServiceShell
-from agentledger.natsclient import reader_alive
-from agentledger.service_endpoints import Endpoint, Endpoints
+from agentledger.erasure import evict
+from agentledger.models import tokens
+from agentledger.models.embedding import load_embedder
+from agentledger.security import auth
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import TenantRegistry
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.propose import Decider
 from agentledger.services.memory_policy.reads import Reader
+from agentledger.shell.endpoints import Endpoint, Endpoints
+from agentledger.shell.lifecycle import ServiceShell
+from agentledger.stores import artifacts, db
+from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 

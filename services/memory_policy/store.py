@@ -39,7 +39,7 @@ import msgspec
 from agentledger.contracts.events import RuleFired
 from agentledger.core.memory.authority import SENSITIVITY_RANK
 from agentledger.core.memory.state import RecordRow
-from agentledger.db import check_schema
+from agentledger.stores.db import check_schema
 
 WATERMARK = "memory"
 # Tables the projection consists of (what a rebuild empties and refills).

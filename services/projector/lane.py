@@ -67,15 +67,12 @@ import structlog
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
-from agentledger import db
 from agentledger.config import Settings
 from agentledger.contracts.api import EventRejected
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import AnyEvent
 from agentledger.core.checkpoint_policy import task_changed
 from agentledger.core.state import Changes, core_hash, encode_core, encode_turn, encode_variable
-from agentledger.ledger import ledger_wildcard, partition_of, subject_key
-from agentledger.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.puller import ConsumerLostError, Puller
 from agentledger.services.projector.rebuild import (
@@ -99,6 +96,9 @@ from agentledger.services.projector.store import (
     TurnRow,
     VariableRow,
 )
+from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.stores import db
+from agentledger.stores.ledger import ledger_wildcard, partition_of, subject_key
 
 log = structlog.get_logger()
 

@@ -43,7 +43,6 @@ import structlog
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
 from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK, AnyEvent, kind_of
@@ -58,7 +57,7 @@ from agentledger.core.state import (
     new_state,
 )
 from agentledger.errors import UnavailableError
-from agentledger.ledger import ledger_subject, ledger_wildcard, subject_key
+from agentledger.security import auth
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.store import (
     RejectionRow,
@@ -67,6 +66,8 @@ from agentledger.services.projector.store import (
     TurnRow,
     VariableRow,
 )
+from agentledger.stores import db
+from agentledger.stores.ledger import ledger_subject, ledger_wildcard, subject_key
 
 log = structlog.get_logger()
 

@@ -43,9 +43,6 @@ from nats.aio.subscription import Subscription
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from agentledger import auth, db, evict
-from agentledger.bindings import BindingRegistry
-from agentledger.bounded import ByteLRU
 from agentledger.config import Settings
 from agentledger.contracts.api import (
     ErrorBody,
@@ -57,12 +54,12 @@ from agentledger.contracts.api import (
 )
 from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import core_view, decode_state
+from agentledger.erasure import evict
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
-from agentledger.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
-from agentledger.ledger import ensure_stream, ledger_subject
-from agentledger.lifecycle import SERVER_AWAY_ERRORS, ServiceShell
-from agentledger.natsclient import reader_alive
-from agentledger.sealing import Keyring, kek_of, reveal
+from agentledger.security import auth
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
+from agentledger.security.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector import ownership
 from agentledger.services.projector.lane import (
     DURABLE,
@@ -74,6 +71,11 @@ from agentledger.services.projector.lane import (
 )
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
 from agentledger.services.projector.store import Layout, LayoutError, Store
+from agentledger.shell.bounded import ByteLRU
+from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS, ServiceShell
+from agentledger.stores import db
+from agentledger.stores.ledger import ensure_stream, ledger_subject
+from agentledger.stores.natsclient import reader_alive
 
 __all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
 

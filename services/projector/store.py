@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from agentledger.core.state import WorkingMemory, decode_state, decode_variable
-from agentledger.db import WATERMARK_NAME, check_schema, watermark_name
-from agentledger.ledger import partition_of
+from agentledger.stores.db import WATERMARK_NAME, check_schema, watermark_name
+from agentledger.stores.ledger import partition_of
 
 Key = tuple[str, str]
 # (tenant, task_id, seq, core bytes, hash of the core bytes)

@@ -15,17 +15,17 @@ from typing import Any
 import nats.js.errors
 from nats.aio.msg import Msg
 
-from agentledger import evict
-from agentledger.artifacts import artifact_refs
-from agentledger.bindings import bindings_bucket
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
-from agentledger.db import watermark_name
-from agentledger.erase import delete_denied, erase_seqs, scan_subject, subject_seqs
-from agentledger.ledger import ledger_subject
+from agentledger.erasure import evict
+from agentledger.erasure.erase import delete_denied, erase_seqs, scan_subject, subject_seqs
+from agentledger.security.bindings import bindings_bucket
 from agentledger.services.projector.lane import durable_name
 from agentledger.services.projector.store import Store
 from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores.artifacts import artifact_refs
+from agentledger.stores.db import watermark_name
+from agentledger.stores.ledger import ledger_subject
 
 # Artifacts erased at once (each a few JetStream round trips).
 ARTIFACTS_IN_FLIGHT = 16

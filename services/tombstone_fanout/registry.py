@@ -31,13 +31,13 @@ from typing import Any, Protocol
 import asyncpg
 from nats.aio.client import Client
 
-from agentledger import evict
-from agentledger.artifacts import ArtifactStore, artifacts_bucket
-from agentledger.bindings import bindings_bucket
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
-from agentledger.identity import tenants_bucket
-from agentledger.sealing import Keyring
+from agentledger.erasure import evict
+from agentledger.security.bindings import bindings_bucket
+from agentledger.security.identity import tenants_bucket
+from agentledger.security.sealing import Keyring
+from agentledger.stores.artifacts import ArtifactStore, artifacts_bucket
 
 
 @dataclass
@@ -63,7 +63,7 @@ class ForgetContext:
     # delivered (durable, watermark table, watermark name).
     wait_watermark: Callable[[str, str, str], Awaitable[None]]
     # Tell every running service instance to drop its caches of what an eviction names, and
-    # wait until all have (``agentledger.evict.broadcast``).
+    # wait until all have (``agentledger.erasure.evict.broadcast``).
     evict: Callable[[evict.Eviction], Awaitable[list[evict.EvictionAck]]]
     # The plans of the steps that ran before, by index name.
     plans: dict[str, Any] = field(default_factory=dict)

@@ -29,20 +29,20 @@ import nats.js.errors
 import structlog
 from nats.aio.client import Client
 
-from agentledger import evict
-from agentledger.artifacts import ArtifactStore
 from agentledger.client import raise_error
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.api import AppendReply
 from agentledger.contracts.codec import decode_event, encode
 from agentledger.core.forget import make_receipt
-from agentledger.erase import erase_seqs
+from agentledger.erasure import evict
+from agentledger.erasure.erase import erase_seqs
 from agentledger.errors import UnavailableError
-from agentledger.ledger_projection import LedgerProjection
-from agentledger.sealing import Keyring
+from agentledger.projection.live import LedgerProjection
+from agentledger.security.sealing import Keyring
 from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler
 from agentledger.services.tombstone_fanout.store import ForgetStore, RequestRow
+from agentledger.stores.artifacts import ArtifactStore
 
 log = structlog.get_logger()
 

@@ -32,8 +32,6 @@ from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.service import Service
 
-from agentledger import artifacts, auth, db
-from agentledger.bindings import BindingRegistry
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.forget_api import (
@@ -46,15 +44,18 @@ from agentledger.contracts.forget_api import (
 )
 from agentledger.core.forget import check_may_forget, check_selector
 from agentledger.errors import ConflictError, ContractError, NotFoundError
-from agentledger.identity import Caller, TenantRegistry
-from agentledger.leases import holder_of
-from agentledger.lifecycle import ServiceShell
-from agentledger.natsclient import reader_alive
-from agentledger.sealing import Keyring, kek_of
-from agentledger.service_endpoints import Endpoint, Endpoints
+from agentledger.security import auth
+from agentledger.security.bindings import BindingRegistry
+from agentledger.security.identity import Caller, TenantRegistry
+from agentledger.security.sealing import Keyring, kek_of
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.saga import PROJECTION_WAIT_S, ForgetLog, Saga, Worker
 from agentledger.services.tombstone_fanout.store import RequestRow
+from agentledger.shell.endpoints import Endpoint, Endpoints
+from agentledger.shell.lifecycle import ServiceShell
+from agentledger.stores import artifacts, db
+from agentledger.stores.leases import holder_of
+from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 

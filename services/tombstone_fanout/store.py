@@ -1,4 +1,4 @@
-"""PostgreSQL state of the tombstone-fanout (migration 7 in ``agentledger.db``).
+"""PostgreSQL state of the tombstone-fanout (migration 7 in ``agentledger.stores.db``).
 
 * ``forget_requests``: one row per request, keyed (tenant, request_id), written by the
   ``_forget`` projection from the ``forget_requested`` event (status ``pending``) and

@@ -33,7 +33,6 @@ from typing import Any
 
 import msgspec
 
-from agentledger import auth
 from agentledger.bench.common import (
     Proc,
     Stack,
@@ -49,7 +48,8 @@ from agentledger.bench.common import (
     variable_event,
 )
 from agentledger.client import Client, connect
-from agentledger.ledger import ledger_subject, msg_id
+from agentledger.security import auth
+from agentledger.stores.ledger import ledger_subject, msg_id
 
 MAX_BATCH = 1000
 TENANT = "bench"

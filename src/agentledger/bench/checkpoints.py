@@ -33,18 +33,18 @@ import msgspec
 import nats
 import nats.js.errors
 
-from agentledger import auth
 from agentledger.bench.common import emit, task_stream
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.checkpoint_policy import CHECKPOINT_TTL_S
-from agentledger.identity import tenants_bucket
-from agentledger.ledger import ledger_subject
+from agentledger.security import auth
+from agentledger.security.identity import tenants_bucket
 from agentledger.services.checkpointer.service import Checkpointer
 from agentledger.services.checkpointer.store import CheckpointStore
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector.rebuild import Fold, read_stream
+from agentledger.stores.ledger import ledger_subject
 
 SMALL_EVENTS = 100
 LARGE_EVENTS = 10_000

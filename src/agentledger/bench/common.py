@@ -29,15 +29,16 @@ from typing import Any
 import msgspec
 import psutil
 
-from agentledger import auth, db
 from agentledger.config import Settings
 from agentledger.core.validate import goal_hash
-from agentledger.ledger import ensure_stream
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.runtime.hosting import remove_instance
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import settings_env
+from agentledger.security import auth
 from agentledger.services.projector.store import Store
+from agentledger.stores import db
+from agentledger.stores.ledger import ensure_stream
 
 # The services the stack runs, as `up` runs them: (name, module, NATS micro service name).
 SERVICES = (

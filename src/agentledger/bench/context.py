@@ -15,7 +15,6 @@ import random
 import time
 from dataclasses import dataclass
 
-from agentledger import tokens
 from agentledger.bench.common import emit, pct
 from agentledger.contracts.context_api import CompactionPlan, Coverage
 from agentledger.core.context import BudgetTooSmallError, compact_structured, counter_for, plan, select
@@ -28,6 +27,7 @@ from agentledger.core.context.compaction import (
     validate_summary,
 )
 from agentledger.core.context.units import Unit
+from agentledger.models import tokens
 
 _WORDS = ("deploy", "billing", "region", "eu-west-1", "error", "E1043", "retry", "the", "user", "wants",
           "never", "on", "fridays", "version", "2.4.1", "approved", "budget", "tokens", "must", "keep")

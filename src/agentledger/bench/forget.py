@@ -31,11 +31,12 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from agentledger import artifacts, auth
 from agentledger.bench.common import PROFILES, ServiceProcess, Stack, emit, pct
 from agentledger.client import Client, connect
 from agentledger.core.validate import goal_hash
-from agentledger.sealing import Keyring, kek_of
+from agentledger.security import auth
+from agentledger.security.sealing import Keyring, kek_of
+from agentledger.stores import artifacts
 
 TARGET_P99_S = 2.0
 

@@ -10,13 +10,13 @@ from typing import Any
 import msgspec
 import nats.js.errors
 
-from agentledger import auth
 from agentledger.bench.common import Stack, emit, raw_atomic_batch, task_stream
 from agentledger.contracts import events as ev
 from agentledger.core.reducer import fold
 from agentledger.core.state import new_state
-from agentledger.ledger import ensure_stream, ledger_subject, msg_id
+from agentledger.security import auth
 from agentledger.services.projector import rebuild
+from agentledger.stores.ledger import ensure_stream, ledger_subject, msg_id
 
 PUBLISH_BATCH = 100
 

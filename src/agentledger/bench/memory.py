@@ -58,14 +58,14 @@ import asyncpg
 import blake3
 import msgspec
 
-from agentledger import auth
 from agentledger.bench.common import PROFILES, ServiceProcess, Stack, emit, pct
 from agentledger.client import Client, connect
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import scope_key
 from agentledger.core.memory.decide import decide, prepare
 from agentledger.core.memory.state import MemoryState, apply_memory_event
-from agentledger.embedding import WordLlamaEmbedder
+from agentledger.models.embedding import WordLlamaEmbedder
+from agentledger.security import auth
 from agentledger.services.memory_policy.fold import Folded, Loaded, Vectors, history_row, write_loaded
 from agentledger.services.memory_policy.reads import OVERFETCH, TEXT_SQL, VECTOR_SQL
 from agentledger.services.memory_policy.store import MemoryStore, vector_text

@@ -23,7 +23,6 @@ from typing import Any
 
 import asyncpg
 
-from agentledger import auth, db
 from agentledger.bench.appends import TENANT
 from agentledger.bench.common import (
     Stack,
@@ -38,7 +37,9 @@ from agentledger.bench.common import (
     variable_event,
 )
 from agentledger.client import Client, connect
+from agentledger.security import auth
 from agentledger.services.projector.store import Store
+from agentledger.stores import db
 
 FILL_CHUNK = 500
 POLL_S = 0.01

@@ -40,11 +40,11 @@ from agentledger.bench.common import (
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.errors import UnavailableError
-from agentledger.ledger import partition_of
 from agentledger.runtime import commands
 from agentledger.runtime.hosting import remove_instance
 from agentledger.runtime.state import read_runtime, resolve_urls
 from agentledger.services.projector.store import Store
+from agentledger.stores.ledger import partition_of
 
 TENANT = "bench"
 SAMPLE_S = 0.01

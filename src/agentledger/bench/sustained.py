@@ -22,10 +22,10 @@ from collections import defaultdict
 
 import msgspec
 
-from agentledger import auth
 from agentledger.bench.appends import TENANT, Agents
 from agentledger.bench.common import Stack, create_tasks, emit, pct, variable_event
 from agentledger.contracts.api import TaskChanged
+from agentledger.security import auth
 from agentledger.services.projector.service import changed_subject
 
 TICK_S = 0.005

@@ -40,15 +40,16 @@ import msgspec
 from nats.aio.client import Client as Nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from agentledger import auth, db
 from agentledger.chaos.history import ACKED, FAILED, UNKNOWN, Attempt, Grant, ResumeCheck
 from agentledger.chaos.sink import SinkEntry
 from agentledger.config import Settings
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import UnavailableError
-from agentledger.ledger import MSG_ID, ledger_wildcard, subject_key
+from agentledger.security import auth
 from agentledger.services.projector.rebuild import Fold, fold_message, verify
+from agentledger.stores import db
+from agentledger.stores.ledger import MSG_ID, ledger_wildcard, subject_key
 
 Key = tuple[str, str]
 READ_IDLE_S = 30.0

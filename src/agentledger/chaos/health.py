@@ -21,16 +21,18 @@ import nats.errors
 import structlog
 from nats.aio.client import Client as Nats
 
-from agentledger import auth, db, evict
 from agentledger.chaos.faults import TARGETS, Injected, Injector, base_name, is_stopped
 from agentledger.config import Settings
+from agentledger.erasure import evict
 from agentledger.errors import AgentLedgerError
+from agentledger.security import auth
 from agentledger.services.checkpointer.service import SERVICE_NAME as CHECKPOINTER
 from agentledger.services.context_builder.service import SERVICE_NAME as CONTEXT_BUILDER
 from agentledger.services.ledger_writer.service import SERVICE_NAME as WRITER
 from agentledger.services.memory_policy.service import SERVICE_NAME as MEMORY_POLICY
 from agentledger.services.projector.service import SERVICE_NAME as PROJECTOR
 from agentledger.services.tombstone_fanout.service import SERVICE_NAME as TOMBSTONE_FANOUT
+from agentledger.stores import db
 
 log = structlog.get_logger(__name__)
 

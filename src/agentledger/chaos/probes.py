@@ -27,7 +27,7 @@ from agentledger.chaos.history import is_definite
 from agentledger.chaos.workload import CRITERIA, GOAL, TENANT, Executor
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError
-from agentledger.ledger import msg_id
+from agentledger.stores.ledger import msg_id
 
 LANES = ("append", "wm")
 PROBE_TASK = "probe"

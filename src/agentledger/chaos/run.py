@@ -40,7 +40,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from agentledger import auth, logs
+from agentledger import logs
 from agentledger.chaos import report
 from agentledger.chaos.checker import check
 from agentledger.chaos.faults import Injected, Injector, schedule, targets
@@ -54,6 +54,7 @@ from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.hosting import remove_instance
+from agentledger.security import auth
 
 log = structlog.get_logger(__name__)
 

@@ -44,7 +44,7 @@ from agentledger.contracts.api import AppendResult, LeaseBody
 from agentledger.contracts.resume import ResumeReply
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError
-from agentledger.ledger import msg_id
+from agentledger.stores.ledger import msg_id
 
 log = structlog.get_logger(__name__)
 

@@ -369,7 +369,7 @@ def _turn_appended(state: WorkingMemory, p: ev.TurnAppended, seq: int, changes: 
 
 
 def _lease_granted(state: WorkingMemory, p: ev.LeaseGranted, seq: int, changes: Changes) -> None:
-    # The fencing token is the grant's own ledger sequence (see agentledger.leases).
+    # The fencing token is the grant's own ledger sequence (see agentledger.stores.leases).
     state.lease = LeaseState(p.holder, seq, p.expires_at)
 
 

@@ -37,10 +37,8 @@ import nats.js.errors
 import structlog
 from nats.aio.client import Client
 
-from agentledger import auth
 from agentledger.config import Settings, nats_servers
 from agentledger.errors import RuntimeStateError
-from agentledger.natsclient import open_connection
 from agentledger.runtime.embedded import (
     EmbeddedCluster,
     EmbeddedNats,
@@ -59,6 +57,8 @@ from agentledger.runtime.state import (
     supervisor_alive,
 )
 from agentledger.runtime.supervisor import STOP_TIMEOUT_S
+from agentledger.security import auth
+from agentledger.stores.natsclient import open_connection
 
 log = structlog.get_logger(__name__)
 
@@ -184,8 +184,8 @@ async def _prepare(settings: Settings) -> None:
     """Bring the database schema, the ledger stream and (replicated) buckets up to date before
     any service runs."""
     # Imported here: these modules need the servers this module starts, not the reverse.
-    from agentledger.db import migrate  # noqa: PLC0415
-    from agentledger.ledger import ensure_stream  # noqa: PLC0415
+    from agentledger.stores.db import migrate  # noqa: PLC0415
+    from agentledger.stores.ledger import ensure_stream  # noqa: PLC0415
 
     deadline = time.monotonic() + settings.up_timeout_s
     await migrate(settings.database_url)
@@ -286,11 +286,11 @@ async def ensure_bucket_replicas(settings: Settings) -> None:
     from its first write (leases and data-subject keys must survive a node).
     """
     # Imported here for the same reason as in _prepare.
-    from agentledger import artifacts, leases  # noqa: PLC0415
-    from agentledger.bindings import bindings_bucket  # noqa: PLC0415
-    from agentledger.buckets import open_kv  # noqa: PLC0415
-    from agentledger.identity import tenants_bucket  # noqa: PLC0415
-    from agentledger.sealing import open_keys_bucket  # noqa: PLC0415
+    from agentledger.security.bindings import bindings_bucket  # noqa: PLC0415
+    from agentledger.security.identity import tenants_bucket  # noqa: PLC0415
+    from agentledger.security.sealing import open_keys_bucket  # noqa: PLC0415
+    from agentledger.stores import artifacts, leases  # noqa: PLC0415
+    from agentledger.stores.buckets import open_kv  # noqa: PLC0415
 
     replicas = settings.stream_replicas
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)

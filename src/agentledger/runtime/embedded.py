@@ -36,10 +36,10 @@ from types import TracebackType
 import msgspec
 import structlog
 
-from agentledger.auth import AuthStore
 from agentledger.errors import RuntimeStateError
-from agentledger.private_files import write_private
 from agentledger.runtime.hosting import RECORD_NAME, ServerHome, free_port, port_free
+from agentledger.security.auth import AuthStore
+from agentledger.security.private_files import write_private
 
 log = structlog.get_logger(__name__)
 

@@ -34,9 +34,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 import structlog
 
 from agentledger.errors import RuntimeStateError
-from agentledger.private_files import write_private
 from agentledger.runtime.embedded import log_tail, pid_matches, terminate_pid
 from agentledger.runtime.hosting import ServerHome
+from agentledger.security.private_files import write_private
 
 log = structlog.get_logger(__name__)
 
@@ -312,7 +312,7 @@ class EmbeddedPostgres:
         self.home.write_file(self.pgdata / "pg_hba.conf", PG_HBA)
         # wal_recycle=off: a WAL segment that is no longer needed is removed, not renamed ahead
         # to be written over later, so a forgotten value leaves pg_wal once checkpoints pass it
-        # (docs/deletion.md, agentledger.forget_scan.compact_postgres).
+        # (docs/deletion.md, agentledger.erasure.scan.compact_postgres).
         options = (f"-h 127.0.0.1 -p {self.port} -k '' -c password_encryption=scram-sha-256"
                    " -c wal_recycle=off")
         self._run(bin_dir, ["pg_ctl", "start", "-w", "-t", str(int(START_TIMEOUT_S)), "-D",

@@ -47,7 +47,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import structlog
 
-from agentledger import auth
 from agentledger.config import Settings
 from agentledger.errors import RuntimeStateError
 from agentledger.runtime.hosting import (
@@ -59,6 +58,7 @@ from agentledger.runtime.hosting import (
     isolating,
     user_name,
 )
+from agentledger.security import auth
 
 log = structlog.get_logger(__name__)
 
@@ -147,7 +147,7 @@ class ServiceHome(UserHome):
             out["AGENTLEDGER_DATABASE_URL"] = self._database_url(settings.database_url)
         if KEK in needs:
             # Imported here: the supervisor needs it only when it runs services as their users.
-            from agentledger.sealing import kek_of  # noqa: PLC0415
+            from agentledger.security.sealing import kek_of  # noqa: PLC0415
 
             kek_of(settings)  # made on first use, as the writer would (and moved out of the data folder)
             out["AGENTLEDGER_KEK_FILE"] = self._copy("kek", settings.kek_path.read_bytes())

@@ -34,13 +34,13 @@ import msgspec
 import structlog
 
 from agentledger import logs
-from agentledger.auth import AuthStore
 from agentledger.config import from_env
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedCluster, EmbeddedNats, pid_alive
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.service_users import ServiceProcess, ServiceUsers
 from agentledger.runtime.state import NatsNode, RuntimeInfo, settings_env, write_runtime
+from agentledger.security.auth import AuthStore
 
 log = structlog.get_logger(__name__)
 

@@ -30,8 +30,8 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-from agentledger import tokens
 from agentledger.errors import ContractError
+from agentledger.models import tokens
 
 Count = Callable[[str], int]
 

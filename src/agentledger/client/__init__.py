@@ -1,0 +1,507 @@
+"""Async Python client: append events and read Working Memory over NATS.
+
+    async with await connect(settings) as client:
+        results = await client.append(event)
+        wm = await client.working_memory("acme", "task-1")
+
+Errors come back as the typed exceptions of ``agentledger.errors`` with the
+server's ``code`` and ``path``. ``append`` retries a timed-out request with the
+same event ids, which the writer turns into ``duplicate`` answers, never into a
+second copy or a false conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any
+
+import blake3
+import msgspec
+import nats
+import nats.errors
+from nats.aio.client import Client as Nats
+from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from agentledger.client.context import ContextMethods
+from agentledger.client.forget import ForgetMethods
+from agentledger.client.memory import MemoryMethods
+from agentledger.config import Settings
+from agentledger.contracts.api import (
+    MAX_REJECTIONS_PAGE,
+    AppendReply,
+    AppendResult,
+    ErrorBody,
+    LeaseBody,
+    LeaseReply,
+    RejectionItem,
+    RejectionsPage,
+    ViewChunk,
+    WorkingMemoryReply,
+)
+from agentledger.contracts.artifacts import (
+    H_BLAKE3,
+    H_ERROR,
+    H_PRODUCER,
+    H_SCHEMA,
+    H_TENANT,
+    H_VERSION,
+    ArtifactReply,
+    ArtifactRequest,
+)
+from agentledger.contracts.codec import encode_request
+from agentledger.contracts.events import ArtifactRef, EventBase
+from agentledger.contracts.resume import (
+    CheckpointSaveReply,
+    CheckpointSaveRequest,
+    ResumeReply,
+    ResumeRequest,
+)
+from agentledger.errors import (
+    AgentLedgerError,
+    ConflictError,
+    ContractError,
+    DuplicateError,
+    EventIdConflictError,
+    NotFoundError,
+    UnavailableError,
+)
+from agentledger.security import auth
+from agentledger.stores import artifacts
+
+_ERRORS: dict[str, type[AgentLedgerError]] = {
+    "conflict": ConflictError,
+    "event_id_conflict": EventIdConflictError,
+    "partial_duplicate": DuplicateError,
+    "unavailable": UnavailableError,
+    "not_found": NotFoundError,
+    "artifact_missing": NotFoundError,
+    "state_changed": AgentLedgerError,
+}
+# Reads of a chunked Working Memory view: how often to start over when the task changes
+# meanwhile, and how many chunk requests to keep in flight.
+VIEW_ATTEMPTS = 5
+CHUNKS_IN_FLIGHT = 4
+# Every way a request can fail because the bus or the service is away: a typed, retryable
+# `unavailable` for the caller, never a raw nats-py exception.
+_UNAVAILABLE = (NatsTimeout, NoRespondersError, nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError, nats.errors.StaleConnectionError,
+                nats.errors.OutboundBufferLimitError, nats.errors.ConnectionDrainingError)
+_append_reply = msgspec.json.Decoder(AppendReply)
+_wm_reply = msgspec.json.Decoder(WorkingMemoryReply)
+_lease_reply = msgspec.json.Decoder(LeaseReply)
+_save_reply = msgspec.json.Decoder(CheckpointSaveReply)
+_resume_reply = msgspec.json.Decoder(ResumeReply)
+_artifact_reply = msgspec.json.Decoder(ArtifactReply)
+_encoder = msgspec.json.Encoder()
+
+
+class Replies:
+    """Concurrent requests over one wildcard reply subscription (``<inbox>.<n>``).
+
+    nats-py's ``request`` draws a random token from the OS and waits through
+    ``asyncio.wait_for`` (an extra future and an extra wake-up) for every call.
+    On the append path, where a request is a few tens of microseconds of Python,
+    those hops and syscalls are a visible share of each event's cost; here a
+    request is a publish plus a future that the subscription's callback resolves.
+    ``send`` and ``wait`` are separate so that a caller can publish many
+    requests before it waits for the first reply. Timeouts and "no responders"
+    raise nats-py's own exceptions, as ``request`` does.
+    """
+
+    def __init__(self, nc: Nats) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._sub: object | None = None
+        self._lock = asyncio.Lock()
+        self._next = itertools.count()
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+
+    async def _subscribe(self) -> None:
+        async with self._lock:
+            if self._sub is None:
+                base = self._nc.new_inbox()
+                self._sub = await self._nc.subscribe(f"{base}.*", cb=self._on_reply)
+                self._prefix = f"{base}."
+
+    async def _on_reply(self, msg: Msg) -> None:
+        future = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+    async def send(self, subject: str, payload: bytes, timeout: float,  # noqa: ASYNC109 - a deadline
+                   headers: dict[str, str] | None = None) -> tuple[str, asyncio.Future[Msg], float]:
+        """Publish a request; what ``wait`` needs to await its reply within ``timeout`` s."""
+        if self._sub is None:
+            await self._subscribe()
+        token = str(next(self._next))
+        loop = asyncio.get_running_loop()
+        future = self._waiting[token] = loop.create_future()
+        try:
+            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+        except BaseException:
+            del self._waiting[token]
+            raise
+        return token, future, loop.time() + timeout
+
+    async def wait(self, sent: tuple[str, asyncio.Future[Msg], float]) -> Msg:
+        """The reply to a request ``send`` published."""
+        token, future, deadline = sent
+        try:
+            async with asyncio.timeout_at(deadline):
+                msg = await future
+        except TimeoutError:
+            raise NatsTimeout from None
+        finally:
+            self._waiting.pop(token, None)
+        if msg.headers and msg.headers.get("Status") == "503":
+            raise NoRespondersError
+        return msg
+
+    async def request(self, subject: str, payload: bytes, timeout: float,  # noqa: ASYNC109
+                      headers: dict[str, str] | None = None) -> Msg:
+        return await self.wait(await self.send(subject, payload, timeout, headers))
+
+
+def raise_error(err: ErrorBody) -> None:
+    """Raise the typed exception matching a wire ``ErrorBody``."""
+    cls = _ERRORS.get(err.code, ContractError if err.path else AgentLedgerError)
+    raise cls(err.message, code=err.code, path=err.path, retryable=err.retryable,
+              current_seq=err.current_seq)
+
+
+class Client(MemoryMethods, ContextMethods, ForgetMethods):
+    """A NATS connection plus the agentledger request subjects."""
+
+    def __init__(self, nc: Nats, settings: Settings, *, timeout: float = 10.0,
+                 retries: int = 2) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.timeout = timeout
+        self.retries = retries
+        self._replies = Replies(nc)
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if not self.nc.is_closed:
+            await self.nc.drain()
+
+    async def append(self, event: EventBase | dict[str, Any], *,
+                     expected_last_seq: int | None = None,
+                     lease: LeaseBody | None = None) -> AppendResult:
+        """Append one event; returns its sequence and whether it was a duplicate.
+
+        ``lease``: the task's lease as granted (acquire or resume); see ``append_batch``.
+        """
+        return (await self.append_batch([event], expected_last_seq=expected_last_seq,
+                                        lease=lease))[0]
+
+    async def append_batch(self, events: Sequence[EventBase | dict[str, Any]], *,
+                           expected_last_seq: int | None = None,
+                           lease: LeaseBody | None = None) -> list[AppendResult]:
+        """Append events of one task atomically: all are stored, or none.
+
+        With ``lease`` (as acquire or resume returned it, secret included) the
+        request carries the lease's secret and every event without a
+        ``fencing_token`` gets the lease's token: what a leased task needs.
+        """
+        body: dict[str, Any] = {"events": list(events)}
+        if expected_last_seq is not None:
+            body["expected_last_seq"] = expected_last_seq
+        if lease is not None:
+            body["events"] = [_fenced(e, lease.token) for e in events]
+            if lease.secret is not None:
+                body["lease_secret"] = lease.secret
+        return await self.append_raw(encode_request(body))
+
+    async def append_raw(self, payload: bytes) -> list[AppendResult]:
+        """Send an already-encoded AppendRequest (the CLI's ``append`` uses this)."""
+        subject = f"{self.settings.prefix}.writer.append"
+        for attempt in range(self.retries + 1):
+            try:
+                msg = await self._replies.request(subject, payload, self.timeout)
+                break
+            except MaxPayloadError as exc:
+                raise self._too_large(len(payload)) from exc
+            except _UNAVAILABLE as exc:
+                if attempt == self.retries:
+                    raise UnavailableError("the ledger-writer did not answer") from exc
+        reply = _append_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply.results
+
+    async def working_memory(self, tenant: str, task_id: str, *, reveal_personal: bool = False,
+                             min_seq: int | None = None, wait_ms: int = 5_000,
+                             transcript_tail: int | None = None) -> WorkingMemoryReply:
+        """The task's Working Memory and the ledger sequence it reflects, whatever its size.
+
+        ``min_seq`` reads your own writes: pass the ``seq`` an append returned and
+        the reply waits (up to ``wait_ms``) until the projection has folded it.
+        ``transcript_tail`` limits the transcript to the newest that many turns.
+        A view too large for one reply arrives in chunks: they are fetched (a few
+        at a time), checked against the view's size and blake3 and put together
+        here; should the task change meanwhile, the read starts over.
+        """
+        base: dict[str, Any] = {"tenant": tenant, "task_id": task_id,
+                                "reveal_personal": reveal_personal}
+        if transcript_tail is not None:
+            base["transcript_tail"] = transcript_tail
+        first = await self._wm_get(base if min_seq is None
+                                   else base | {"min_seq": min_seq, "wait_ms": wait_ms})
+        for attempt in range(VIEW_ATTEMPTS):
+            if first.chunk is None:
+                return first
+            try:
+                data = await self._view_chunks(base, first.chunk)
+            except AgentLedgerError as exc:
+                if exc.code != "state_changed" or attempt == VIEW_ATTEMPTS - 1:
+                    raise
+                first = await self._wm_get(base)  # the projection moved on: from the start
+                continue
+            return WorkingMemoryReply(ok=True, seq=first.seq, state=msgspec.json.decode(data))
+        raise AgentLedgerError(f"the task changed during each of {VIEW_ATTEMPTS} reads of its "
+                               "Working Memory; retry", code="state_changed", retryable=True)
+
+    async def _wm_get(self, req: dict[str, Any]) -> WorkingMemoryReply:
+        try:
+            msg = await self.nc.request(f"{self.settings.prefix}.wm.get", _encoder.encode(req),
+                                        timeout=self.timeout)
+        except _UNAVAILABLE as exc:
+            raise UnavailableError("the projector did not answer") from exc
+        reply = _wm_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
+
+    async def _view_chunks(self, base: dict[str, Any], first: ViewChunk) -> bytes:
+        """Fetch chunks 1 .. count-1 of the view ``first`` belongs to; the whole view, verified."""
+        parts: list[bytes] = [first.data] + [b""] * (first.count - 1)
+        gate = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+        async def fetch(index: int) -> None:
+            async with gate:
+                reply = await self._wm_get(base | {"chunk": index, "digest": first.digest})
+            got = reply.chunk
+            if got is None or (got.index, got.count, got.digest) != (index, first.count, first.digest):
+                raise AgentLedgerError(f"the projector answered chunk {index} of {first.digest} "
+                                       "with something else", code="internal")
+            parts[index] = got.data
+
+        await asyncio.gather(*(fetch(i) for i in range(1, first.count)))
+        data = b"".join(parts)
+        if len(data) != first.size or blake3.blake3(data).hexdigest() != first.digest:
+            raise AgentLedgerError(f"the chunks of view {first.digest} add up to {len(data)} bytes "
+                                   "that do not hash to it", code="view_hash_mismatch")
+        return data
+
+    async def rejections(self, tenant: str, task_id: str, *, after_seq: int = 0,
+                         limit: int = 100) -> RejectionsPage:
+        """One page of the task's full rejection trace: rejections after ``after_seq``, oldest
+        first. The state lists only the newest; pass ``next_after_seq`` on for the next page."""
+        reply = await self._wm_get({"tenant": tenant, "task_id": task_id,
+                                    "rejections": {"after_seq": after_seq, "limit": limit}})
+        assert reply.rejections is not None
+        return reply.rejections
+
+    async def all_rejections(self, tenant: str, task_id: str, *,
+                             page_size: int = MAX_REJECTIONS_PAGE) -> AsyncIterator[RejectionItem]:
+        """Every rejection of the task, oldest first, read page by page."""
+        after: int | None = 0
+        while after is not None:
+            page = await self.rejections(tenant, task_id, after_seq=after, limit=page_size)
+            for item in page.items:
+                yield item
+            after = page.next_after_seq
+
+    async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
+        payload = encode_request(body)
+        try:
+            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", payload, timeout=self.timeout)
+        except MaxPayloadError as exc:
+            raise self._too_large(len(payload)) from exc
+        except _UNAVAILABLE as exc:
+            raise UnavailableError(f"the {what} did not answer") from exc
+        return msg.data
+
+    def _too_large(self, size: int) -> ContractError:
+        """A request NATS cannot carry, refused here as the typed error it is (nothing was sent)."""
+        return ContractError(f"the request is {size} bytes; one NATS message holds at most "
+                             f"{self.nc.max_payload} (put large content in an artifact)",
+                             code="request_too_large", path="$")
+
+    async def _call(self, subject: str, body: dict[str, Any], what: str,
+                    decoder: msgspec.json.Decoder[Any]) -> Any:
+        """Request, decode the reply, and raise its typed error if it carries one."""
+        reply = decoder.decode(await self._request(subject, body, what))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
+
+    async def _lease(self, action: str, **body: Any) -> LeaseBody | None:
+        reply = _lease_reply.decode(await self._request(f"lease.{action}", body, "ledger-writer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply.lease
+
+    async def acquire_lease(self, tenant: str, task_id: str, holder: str, ttl_s: float = 30.0) -> LeaseBody:
+        """Take the task's execution lease (at most 600 s; renew it).
+
+        The returned lease carries its secret: pass it as ``lease=`` to every
+        append of the task and to ``renew_lease`` / ``release_lease``. A tenant
+        agent's ``holder`` is its own agent name.
+        """
+        lease = await self._lease("acquire", tenant=tenant, task_id=task_id, holder=holder, ttl_s=ttl_s)
+        assert lease is not None
+        return lease
+
+    async def renew_lease(self, tenant: str, task_id: str, lease: LeaseBody, ttl_s: float = 30.0) -> LeaseBody:
+        """Move the lease's expiry to ``ttl_s`` from now; the returned lease keeps the secret."""
+        renewed = await self._lease("renew", tenant=tenant, task_id=task_id, holder=lease.holder,
+                                    token=lease.token, secret=lease.secret, ttl_s=ttl_s)
+        assert renewed is not None
+        return msgspec.structs.replace(renewed, secret=lease.secret)
+
+    async def release_lease(self, tenant: str, task_id: str, lease: LeaseBody) -> None:
+        await self._lease("release", tenant=tenant, task_id=task_id, holder=lease.holder,
+                          token=lease.token, secret=lease.secret)
+
+    async def save_checkpoint(self, tenant: str, task_id: str) -> CheckpointSaveReply:
+        """Checkpoint the task at its latest ledger event; returns the checkpoint id and seq."""
+        body = msgspec.to_builtins(CheckpointSaveRequest(tenant=tenant, task_id=task_id))
+        reply = _save_reply.decode(await self._request("checkpoint.save", body, "checkpointer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        return reply
+
+    async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 60.0,
+                     checkpoint_id: int | None = None) -> ResumeReply:
+        """Resume the task for ``executor`` (see docs/checkpoints.md).
+
+        Returns the reply whatever its status (read ``reasons`` when it is
+        ``rejected``: then it carries nothing else); on ``resumable`` or
+        ``needs_reconcile`` the reply carries the lease, secret included: pass it
+        as ``lease=`` to every append and renew it before ``expires_at``.
+        """
+        body = msgspec.to_builtins(ResumeRequest(tenant=tenant, task_id=task_id, executor=executor,
+                                                 lease_ttl_s=lease_ttl_s, checkpoint_id=checkpoint_id))
+        reply = _resume_reply.decode(await self._request("resume", body, "checkpointer"))
+        if reply.error is not None:
+            raise_error(reply.error)
+        if reply.state_omitted:
+            # Too large for the resume reply: the projection has it (at the watermark or later).
+            wm = await self.working_memory(tenant, task_id, min_seq=reply.watermark)
+            reply = msgspec.structs.replace(reply, state=wm.state)
+        return reply
+
+    async def _artifact_request(self, action: str, payload: bytes,
+                                headers: dict[str, str] | None = None) -> Msg:
+        """One request to ``<prefix>.artifact.<action>``; retried, as every artifact call is idempotent."""
+        subject = f"{self.settings.prefix}.artifact.{action}"
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.nc.request(subject, payload, timeout=self.timeout, headers=headers)
+            except MaxPayloadError as exc:
+                raise ContractError(f"{len(payload)} bytes do not fit in one NATS message (the "
+                                    f"server's max_payload is {self.nc.max_payload})",
+                                    code="artifact_too_large") from exc
+            except _UNAVAILABLE as exc:
+                if attempt == self.retries:
+                    raise UnavailableError("the ledger-writer did not answer") from exc
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _artifact_ref(msg: Msg) -> ArtifactRef:
+        reply = _artifact_reply.decode(msg.data)
+        if reply.error is not None:
+            raise_error(reply.error)
+        if reply.artifact is None:
+            raise AgentLedgerError("the artifact reply carries no artifact", code="internal")
+        return reply.artifact
+
+    async def put_artifact(self, data: bytes, *, schema: str, producer: str, version: int = 1,
+                           tenant: str | None = None) -> ArtifactRef:
+        """Store content durably; cite the returned reference in events afterwards.
+
+        The artifact belongs to this connection's tenant; an operator connection
+        names the ``tenant`` it stores for. The content's blake3 travels with it
+        and the service refuses content that arrives different.
+        """
+        data = bytes(data)
+        digest = await artifacts.hash_content(data)
+        headers = {H_SCHEMA: schema, H_PRODUCER: producer, H_VERSION: str(version), H_BLAKE3: digest}
+        if tenant is not None:
+            headers[H_TENANT] = tenant
+        for name, value in headers.items():
+            # NATS trims header values and folds line breaks: refuse rather than store another name.
+            if value != value.strip() or "\r" in value or "\n" in value:
+                raise ContractError(f"{value!r} has surrounding white space or a line break",
+                                    code="invalid_value", path=f"headers.{name}")
+        ref = self._artifact_ref(await self._artifact_request("put", data, headers))
+        if ref.blake3 != digest:
+            raise AgentLedgerError(f"the service stored {ref.uri} for content hashing to {digest}",
+                                   code="artifact_hash_mismatch")
+        return ref
+
+    async def get_artifact(self, uri: str) -> bytes:
+        """Read an artifact; the service verifies its blake3, and so does the client."""
+        expected = artifacts.parse_uri(uri).blake3
+        msg = await self._artifact_request("get", _artifact_body(uri))
+        headers = msg.headers or {}
+        if H_ERROR in headers:
+            self._artifact_ref(msg)  # raises the error the reply carries
+        actual = await artifacts.hash_content(msg.data)
+        if actual != expected or headers.get(H_BLAKE3) != expected:
+            raise AgentLedgerError(f"artifact {uri}: received content hashes to {actual} (reply "
+                                   f"header {headers.get(H_BLAKE3)!r})", code="artifact_hash_mismatch")
+        return msg.data
+
+    async def stat_artifact(self, uri: str) -> ArtifactRef:
+        """The reference of a stored artifact, from its metadata (no content is read)."""
+        return self._artifact_ref(await self._artifact_request("stat", _artifact_body(uri)))
+
+
+def _fenced(event: EventBase | dict[str, Any], token: int) -> EventBase | dict[str, Any]:
+    """``event`` with ``fencing_token`` set to ``token`` unless it already has one."""
+    if isinstance(event, EventBase):
+        return event if event.fencing_token is not None else msgspec.structs.replace(
+            event, fencing_token=token)
+    return event if event.get("fencing_token") is not None else {**event, "fencing_token": token}
+
+
+def _artifact_body(uri: str) -> bytes:
+    """The body of an artifact get / stat request."""
+    return _encoder.encode(ArtifactRequest(uri=uri))
+
+
+# Connection attempts before `connect` gives up (a few seconds), not the reconnects afterwards.
+INITIAL_ATTEMPTS = 2
+
+
+async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC109 - per request
+                  retries: int = 2, **nats_options: Any) -> Client:
+    """Connect to ``settings.nats_url`` as the agent of ``settings.nats_creds``.
+
+    Without agent credentials the client uses the operator's (the CLI on the
+    machine that ran ``agentledger up``), or none on a server without accounts.
+    ``nats_options`` go to ``nats.connect`` (e.g. ``error_cb``).
+    """
+    nats_options.setdefault("name", "agentledger-client")
+    # Fail in seconds when no server answers at first (a CLI must say so, not hang), then, once
+    # connected, reconnect forever: an agent outlives any server restart.
+    nats_options.setdefault("max_reconnect_attempts", INITIAL_ATTEMPTS)
+    nats_options.setdefault("reconnect_time_wait", 1.0)
+    nats_options.setdefault("connect_timeout", 2.0)
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE, **nats_options)
+    nc.options["max_reconnect_attempts"] = -1
+    return Client(nc, settings, timeout=timeout, retries=retries)

@@ -1,0 +1,132 @@
+"""The ledger stream: its subjects, its configuration, and how a message is framed.
+
+One JetStream stream holds every task's events on ``<prefix>.ledger.<tenant>.<task>``,
+so a task's per-subject sequence doubles as its optimistic-concurrency version.
+Message body: the stored event as JSON (personal values sealed). ``Nats-Msg-Id``
+is ``tenant/task/event_id``: event ids are chosen by clients, so the dedupe key is
+scoped to the task and two tenants can never collide. ``Agentledger-Digest`` is
+the blake3 of the event's canonical encoding before sealing (sealing draws a
+random nonce, so the stored bytes of a retry differ): a re-sent event id is a
+duplicate only if its digest is the stored one.
+"""
+
+from __future__ import annotations
+
+import blake3
+import msgspec
+import nats
+from nats.aio.client import Client
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from agentledger.config import Settings
+from agentledger.contracts.events import EventBase
+from agentledger.errors import RuntimeStateError
+from agentledger.security import auth
+
+MSG_ID = "Nats-Msg-Id"
+DIGEST = "Agentledger-Digest"
+
+_canonical = msgspec.json.Encoder(order="sorted")
+
+
+def ledger_subject(prefix: str, tenant: str, task_id: str) -> str:
+    return f"{prefix}.ledger.{tenant}.{task_id}"
+
+
+def ledger_wildcard(prefix: str) -> str:
+    return f"{prefix}.ledger.>"
+
+
+def msg_id(tenant: str, task_id: str, event_id: str) -> str:
+    return f"{tenant}/{task_id}/{event_id}"
+
+
+def subject_key(prefix: str, subject: str) -> tuple[str, str] | None:
+    """``<prefix>.ledger.<tenant>.<task>`` -> (tenant, task); None for any other shape
+    (a token too many or too few, an empty token, anything not ASCII: ids never are, and a
+    subject that was not UTF-8 arrives with surrogate escapes)."""
+    head = f"{prefix}.ledger."
+    if not subject.startswith(head) or not subject.isascii():
+        return None
+    parts = subject[len(head):].split(".")
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        return None
+    return parts[0], parts[1]
+
+
+def partition_of(tenant: str, task_id: str, partitions: int) -> int:
+    """The projector partition (0 to ``partitions - 1``) that folds a task's events.
+
+    blake3 of ``tenant/task`` (ids never hold ``/``), its first 8 bytes big-endian, modulo
+    the count: the same in every process and language, spread evenly, and a task never
+    moves while the count stays.
+    """
+    if partitions == 1:
+        return 0
+    digest = blake3.blake3(f"{tenant}/{task_id}".encode()).digest(8)
+    return int.from_bytes(digest, "big") % partitions
+
+
+def event_digest(event: EventBase) -> str:
+    """blake3 of the event's canonical (sorted-keys) JSON, taken before sealing."""
+    return blake3.blake3(_canonical.encode(event)).hexdigest()
+
+
+def stream_max_bytes(settings: Settings) -> int:
+    """The stream's own size limit: the configured ledger size plus the erasure reserve
+    (-1: none). The writer refuses ordinary appends at ``max_ledger_bytes`` itself
+    (services/ledger_writer/quotas.py), so only erasures ever reach into the reserve and a
+    forget request still succeeds on a full ledger."""
+    if not settings.max_ledger_bytes:
+        return -1
+    return settings.max_ledger_bytes + settings.ledger_reserve_bytes
+
+
+def stream_config(settings: Settings) -> StreamConfig:
+    """File storage, atomic batches for group commit, direct get for lookups."""
+    return StreamConfig(
+        name=settings.stream,
+        subjects=[ledger_wildcard(settings.prefix)],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        # A full ledger refuses new events; it never drops old ones (it is the record).
+        discard=DiscardPolicy.NEW,
+        max_bytes=stream_max_bytes(settings),
+        duplicate_window=settings.dedupe_window_s,
+        # Headroom over the event limit for the envelope the writer adds when sealing.
+        max_msg_size=settings.max_event_bytes * 2 + 4096,
+        allow_direct=True,
+        allow_atomic=True,
+        num_replicas=settings.stream_replicas,
+    )
+
+
+async def ensure_stream(settings: Settings, nc: Client | None = None, *,
+                        first_seq: int | None = None) -> None:
+    """Create the ledger stream, or bring an existing one to this configuration.
+
+    ``first_seq``: where a stream created now starts numbering. A ledger recreated
+    after it was deleted continues after the last sequence anyone saw, so that no
+    watermark or fencing token ever meets a sequence a second time.
+    """
+    own = nc is None
+    conn = nc or await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        js = conn.jetstream()
+        config = stream_config(settings)
+        try:
+            info = await js.stream_info(settings.stream)
+        except nats.js.errors.NotFoundError:
+            if first_seq is not None and first_seq > 1:
+                config.first_seq = first_seq
+            await js.add_stream(config)
+            return
+        if list(info.config.subjects or []) != list(config.subjects or []):
+            # Never rewrite a live stream's subjects: it would stop holding its own ledger.
+            raise RuntimeStateError(
+                f"stream {settings.stream} exists with subjects {info.config.subjects}, not "
+                f"{config.subjects}; it belongs to another deployment or prefix")
+        await js.update_stream(config)
+    finally:
+        if own:
+            await conn.close()
