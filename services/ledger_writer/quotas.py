@@ -14,8 +14,11 @@ append path is benchmarked):
   are refused ``rate_limited`` (retryable; the message names the limit and when to retry)
   before anything is decoded, so a flood costs the writer as little as possible. The refusal
   is answered only after that wait (``hold``: at least ``MIN_HOLD_S``, at most ``MAX_HOLD_S``),
-  so a client that retries at once cannot spin the writer on refusals; at most ``MAX_HELD``
-  refusals of a tenant wait at a time (beyond, they are answered at once). Only tenant
+  and while a tenant has many refusals waiting, each waits its share of ``REFUSALS_PER_S``
+  (``refusal_delay``): however many closed loops a tenant runs, the writer sends it about that
+  many refusals a second, so a flood costs the writer what the tenant's rate lets in plus a
+  bounded trickle of refusals. At most ``MAX_HELD`` refusals of a tenant wait at a time
+  (beyond, they are answered at once). Only tenant
   callers are limited: the services' own appends come from requests already limited at their
   own door. Per writer instance: N instances give a tenant N times the rate.
 - **Ledger bytes per tenant** (``admit`` / ``stored``, called by the group committer for every
@@ -76,8 +79,10 @@ log = structlog.get_logger()
 POLL_S = 1.0
 # How long a `rate_limited` refusal is held before it is sent, and how many per tenant at most.
 MIN_HOLD_S = 0.1
-MAX_HOLD_S = 1.0
+MAX_HOLD_S = 2.0
 MAX_HELD = 1000
+# How many refusals a second a tenant's waiting refusals are let go at, however many wait.
+REFUSALS_PER_S = 50.0
 ERASURE_KINDS = frozenset({"forget_requested", "forget_completed", "memory_forgotten"})
 ERASURE_TASKS = frozenset({ev.FORGET_TASK, ev.MEMORY_TASK})
 # What JetStream's file store counts per message besides its subject, header block and body: a
@@ -88,6 +93,13 @@ _FRAME_BYTES = 12
 _PER_HEADER = 4
 # The headers every ledger message carries, without their values: its id and its digest.
 _BASE_HEADERS = _FRAME_BYTES + len("Nats-Msg-Id") + len("Agentledger-Digest") + 64 + 2 * _PER_HEADER
+
+
+def refusal_delay(retry_after_s: float, waiting: int) -> float:
+    """How long a refusal waits before it is sent, ``waiting`` of its tenant's waiting already:
+    its own retry time, or its share of ``REFUSALS_PER_S`` when more wait, at most ``MAX_HOLD_S``
+    (well inside a client's request timeout)."""
+    return min(max(retry_after_s, waiting / REFUSALS_PER_S), MAX_HOLD_S)
 
 
 def is_erasure(events: Sequence[ev.EventBase]) -> bool:
@@ -337,7 +349,7 @@ class Quotas:
         self._held[tenant] = held + 1
         # Spread over half the wait again: refusals let go together come back together, and a
         # burst of them queues every other tenant's requests behind it.
-        delay = refusal.retry_after_s * (1.0 + 0.5 * random.random())  # noqa: S311 - not a secret
+        delay = refusal_delay(refusal.retry_after_s, held) * (1.0 + 0.5 * random.random())  # noqa: S311
         asyncio.get_running_loop().call_later(delay, self._release, tenant, send)
         return True
 
