@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -44,6 +44,7 @@ _artifact_decoder = msgspec.json.Decoder(ArtifactRequest)
 _PUT_HEADERS = {"schema": H_SCHEMA, "producer": H_PRODUCER, "version": H_VERSION,
                 "tenant": H_TENANT, "blake3": H_BLAKE3}
 _encoder = msgspec.json.Encoder()
+T = TypeVar("T")
 
 
 def _join(prefix: str, path: str) -> str:
@@ -127,36 +128,33 @@ def _name_map_key(exc: msgspec.ValidationError, data: bytes | str | msgspec.Raw,
     return contract_error(exc, prefix)
 
 
-def decode_append_request(data: bytes) -> AppendRequest:
-    """Decode the request envelope; the events inside stay raw until ``decode_event``."""
+def decode_with(decoder: msgspec.json.Decoder[T], data: bytes) -> T:
+    """``data`` decoded by one endpoint's typed ``decoder``; a ``ContractError`` naming the path if
+    it does not fit."""
     try:
-        return _request_decoder.decode(data)
+        return decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise contract_error(exc) from exc
+
+
+def decode_append_request(data: bytes) -> AppendRequest:
+    """Decode the request envelope; the events inside stay raw until ``decode_event``."""
+    return decode_with(_request_decoder, data)
 
 
 def decode_task_ref(data: bytes) -> TaskRef:
     """Decode a working-memory request."""
-    try:
-        return _task_ref_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise contract_error(exc) from exc
+    return decode_with(_task_ref_decoder, data)
 
 
 def decode_lease_request(data: bytes) -> LeaseRequest:
     """Decode a lease acquire / renew / release request."""
-    try:
-        return _lease_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise contract_error(exc) from exc
+    return decode_with(_lease_decoder, data)
 
 
 def decode_artifact_request(data: bytes) -> ArtifactRequest:
     """Decode an artifact get / stat request."""
-    try:
-        return _artifact_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise contract_error(exc) from exc
+    return decode_with(_artifact_decoder, data)
 
 
 def decode_artifact_put_headers(headers: Mapping[str, str] | None) -> ArtifactPutHeaders:

@@ -45,9 +45,12 @@ class ForgetRequest(_Req, frozen=True):
 
 
 class ForgetReply(Struct, frozen=True, omit_defaults=True):
-    """The request as accepted: its id, whether the fan-out finished, and the receipt if so."""
+    """The request as accepted: its id, whether the fan-out finished, and the receipt if so.
 
-    ok: bool = True
+    ``ok`` is always on the wire (``true``, or ``false`` with ``error``), as in every reply.
+    """
+
+    ok: bool
     request_id: str = ""
     status: RequestStatus = "pending"
     duplicate: bool = False
@@ -76,7 +79,9 @@ class RequestProgress(Struct, frozen=True, omit_defaults=True):
 
 
 class ReceiptReply(Struct, frozen=True, omit_defaults=True):
-    ok: bool = True
+    """Where the requests asked about stand; ``ok`` always on the wire, as in every reply."""
+
+    ok: bool
     requests: list[RequestProgress] = []
     error: ErrorBody | None = None
 

@@ -34,9 +34,10 @@ from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
 from agentledger.security import auth
 from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
 from agentledger.services.ledger_writer.artifact_endpoints import REPLY_HEADROOM, ArtifactEndpoints
-from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.stores import artifacts
 from agentledger.stores.artifacts import ArtifactAddress, ArtifactStore, artifacts_bucket, check_refs, parse_uri
+from agents import agent_client
+from writer_support import running_writer
 
 MISSING = "0" * 64
 TENANT = "acme"
@@ -68,12 +69,8 @@ def endpoints(store: ArtifactStore, settings: Settings) -> ArtifactEndpoints:
 @pytest.fixture
 async def client(settings: Settings) -> AsyncIterator[Client]:
     """A ledger-writer serving the endpoints, and an operator client (no tenant credentials)."""
-    writer = LedgerWriter(settings)
-    await writer.start()
-    conn = await connect(settings)
-    yield conn
-    await conn.close()
-    await writer.stop()
+    async with running_writer(settings) as (_, started):
+        yield started
 
 
 def ref_dict(ref: ev.ArtifactRef, **changes: Any) -> dict[str, Any]:
@@ -660,8 +657,7 @@ async def tenants(settings: Settings, client: Client) -> AsyncIterator[dict[str,
     try:
         for tenant in (TENANT, "globex"):
             await auth.tenant_add(settings, tenant)
-            creds = await auth.agent_add(settings, tenant, f"agent-{tenant}")
-            conns[tenant] = await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=5)
+            conns[tenant] = await agent_client(settings, tenant, f"agent-{tenant}", timeout=5)
         yield conns
     finally:
         for conn in conns.values():

@@ -7,13 +7,10 @@ a slow one and error statuses; every failure is a typed error and the key is nev
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ from agentledger.models.compactors import (
     OpenAICompactor,
     make_compactor,
 )
+from fake_http import FakeServer, serve
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -61,10 +59,8 @@ def summary(*, cite: int = 1) -> dict[str, Any]:
 
 
 @dataclass
-class Fake:
-    url: str
+class Fake(FakeServer):
     mode: str = "valid"
-    requests: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _completion(content: str, finish: str = "stop") -> bytes:
@@ -72,61 +68,27 @@ def _completion(content: str, finish: str = "stop") -> bytes:
         {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}]}).encode()
 
 
-def _handler(fake: Fake) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _reply(self, status: int, body: bytes) -> None:
-            with contextlib.suppress(ConnectionError):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-            mode = fake.mode
-            if self.path != "/v1/chat/completions":
-                return self._reply(404, b'{"error": "no such path"}')
-            if mode.startswith("status:"):
-                return self._reply(int(mode[7:]), json.dumps(
-                    {"error": f"bad {self.headers.get('Authorization')}"}).encode())
-            if mode == "slow":
-                time.sleep(1.0)
-            good = json.dumps(summary())
-            content = {
-                "valid": good, "slow": good,
-                "fenced": f"```json\n{good}\n```",
-                "wrong_fields": json.dumps({**summary(), "notes": ["extra"]}),
-                "missing_field": json.dumps({k: v for k, v in summary().items() if k != "preferences"}),
-                "out_of_range": json.dumps(summary(cite=7)),
-                "truncated_text": good[: len(good) // 2],
-                "prose": "Here is your summary: the user wants a deploy.",
-            }.get(mode, good)
-            if mode == "not_a_completion":
-                return self._reply(200, b'{"object": "list", "data": []}')
-            finish = "length" if mode == "truncated" else "stop"
-            return self._reply(200, _completion(good[:40] if mode == "truncated" else content, finish))
-
-    return Handler
+def _answer(fake: Fake, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+    good = json.dumps(summary())
+    content = {
+        "valid": good, "slow": good,
+        "fenced": f"```json\n{good}\n```",
+        "wrong_fields": json.dumps({**summary(), "notes": ["extra"]}),
+        "missing_field": json.dumps({k: v for k, v in summary().items() if k != "preferences"}),
+        "out_of_range": json.dumps(summary(cite=7)),
+        "truncated_text": good[: len(good) // 2],
+        "prose": "Here is your summary: the user wants a deploy.",
+    }.get(mode, good)
+    if mode == "not_a_completion":
+        return 200, b'{"object": "list", "data": []}'
+    finish = "length" if mode == "truncated" else "stop"
+    return 200, _completion(good[:40] if mode == "truncated" else content, finish)
 
 
 @pytest.fixture
 def fake() -> Iterator[Fake]:
-    endpoint = Fake(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(endpoint))
-    server.daemon_threads = True
-    server.block_on_close = False
-    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield endpoint
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve(Fake(), "/v1/chat/completions", _answer) as endpoint:
+        yield endpoint
 
 
 async def test_a_valid_reply_is_the_summary(fake: Fake) -> None:

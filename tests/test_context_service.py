@@ -18,7 +18,7 @@ from agentledger.config import Settings
 from agentledger.contracts.context_api import BuildReply, ClearReply, CommitReply, Generation, TraceReply
 from agentledger.models import tokens
 from agentledger.security import auth, bindings
-from ckpt_support import Stack, created, end_process, event, spawn_service, variable, wait_for_service
+from ckpt_support import Stack, created, end_process, event, running, spawn_service, variable, wait_for_service
 from test_memory_service import proposal
 
 TENANT = "acme"
@@ -61,11 +61,8 @@ def some_turns(first: int, last: int, task: str = TASK) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def stack(settings: Settings) -> AsyncIterator[Stack]:
-    s = await Stack(settings).start(checkpointer=False, memory=True, context=True)
-    try:
+    async with running(settings, checkpointer=False, memory=True, context=True) as s:
         yield s
-    finally:
-        await s.stop()
 
 
 async def test_build_round_trip_with_exact_accounting(stack: Stack) -> None:

@@ -390,28 +390,21 @@ def test_turn_without_content() -> None:
 SEALED = {"subject": "subj-7f3a9c2e", "key_id": "k1", "nonce": "bm9uY2U", "ciphertext": "Y2lwaGVy"}
 
 
-def test_client_sent_sealed_turn() -> None:
-    """A client may not send a sealed turn: sealing is the ledger-writer's job."""
-    doc = _event("turn_appended")
-    doc["payload"]["sealed"] = SEALED
+@pytest.mark.parametrize(("name", "place", "path"), [
+    ("turn_appended", ("payload",), "$.events[0].payload.sealed"),
+    ("step_succeeded", ("payload", "outputs", 1), "$.events[0].payload.outputs[1].sealed"),
+    ("variable_set", ("payload",), "$.events[0].payload.sealed"),
+], ids=["turn", "step-output", "variable"])
+def test_client_sent_sealed_value(name: str, place: tuple[str | int, ...], path: str) -> None:
+    """A client may not send a sealed turn, step output or variable (sealing is the
+    ledger-writer's job): it is refused at the sealed value."""
+    doc = _event(name)
+    value: Any = doc
+    for key in place:
+        value = value[key]
+    value["sealed"] = SEALED
     err = _check(doc)
-    assert (err.code, err.path) == ("sealed_not_allowed", "$.events[0].payload.sealed")
-
-
-def test_client_sent_sealed_output() -> None:
-    """A sealed step output from a client is refused at that output."""
-    doc = _event("step_succeeded")
-    doc["payload"]["outputs"][1]["sealed"] = SEALED
-    err = _check(doc)
-    assert (err.code, err.path) == ("sealed_not_allowed", "$.events[0].payload.outputs[1].sealed")
-
-
-def test_client_sent_sealed_variable() -> None:
-    """A sealed variable from a client is refused at payload.sealed."""
-    doc = _event("variable_set")
-    doc["payload"]["sealed"] = SEALED
-    err = _check(doc)
-    assert (err.code, err.path) == ("sealed_not_allowed", "$.events[0].payload.sealed")
+    assert (err.code, err.path) == ("sealed_not_allowed", path)
 
 
 @pytest.mark.parametrize("name", ["turn_appended", "step_succeeded"])

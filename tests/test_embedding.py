@@ -3,7 +3,6 @@ endpoint started here (the hosted service is an outside party we cannot run)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -11,11 +10,9 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from agentledger.models.embedding import (
     WordLlamaEmbedder,
     load_embedder,
 )
+from fake_http import REFUSE_NETWORK, FakeServer, serve
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -102,17 +100,7 @@ async def test_wordllama_async_chunks_equal_sync(wordllama: WordLlamaEmbedder) -
 
 
 # A fresh interpreter with every socket refused loads the model and embeds.
-_NO_NETWORK = r"""
-import json, socket
-
-def refuse(*args, **kwargs):
-    raise OSError("network access attempted: " + repr(args)[:200])
-
-socket.socket.connect = refuse
-socket.socket.connect_ex = refuse
-socket.create_connection = refuse
-socket.getaddrinfo = refuse
-
+_NO_NETWORK = REFUSE_NETWORK + r"""
 from agentledger.models.embedding import WordLlamaEmbedder
 print(json.dumps(WordLlamaEmbedder().embed_sync(["the user prefers answers in French"])[0]))
 """
@@ -132,13 +120,10 @@ def test_wordllama_loads_without_network(tmp_path: Path, wordllama: WordLlamaEmb
 
 
 @dataclass
-class FakeEndpoint:
+class FakeEndpoint(FakeServer):
     """An OpenAI-compatible `/v1/embeddings` server whose behaviour a test sets."""
 
-    url: str
-    mode: str = "ok"
     dims: int = 8
-    requests: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _vector(text: str, dims: int) -> list[float]:
@@ -146,64 +131,28 @@ def _vector(text: str, dims: int) -> list[float]:
     return [digest[i % 32] - 128.0 for i in range(dims)]
 
 
-def _handler(fake: FakeEndpoint) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _reply(self, status: int, body: bytes) -> None:
-            # A client that timed out has gone: nothing to tell it.
-            with contextlib.suppress(ConnectionError):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-            mode = fake.mode
-            if self.path != "/v1/embeddings":
-                return self._reply(404, b'{"error": "no such path"}')
-            if mode.startswith("status:"):
-                # An error body that quotes the credential, as a careless server might.
-                return self._reply(int(mode[7:]), json.dumps({"error": f"bad {self.headers.get('Authorization')}"})
-                                   .encode())
-            if mode == "slow":
-                time.sleep(1.0)
-            if mode == "garbage":
-                return self._reply(200, b"<html>not json</html>")
-            dims = body.get("dimensions", fake.dims)
-            rows = [{"object": "embedding", "index": i, "embedding": _vector(t, dims)}
-                    for i, t in enumerate(body["input"])]
-            if mode == "wrong_dims":
-                rows[-1]["embedding"] = rows[-1]["embedding"][:-1]
-            if mode == "wrong_count":
-                rows = rows[:-1]
-            if mode == "base64":
-                rows[0]["embedding"] = "AAAA"
-            # Out of order, as the API allows: the adapter must sort by index.
-            rows.reverse()
-            reply = {"object": "list", "data": rows, "model": body["model"], "usage": {"prompt_tokens": 1}}
-            return self._reply(200, json.dumps(reply).encode())
-
-    return Handler
+def _answer(fake: FakeEndpoint, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
+    if mode == "garbage":
+        return 200, b"<html>not json</html>"
+    dims = body.get("dimensions", fake.dims)
+    rows = [{"object": "embedding", "index": i, "embedding": _vector(t, dims)}
+            for i, t in enumerate(body["input"])]
+    if mode == "wrong_dims":
+        rows[-1]["embedding"] = rows[-1]["embedding"][:-1]
+    if mode == "wrong_count":
+        rows = rows[:-1]
+    if mode == "base64":
+        rows[0]["embedding"] = "AAAA"
+    # Out of order, as the API allows: the adapter must sort by index.
+    rows.reverse()
+    reply = {"object": "list", "data": rows, "model": body["model"], "usage": {"prompt_tokens": 1}}
+    return 200, json.dumps(reply).encode()
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeEndpoint]:
-    endpoint = FakeEndpoint(url="")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(endpoint))
-    server.daemon_threads = True
-    server.block_on_close = False
-    endpoint.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield endpoint
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve(FakeEndpoint(), "/v1/embeddings", _answer) as endpoint:
+        yield endpoint
 
 
 async def test_openai_embeds_in_order(fake: FakeEndpoint) -> None:

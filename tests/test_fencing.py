@@ -20,7 +20,7 @@ import msgspec
 import nats.js.errors
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts.codec import decode_event
 from agentledger.contracts.events import LeaseGrantedEvent
@@ -30,20 +30,18 @@ from agentledger.errors import AgentLedgerError
 from agentledger.security import auth
 from agentledger.security.identity import Caller
 from agentledger.services.ledger_writer.service import LedgerWriter
-from agentledger.stores import leases
+from agentledger.stores import lease_bucket
 from agentledger.stores.leases import Lease, secret_hash
+from agents import agent_client
 from helpers import assert_eventually
 from test_writer import created, event, stored
+from writer_support import running_writer
 
 
 @pytest.fixture
 async def stack(settings: Settings) -> AsyncIterator[tuple[LedgerWriter, Client]]:
-    w = LedgerWriter(settings)
-    await w.start()
-    c = await connect(settings)
-    yield w, c
-    await c.close()
-    await w.stop()
+    async with running_writer(settings) as started:
+        yield started
 
 
 @pytest.fixture
@@ -332,31 +330,26 @@ async def test_expired_entries_disappear(settings: Settings,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """An expired lease's entry leaves the bucket through its own TTL (and so does the server's
     removal marker after it); the writer's mirror forgets it; the next grant still grows."""
-    monkeypatch.setattr(leases, "LINGER_S", 1.0)
-    monkeypatch.setattr(leases, "MARKER_TTL_S", 1.0)
-    w = LedgerWriter(settings)
-    await w.start()
-    try:
-        async with await connect(settings) as client:
-            await client.append(created())
-            got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=0.5)
-            table = w._leases
-            assert table is not None
-            services = await auth.connect(settings, auth.WRITER)
-            try:
-                js = services.jetstream()
+    monkeypatch.setattr(lease_bucket, "LINGER_S", 1.0)
+    monkeypatch.setattr(lease_bucket, "MARKER_TTL_S", 1.0)
+    async with running_writer(settings) as (w, client):
+        await client.append(created())
+        got = await client.acquire_lease("acme", "t1", "exec-a", ttl_s=0.5)
+        table = w._leases
+        assert table is not None
+        services = await auth.connect(settings, auth.WRITER)
+        try:
+            js = services.jetstream()
 
-                async def empty() -> bool:
-                    info = await js.stream_info(f"KV_{settings.leases_bucket}")
-                    return info.state.messages == 0 and "acme.t1" not in table._mirror
+            async def empty() -> bool:
+                info = await js.stream_info(f"KV_{settings.leases_bucket}")
+                return info.state.messages == 0 and "acme.t1" not in table._mirror
 
-                await assert_eventually(empty, timeout=15, interval=0.2)
-            finally:
-                await services.close()
-            again = await client.acquire_lease("acme", "t1", "exec-b", ttl_s=30)
-            assert again.token > got.token
-    finally:
-        await w.stop()
+            await assert_eventually(empty, timeout=15, interval=0.2)
+        finally:
+            await services.close()
+        again = await client.acquire_lease("acme", "t1", "exec-b", ttl_s=30)
+        assert again.token > got.token
 
 
 async def test_tenant_agents_hold_leases_as_themselves(stack: tuple[LedgerWriter, Client],
@@ -370,8 +363,7 @@ async def test_tenant_agents_hold_leases_as_themselves(stack: tuple[LedgerWriter
     await auth.tenant_add(settings, "acme")
     agents: dict[str, Client] = {}
     for name in ("agent-a", "agent-a2"):
-        creds = await auth.agent_add(settings, "acme", name)
-        agents[name] = await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=5)
+        agents[name] = await agent_client(settings, "acme", name, timeout=5)
     try:
         a, a2 = agents["agent-a"], agents["agent-a2"]
         await a.append({**created(), "producer": "agent-a"})

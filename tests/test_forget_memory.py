@@ -48,7 +48,7 @@ from ckpt_support import Stack, running
 from helpers import assert_eventually
 from test_memory_core import NOW
 from test_memory_properties import feedback, proposals, run
-from test_memory_service import stored_evidence
+from test_memory_service import proposal, stored_evidence
 
 TENANT = "acme"
 OTHER = "acme-corp"
@@ -56,15 +56,6 @@ TABLES = ("memory_records", "memory_groups", "memory_history", "memory_held")
 _ids = itertools.count()
 # JetStream's answers to deleting a message that is not there (any more).
 GONE = (10037, 10043, 10057)
-
-
-def proposal(pid: str, value: Any, *, kind: str = "fact", level: str = "project", scope_id: str | None = "p1",
-             source: str = "runtime_evidence", **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"proposal_id": pid, "kind": kind, "scope": {"level": level},
-                            "source": {"kind": source}, "value": value, **extra}
-    if scope_id is not None:
-        body["scope"]["id"] = scope_id
-    return body
 
 
 class Env:

@@ -18,22 +18,16 @@ from agentledger.contracts import events as ev
 from agentledger.core.forget import verify_receipt
 from agentledger.security import auth
 from agentledger.security.sealing import Keyring, load_kek
-from agentledger.services.tombstone_fanout.indexes import (
-    ArtifactsHandler,
-    BindingsHandler,
-    CachesHandler,
-    CheckpointsHandler,
-    KeysHandler,
-    LeasesHandler,
-    LedgerHandler,
-    WorkingMemoryHandler,
-)
+from agentledger.services.tombstone_fanout import indexes
+from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.saga import ForgetLog, Saga
 from agentledger.stores import artifacts
 from ckpt_support import TENANT, Stack, chain, created, event, plan, succeeded, variable
 
-OWN = (LedgerHandler(), KeysHandler(), WorkingMemoryHandler(), CheckpointsHandler(), LeasesHandler(),
-       ArtifactsHandler(), BindingsHandler(), CachesHandler())
+# The fan-out's own handlers (ledger, keys, Working Memory, checkpoints, leases, artifacts,
+# bindings, caches) in the order a request runs them; the statistics step is not one of them.
+OWN = tuple(h for h in HANDLERS
+            if type(h).__module__ == indexes.__name__ and not isinstance(h, indexes.StatisticsHandler))
 
 
 class Fanout:

@@ -25,7 +25,7 @@ from agentledger.core.forget import verify_receipt
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
-from ckpt_support import Stack, created, end_process, event, service_env, variable, wait_for_service
+from ckpt_support import Stack, created, end_process, event, running, service_env, variable, wait_for_service
 from test_memory_service import proposal
 
 
@@ -93,11 +93,8 @@ class Fanout:
 
 @pytest.fixture
 async def stack(settings: Settings) -> AsyncIterator[Stack]:
-    s = await Stack(settings).start(checkpointer=True, memory=True, context=True)
-    try:
+    async with running(settings, checkpointer=True, memory=True, context=True) as s:
         yield s
-    finally:
-        await s.stop()
 
 
 def shape(p: RequestProgress) -> list[tuple[str, str, dict[str, int]]]:

@@ -10,7 +10,6 @@ writes only the rows it changed; a reader can ask for the transcript's tail).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -34,13 +33,7 @@ from ckpt_support import event as ck_event
 from raw_ledger import Ledger
 from test_projector import TENANT, caught_up, event, projected_state, task_script, wm_get
 
-
-@pytest.fixture
-async def projector(settings: Settings, ledger: Ledger) -> AsyncIterator[Projector]:
-    p = Projector(settings)
-    await p.start()
-    yield p
-    await p.stop()
+pytest_plugins = ["projection_fixtures"]
 
 
 async def republish(ledger: Ledger, ev: dict[str, Any], tag: str) -> int:

@@ -19,12 +19,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts.codec import encode
 from agentledger.errors import AgentLedgerError, EventIdConflictError
 from agentledger.security import auth
-from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.stores.ledger import DIGEST, MSG_ID, ledger_subject, msg_id, subject_key
@@ -39,16 +38,13 @@ from test_projector import (
 )
 from test_writer import created, stored
 from test_writer import event as wevent
+from writer_support import running_writer
 
 
 @pytest.fixture
 async def client(settings: Settings) -> AsyncIterator[Client]:
-    w = LedgerWriter(settings)
-    await w.start()
-    c = await connect(settings)
-    yield c
-    await c.close()
-    await w.stop()
+    async with running_writer(settings) as (_, started):
+        yield started
 
 
 async def test_resent_id_with_other_content_is_a_conflict(client: Client, settings: Settings) -> None:

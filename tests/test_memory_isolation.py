@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import msgspec
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
 from agentledger.services.memory_policy.service import MemoryPolicy
+from agents import agent_client
 from ckpt_support import Stack
 from helpers import assert_eventually
 from test_memory_service import proposal
@@ -41,32 +41,25 @@ class World:
     records: dict[tuple[str, str, str], str]
 
 
-async def _agent(settings: Settings, tenant: str, name: str) -> Client:
-    creds = await auth.agent_add(settings, tenant, name)
-    return await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=10)
-
-
 @pytest.fixture
-async def world(settings: Settings) -> AsyncIterator[World]:
-    if settings.auth_dir is None:
-        pytest.skip("the NATS server runs without accounts")
-    stack = await Stack(settings).start(checkpointer=False)
-    service = MemoryPolicy(settings)
+async def world(admin: Settings) -> AsyncIterator[World]:
+    stack = await Stack(admin).start(checkpointer=False)
+    service = MemoryPolicy(admin)
     await service.start()
     for tenant in ("acme", "acme-corp"):
-        await auth.tenant_add(settings, tenant)
-    await bindings.bind_agent(settings, "acme", "a1", ["u1"], ["web"])
-    await bindings.bind_agent(settings, "acme-corp", "corp", ["u1"], ["web"])
+        await auth.tenant_add(admin, tenant)
+    await bindings.bind_agent(admin, "acme", "a1", ["u1"], ["web"])
+    await bindings.bind_agent(admin, "acme-corp", "corp", ["u1"], ["web"])
     records = {}
     for tenant, level, ident in SCOPES:
         value = f"the shared secret word of {tenant} {level} {ident} is marmalade"
         reply = await stack.c.memory_propose(tenant, [proposal(f"{level}-{ident}", value, level=level,
                                                                scope_id=ident, key="secret word")])
         records[(tenant, level, ident)] = reply.decisions[0].record_id
-    agents = [await _agent(settings, "acme", "a1"), await _agent(settings, "acme", "a2"),
-              await _agent(settings, "acme-corp", "corp")]
+    agents = [await agent_client(admin, "acme", "a1"), await agent_client(admin, "acme", "a2"),
+              await agent_client(admin, "acme-corp", "corp")]
     try:
-        yield World(settings, stack, service, *agents, records)
+        yield World(admin, stack, service, *agents, records)
     finally:
         for client in agents:
             await client.close()

@@ -13,8 +13,9 @@ import pytest
 from agentledger.config import Settings
 from agentledger.services.memory_policy.replay import rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
-from ckpt_support import Stack, created
+from ckpt_support import created, running
 from helpers import assert_eventually
+from projection_support import table_rows
 from test_memory_service import TENANT, Mem, proposal, stored_evidence
 
 TABLES = ("memory_records", "memory_groups", "memory_history", "memory_held")
@@ -22,23 +23,14 @@ TABLES = ("memory_records", "memory_groups", "memory_history", "memory_held")
 
 @pytest.fixture
 async def mem(settings: Settings) -> AsyncIterator[Mem]:
-    stack = await Stack(settings).start(checkpointer=False)
-    service = MemoryPolicy(settings)
-    await service.start()
-    try:
-        yield Mem(stack, service, await stored_evidence(stack.c, TENANT))
-    finally:
-        await service.stop()
-        await stack.stop()
+    async with running(settings, checkpointer=False, memory=True) as stack:
+        assert stack.memory is not None
+        yield Mem(stack, stack.memory, await stored_evidence(stack.c, TENANT))
 
 
-async def _snapshot(mem: Mem) -> dict[str, list[tuple[object, ...]]]:
+async def _snapshot(mem: Mem) -> dict[str, list[tuple[str, ...]]]:
     assert mem.stack.db is not None
-    out = {}
-    for table in TABLES:
-        rows = await mem.stack.db.fetch(f"SELECT * FROM {table}")
-        out[table] = sorted(tuple(str(v) for v in r.values()) for r in rows)
-    return out
+    return await table_rows(mem.stack.db, TABLES)
 
 
 async def _history(mem: Mem) -> None:

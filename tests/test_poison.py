@@ -27,15 +27,16 @@ from agentledger.contracts.codec import MAX_DEPTH, check_depth, encode, nesting_
 from agentledger.contracts.resume import ResumeReply
 from agentledger.core.state import decode_state
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.projection.puller import ConsumerLostError, Puller
 from agentledger.security import auth
 from agentledger.services.checkpointer.service import resume_subject
 from agentledger.services.projector import rebuild as replay
-from agentledger.services.projector.puller import ConsumerLostError, Puller
-from agentledger.services.projector.rebuild import MAX_REASON_CHARS, MAX_TOKEN_CHARS
+from agentledger.services.projector.fold import MAX_REASON_CHARS, MAX_TOKEN_CHARS
 from agentledger.services.projector.service import DURABLE, Projector
-from agentledger.stores.ledger import MSG_ID, ensure_stream, ledger_subject, msg_id
+from agentledger.stores.ledger import ensure_stream, ledger_subject
 from ckpt_support import Stack, created
 from helpers import assert_eventually
+from projection_support import project_once, raw_publish
 from test_projector import (
     TENANT,
     Ledger,
@@ -49,9 +50,7 @@ from test_projector import (
 
 
 async def raw(ledger: Ledger, body: bytes, event_id: str, task: str = "t1") -> int:
-    ack = await ledger.js.publish(ledger_subject(ledger.settings.prefix, TENANT, task), body,
-                                  headers={MSG_ID: msg_id(TENANT, task, event_id)})
-    return int(ack.seq)
+    return await raw_publish(ledger, TENANT, task, body, event_id)
 
 
 async def rejections(settings: Settings, schema: str = "public") -> list[tuple[Any, ...]]:
@@ -155,10 +154,7 @@ async def test_a_batch_failed_by_one_message_is_split_and_the_rest_commits(
     transaction fail, the batch is bisected, the other messages commit, and the failing one becomes a
     `projection_error` rejection row."""
     await ledger.publish(task_script("t0")[0])
-    first = Projector(settings)
-    await first.start()
-    await caught_up(settings, ledger)
-    await first.stop()
+    await project_once(settings, ledger)
     # Published while no projector runs: the next one fetches them as one batch.
     await ledger.publish_all(task_script("t1"))
     poison_seq = await ledger.publish(task_script("poison")[0])
@@ -175,11 +171,7 @@ async def test_a_batch_failed_by_one_message_is_split_and_the_rest_commits(
         await real_upsert(conn, rows)
 
     monkeypatch.setattr(p.store, "upsert_tasks", upsert)
-    await p.start()
-    try:
-        await caught_up(settings, ledger)
-    finally:
-        await p.stop()
+    await project_once(settings, ledger, p)
     rows = await task_rows(settings)
     assert set(rows) == {(TENANT, "t0"), (TENANT, "t1"), (TENANT, "t2")}
     assert decode_state(rows[(TENANT, "t2")]["state"]).events_applied == len(task_script("t2"))

@@ -35,8 +35,8 @@ from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.memory_policy.projection import DURABLE as MEMORY
 from agentledger.services.tombstone_fanout.saga import DURABLE as FORGET
-from agentledger.stores.ledger import MSG_ID, ledger_subject, msg_id
-from ckpt_support import Stack, created
+from ckpt_support import Stack, created, running
+from projection_support import raw_publish
 from raw_ledger import Ledger
 from test_memory_service import proposal
 
@@ -45,11 +45,8 @@ NUL = "\x00"
 
 @pytest.fixture
 async def stack(settings: Settings) -> AsyncIterator[Stack]:
-    s = await Stack(settings).start(memory=True, context=True, tombstone=True)
-    try:
+    async with running(settings, memory=True, context=True, tombstone=True) as s:
         yield s
-    finally:
-        await s.stop()
 
 
 async def republish(ledger: Ledger, seq: int, edit: Any, event_id: str) -> int:
@@ -58,16 +55,7 @@ async def republish(ledger: Ledger, seq: int, edit: Any, event_id: str) -> int:
     doc = json.loads(stored.data)
     doc["event_id"] = event_id
     edit(doc)
-    subject = ledger_subject(ledger.settings.prefix, doc["tenant"], doc["task_id"])
-    ack = await ledger.js.publish(subject, json.dumps(doc).encode(),
-                                  headers={MSG_ID: msg_id(doc["tenant"], doc["task_id"], event_id)})
-    return int(ack.seq)
-
-
-async def raw_publish(ledger: Ledger, tenant: str, task: str, body: bytes, event_id: str) -> int:
-    ack = await ledger.js.publish(ledger_subject(ledger.settings.prefix, tenant, task), body,
-                                  headers={MSG_ID: msg_id(tenant, task, event_id)})
-    return int(ack.seq)
+    return await raw_publish(ledger, doc["tenant"], doc["task_id"], json.dumps(doc).encode(), event_id)
 
 
 def deep(depth: int) -> str:

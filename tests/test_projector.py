@@ -8,7 +8,6 @@ anything twice and never wedge on a message it cannot decode.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -28,7 +27,10 @@ from agentledger.services.projector.service import DURABLE, Projector
 from agentledger.services.projector.store import Store
 from agentledger.stores.ledger import MSG_ID, ledger_subject, ledger_wildcard, msg_id
 from helpers import assert_eventually
+from projection_support import project_once
 from raw_ledger import Ledger
+
+pytest_plugins = ["projection_fixtures"]
 
 TENANT = "acme"
 PROJECTION_TABLES = ("task_state", "task_variables", "task_turns", "applied_events", "rejections")
@@ -100,14 +102,6 @@ async def caught_up(settings: Settings, ledger: Ledger, wait_s: float = 30.0) ->
 
     await assert_eventually(reached, timeout=wait_s, message=f"watermark never reached {last}")
     return last
-
-
-@pytest.fixture
-async def projector(settings: Settings, ledger: Ledger) -> AsyncIterator[Projector]:
-    p = Projector(settings)
-    await p.start()
-    yield p
-    await p.stop()
 
 
 async def wm_get(ledger: Ledger, body: bytes) -> WorkingMemoryReply:
@@ -276,12 +270,7 @@ async def test_consumer_ahead_of_the_projection_is_moved_back(
         await conn.close()
     assert set(await task_rows(settings)) == {(TENANT, "t1")}
 
-    p = Projector(settings)
-    await p.start()
-    try:
-        await caught_up(settings, ledger)
-    finally:
-        await p.stop()
+    await project_once(settings, ledger)
     rows = await task_rows(settings)
     assert set(rows) == {(TENANT, "t1"), (TENANT, "t2")}
     assert decode_state(rows[(TENANT, "t2")]["state"]).status == "open"

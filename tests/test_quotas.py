@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -20,8 +19,10 @@ from agentledger.config import Settings, from_env
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.security import auth
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agents import agent_client
 from ckpt_support import Stack, created, variable
 from test_memory_service import proposal
+from writer_support import running_writer
 
 PAD = "y" * 400
 
@@ -30,8 +31,7 @@ async def _agent(settings: Settings, tenant: str) -> Client:
     if settings.auth_dir is None:
         pytest.skip("the NATS server runs without accounts")
     await auth.tenant_add(settings, tenant)
-    creds: Path = await auth.agent_add(settings, tenant, "agent-1")
-    return await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=10)
+    return await agent_client(settings, tenant, "agent-1")
 
 
 async def _code(coro: object) -> AgentLedgerError:
@@ -102,11 +102,7 @@ async def test_a_tenant_at_its_ledger_quota_is_refused_and_others_and_erasures_a
         settings: Settings) -> None:
     """Protects the ledger from one tenant: past its bytes it is refused `ledger_quota_exceeded`
     (not retryable), another tenant still appends, and an erasure for the tenant still goes in."""
-    small = msgspec.structs.replace(settings, tenant_max_ledger_bytes=16 * 1024)
-    writer = LedgerWriter(small)
-    await writer.start()
-    client = await connect(small)
-    try:
+    async with running_writer(settings, tenant_max_ledger_bytes=16 * 1024) as (_, client):
         await client.append(created("t1"))
         with pytest.raises(AgentLedgerError) as info:
             for i in range(100):
@@ -115,9 +111,6 @@ async def test_a_tenant_at_its_ledger_quota_is_refused_and_others_and_erasures_a
         assert "AGENTLEDGER_TENANT_MAX_LEDGER_BYTES" in info.value.message
         await client.append(created("t1", tenant="globex"))
         await client.append(_forget_requested("acme"))
-    finally:
-        await client.close()
-        await writer.stop()
 
 
 async def test_ledger_usage_survives_a_writer_restart(settings: Settings) -> None:
@@ -145,10 +138,7 @@ async def test_ledger_usage_survives_a_writer_restart(settings: Settings) -> Non
 async def test_the_ledger_usage_counts_what_the_stream_holds(settings: Settings) -> None:
     """Protects the accounting the per-tenant ledger quota rests on: what the writer counts for
     a tenant is what JetStream holds for it, single events and atomic batches alike."""
-    writer = LedgerWriter(settings)
-    await writer.start()
-    client = await connect(settings)
-    try:
+    async with running_writer(settings) as (writer, client):
         await client.append(created("t1"))
         singles = [variable("t1", "x", PAD * (i % 3), event_id=f"v{i}") for i in range(20)]
         for e in singles:
@@ -158,9 +148,6 @@ async def test_the_ledger_usage_counts_what_the_stream_holds(settings: Settings)
         held = (await client.nc.jetstream().stream_info(settings.stream)).state.bytes
         counted = writer._quotas.ledger.used("acme")
         assert counted == held
-    finally:
-        await client.close()
-        await writer.stop()
 
 
 async def test_a_full_ledger_still_takes_a_forget_request_and_a_lease_release(settings: Settings) -> None:

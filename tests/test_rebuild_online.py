@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -28,6 +27,8 @@ from agentledger.stores import db
 from test_history_free import republish
 from test_projector import TENANT, Ledger, caught_up, event, task_script, wm_get
 
+pytest_plugins = ["projection_fixtures"]
+
 # Every row of a projection, in a stable order (``updated_at`` is wall-clock, not content).
 ROWS = {
     "task_state": "SELECT tenant, task_id, seq, state, state_hash FROM {s}.task_state ORDER BY 1, 2",
@@ -37,14 +38,6 @@ ROWS = {
     "rejections": "SELECT * FROM {s}.rejections ORDER BY 1, 2, 3",
     "projector_watermark": "SELECT * FROM {s}.projector_watermark",
 }
-
-
-@pytest.fixture
-async def projector(settings: Settings, ledger: Ledger) -> AsyncIterator[Projector]:
-    p = Projector(settings)
-    await p.start()
-    yield p
-    await p.stop()
 
 
 def history(task: str, n: int) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -29,13 +29,7 @@ from agentledger.stores import db
 from helpers import assert_eventually
 from test_projector import TENANT, Ledger, caught_up, event, task_rows, task_script, watermark
 
-
-@pytest.fixture
-async def running(settings: Settings, ledger: Ledger) -> AsyncIterator[Projector]:
-    p = Projector(settings)
-    await p.start()
-    yield p
-    await p.stop()
+pytest_plugins = ["projection_fixtures"]
 
 
 async def publish_tasks(ledger: Ledger, tasks: int, prefix: str = "r") -> int:
@@ -46,7 +40,7 @@ async def publish_tasks(ledger: Ledger, tasks: int, prefix: str = "r") -> int:
 
 
 async def test_rebuild_into_a_scratch_schema_matches_the_live_projection(
-        settings: Settings, ledger: Ledger, running: Projector) -> None:
+        settings: Settings, ledger: Ledger, projector: Projector) -> None:
     """Protects the fast path: rebuild folds the whole stream into a fresh schema with the same
     rows (seq and state hash per task, variable, turn, applied-event and rejection rows) as the
     incrementally built projection, reports what it did, and reports progress up to the total."""
@@ -81,7 +75,7 @@ async def test_rebuild_into_a_scratch_schema_matches_the_live_projection(
 
 
 async def test_verify_passes_then_names_a_corrupted_task(
-        settings: Settings, ledger: Ledger, running: Projector) -> None:
+        settings: Settings, ledger: Ledger, projector: Projector) -> None:
     """Protects the audit: verify is ok on a consistent projection, and after a live row of any
     part is corrupted (the core row, a variable row, a turn row, the applied-event index) it fails
     and names exactly that task and part; its scratch schema is dropped either way."""
@@ -126,7 +120,7 @@ async def test_verify_passes_then_names_a_corrupted_task(
 
 
 async def test_verify_is_exact_while_events_keep_arriving(
-        settings: Settings, ledger: Ledger, running: Projector) -> None:
+        settings: Settings, ledger: Ledger, projector: Projector) -> None:
     """Protects verify against a moving target: tasks the projector advances past the replayed
     point are folded further to the live row's sequence, so concurrent writes are no mismatch."""
     await publish_tasks(ledger, 5)
@@ -172,7 +166,7 @@ async def test_verify_explains_a_projector_that_is_not_running(
 
 
 async def test_dropped_tables_under_a_running_projector_are_rebuilt_and_verify(
-        settings: Settings, ledger: Ledger, running: Projector) -> None:
+        settings: Settings, ledger: Ledger, projector: Projector) -> None:
     """Protects the projector against an operator's DROP: dropping the live tables under a running
     projector makes it notice, rebuild from the ledger (beside, then switched in) and carry on with
     new events; verify then passes."""

@@ -322,6 +322,23 @@ async def _reachable(settings: Settings) -> None:
     await conn.close()
 
 
+def _servers_replaced(settings: Settings, info: RuntimeInfo, signum: int, *, within_s: float,
+                      interval_s: float, failure: str) -> RuntimeInfo:
+    """Send ``signum`` to both servers the stack of ``info`` runs, then wait until its supervisor
+    has replaced both (new pids, alive); the runtime info it then records."""
+    assert info.nats_pid is not None and info.postgres_pid is not None
+    os.kill(info.nats_pid, signum)
+    os.kill(info.postgres_pid, signum)
+    deadline = datetime.now(UTC).timestamp() + within_s
+    while True:
+        now = read_runtime(settings.runtime_file)
+        if (now.nats_pid not in (None, info.nats_pid) and now.postgres_pid not in (None, info.postgres_pid)
+                and pid_alive(now.nats_pid) and pid_alive(now.postgres_pid)):
+            return now
+        assert datetime.now(UTC).timestamp() < deadline, failure
+        subprocess.run(["sleep", str(interval_s)], check=True)
+
+
 def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_root: Path) -> None:
     """Protects self-healing: SIGKILL of nats-server or PostgreSQL under a running stack is
@@ -330,20 +347,8 @@ def test_the_supervisor_brings_killed_servers_back_on_the_same_addresses(
     settings = Settings(data_dir=tmp_path, prefix="healtest", server_root=server_root)
     try:
         info = commands.up(settings)
-        assert info.nats_pid is not None and info.postgres_pid is not None
-        os.kill(info.nats_pid, signal.SIGKILL)
-        os.kill(info.postgres_pid, signal.SIGKILL)
-
-        def healed() -> RuntimeInfo | None:
-            now = read_runtime(settings.runtime_file)
-            fresh = (now.nats_pid not in (None, info.nats_pid)
-                     and now.postgres_pid not in (None, info.postgres_pid))
-            return now if fresh and pid_alive(now.nats_pid) and pid_alive(now.postgres_pid) else None
-
-        deadline = datetime.now(UTC).timestamp() + 60
-        while (after := healed()) is None:
-            assert datetime.now(UTC).timestamp() < deadline, "the servers did not come back"
-            subprocess.run(["sleep", "0.1"], check=True)
+        after = _servers_replaced(settings, info, signal.SIGKILL, within_s=60, interval_s=0.1,
+                                  failure="the servers did not come back")
         assert (after.nats_url, after.database_url) == (info.nats_url, info.database_url)
         asyncio.run(_reachable(resolve_urls(settings)))
     finally:
@@ -361,17 +366,8 @@ def test_the_supervisor_replaces_frozen_servers(
     settings = Settings(data_dir=tmp_path, prefix="frozentest", server_root=server_root)
     try:
         info = commands.up(settings)
-        assert info.nats_pid is not None and info.postgres_pid is not None
-        os.kill(info.nats_pid, signal.SIGSTOP)
-        os.kill(info.postgres_pid, signal.SIGSTOP)
-        deadline = datetime.now(UTC).timestamp() + 90
-        while True:
-            now = read_runtime(settings.runtime_file)
-            if (now.nats_pid not in (None, info.nats_pid) and now.postgres_pid not in (None, info.postgres_pid)
-                    and pid_alive(now.nats_pid) and pid_alive(now.postgres_pid)):
-                break
-            assert datetime.now(UTC).timestamp() < deadline, "the frozen servers were not replaced"
-            subprocess.run(["sleep", "0.2"], check=True)
+        now = _servers_replaced(settings, info, signal.SIGSTOP, within_s=90, interval_s=0.2,
+                                failure="the frozen servers were not replaced")
         assert not pid_alive(info.nats_pid) and not pid_alive(info.postgres_pid)
         assert (now.nats_url, now.database_url) == (info.nats_url, info.database_url)
         lines = (tmp_path / "logs" / "supervisor.log").read_text()

@@ -16,6 +16,7 @@ from tiktoken_ext import openai_public
 
 from agentledger.errors import ContractError
 from agentledger.models import tokens
+from fake_http import REFUSE_NETWORK
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,17 +137,7 @@ def test_files_are_package_data() -> None:
 
 # Run in a fresh interpreter, so nothing is cached yet: every socket is refused, and tiktoken's
 # cache folder must stay empty (nothing tried to fetch or cache a file).
-_NO_NETWORK = r"""
-import json, socket, sys
-
-def refuse(*args, **kwargs):
-    raise OSError("network access attempted: " + repr(args)[:200])
-
-socket.socket.connect = refuse
-socket.socket.connect_ex = refuse
-socket.create_connection = refuse
-socket.getaddrinfo = refuse
-
+_NO_NETWORK = REFUSE_NETWORK + r"""
 from agentledger.models import tokens
 print(json.dumps({name: tokens.encoding(name).encode_ordinary("hello world") for name in tokens.KNOWN_ENCODINGS}))
 """

@@ -17,11 +17,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
 from agentledger.security.on_behalf import ON_BEHALF_OF
+from agents import agent_client
 from ckpt_support import Stack, created, event
 from helpers import assert_eventually
 from test_context_service import turn
@@ -39,21 +40,14 @@ class Tenant:
     admin: Client
 
 
-async def _agent(settings: Settings, name: str) -> Client:
-    creds = await auth.agent_add(settings, TENANT, name)
-    return await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=30)
-
-
 @pytest.fixture
-async def acme(settings: Settings) -> AsyncIterator[Tenant]:
-    if settings.auth_dir is None:
-        pytest.skip("the NATS server runs without accounts")
-    stack = await Stack(settings).start(memory=True, context=True, tombstone=True)
-    await auth.tenant_add(settings, TENANT)
-    await auth.tenant_add(settings, "globex")
-    await bindings.bind_agent(settings, TENANT, "alice", ["u1"], ["web"])
-    await bindings.bind_agent(settings, TENANT, "admin", [], ["web"], roles=["project-admin", "tenant-admin"])
-    agents = [await _agent(settings, name) for name in ("alice", "bob", "admin")]
+async def acme(admin: Settings) -> AsyncIterator[Tenant]:
+    stack = await Stack(admin).start(memory=True, context=True, tombstone=True)
+    await auth.tenant_add(admin, TENANT)
+    await auth.tenant_add(admin, "globex")
+    await bindings.bind_agent(admin, TENANT, "alice", ["u1"], ["web"])
+    await bindings.bind_agent(admin, TENANT, "admin", [], ["web"], roles=["project-admin", "tenant-admin"])
+    agents = [await agent_client(admin, TENANT, name, timeout=30) for name in ("alice", "bob", "admin")]
     try:
         yield Tenant(stack, *agents)
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
@@ -26,6 +26,7 @@ from agentledger.security import auth
 from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
 from agentledger.stores.ledger import ledger_subject
+from writer_support import ledger_messages, running_writer
 
 
 def event(event_id: str, kind: str = "variable_set", payload: dict[str, Any] | None = None,
@@ -43,25 +44,13 @@ def created(event_id: str = "c1", task: str = "t1") -> dict[str, Any]:
 
 @pytest.fixture
 async def writer(settings: Settings) -> AsyncIterator[tuple[LedgerWriter, Client]]:
-    w = LedgerWriter(msgspec.structs.replace(settings, max_event_bytes=4096, max_batch_events=50))
-    await w.start()
-    client = await connect(settings)
-    yield w, client
-    await client.close()
-    await w.stop()
+    async with running_writer(settings, max_event_bytes=4096, max_batch_events=50) as stack:
+        yield stack
 
 
 async def stored(settings: Settings) -> list[tuple[int, dict[str, Any]]]:
     """Every message in the ledger stream, in order."""
-    nc = await auth.connect(settings, auth.WRITER)
-    js = nc.jetstream()
-    info = await js.stream_info(settings.stream)
-    out = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else []:
-        msg = await js.get_msg(settings.stream, seq)
-        out.append((seq, json.loads(msg.data)))
-    await nc.close()
-    return out
+    return [(seq, json.loads(data)) for seq, data, _ in await ledger_messages(settings)]
 
 
 async def raw_request(client: Client, settings: Settings, body: bytes) -> dict[str, Any]:
@@ -206,10 +195,7 @@ async def test_batch_mixing_stored_and_new_ids_is_refused_whole(
 async def test_coalesced_batch_isolates_the_offenders(settings: Settings) -> None:
     """Concurrent appends share atomic batches; a stale expectation or a resent id among them
     gets its own answer while every other append is stored exactly once."""
-    w = LedgerWriter(msgspec.structs.replace(settings, max_inflight_batches=1))
-    await w.start()
-    client = await connect(settings)
-    try:
+    async with running_writer(settings, max_inflight_batches=1) as (_, client):
         await client.append(created("c0", task="busy"))
         await client.append(event("old", task="busy"))
 
@@ -235,9 +221,6 @@ async def test_coalesced_batch_isolates_the_offenders(settings: Settings) -> Non
         assert max(counts.values()) == 1
         assert len(messages) == 2 + 5 * (60 + 2)
         assert not any(m["event_id"].startswith("stale") for _, m in messages)
-    finally:
-        await client.close()
-        await w.stop()
 
 
 async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Client],

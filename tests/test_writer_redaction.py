@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import blake3
-import msgspec
 import pytest
 
-from agentledger.client import Client, connect
+from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
@@ -27,6 +25,8 @@ from agentledger.errors import AgentLedgerError
 from agentledger.security import auth
 from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agents import agent_client
+from writer_support import ledger_messages, running_writer
 
 AWS = "AKIAQ3EGRIT5KZ7XW4NB"
 GHP = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
@@ -56,25 +56,13 @@ def memory_event(event_id: str, task: str = ev.MEMORY_TASK, tenant: str = "acme"
 
 @pytest.fixture
 async def writer(settings: Settings) -> AsyncIterator[tuple[LedgerWriter, Client]]:
-    w = LedgerWriter(settings)
-    await w.start()
-    client = await connect(settings)
-    yield w, client
-    await client.close()
-    await w.stop()
+    async with running_writer(settings) as stack:
+        yield stack
 
 
 async def stored_raw(settings: Settings) -> list[tuple[bytes, dict[str, str]]]:
     """Every message of the ledger stream: body and headers."""
-    nc = await auth.connect(settings, auth.WRITER)
-    js = nc.jetstream()
-    info = await js.stream_info(settings.stream)
-    out = []
-    for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else []:
-        msg = await js.get_msg(settings.stream, seq)
-        out.append((msg.data, dict(msg.headers or {})))
-    await nc.close()
-    return out
+    return [(body, headers) for _, body, headers in await ledger_messages(settings)]
 
 
 async def test_no_secret_reaches_the_stream(writer: tuple[LedgerWriter, Client], settings: Settings) -> None:
@@ -162,13 +150,8 @@ async def test_a_retried_append_is_still_a_duplicate(writer: tuple[LedgerWriter,
 
 
 async def test_redaction_can_be_turned_off_for_the_benchmark(settings: Settings) -> None:
-    w = LedgerWriter(msgspec.structs.replace(settings, redact_secrets=False))
-    await w.start()
-    try:
-        async with await connect(settings) as client:
-            await client.append(goal_event(f"use {AWS}"))
-    finally:
-        await w.stop()
+    async with running_writer(settings, redact_secrets=False) as (_, client):
+        await client.append(goal_event(f"use {AWS}"))
     [(body, _)] = await stored_raw(settings)
     assert AWS.encode() in body
 
@@ -176,12 +159,9 @@ async def test_redaction_can_be_turned_off_for_the_benchmark(settings: Settings)
 # ---- the reserved memory ledger --------------------------------------------------------------
 
 @pytest.fixture
-async def tenant_client(settings: Settings, writer: tuple[LedgerWriter, Client]) -> AsyncIterator[Client]:
-    if settings.auth_dir is None:
-        pytest.skip("the NATS server runs without accounts")
-    await auth.tenant_add(settings, "acme")
-    creds: Path = await auth.agent_add(settings, "acme", "agent-1")
-    client = await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=5)
+async def tenant_client(admin: Settings, writer: tuple[LedgerWriter, Client]) -> AsyncIterator[Client]:
+    await auth.tenant_add(admin, "acme")
+    client = await agent_client(admin, "acme", "agent-1", timeout=5)
     yield client
     await client.close()
 

@@ -28,25 +28,17 @@ another one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from typing import Any
 
 import asyncpg
 import msgspec
-import nats
-import nats.errors
-import nats.js.errors
 import structlog
-from nats.aio.client import Client
-from nats.micro import add_service
-from nats.micro.request import Request
-from nats.micro.service import Service
 
 from agentledger.config import Settings
-from agentledger.contracts.api import ErrorBody, TaskChanged
-from agentledger.contracts.codec import check_request, contract_error, encode
+from agentledger.contracts.api import TaskChanged
+from agentledger.contracts.codec import encode
 from agentledger.contracts.resume import (
     CheckpointSaveReply,
     CheckpointSaveRequest,
@@ -57,24 +49,24 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.state import WorkingMemory
 from agentledger.erasure import evict
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
-from agentledger.security import auth
-from agentledger.security.identity import Caller, PermissionDeniedError, TenantRegistry
+from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
+from agentledger.projection.catch_up import covering
+from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
-from agentledger.shell.lifecycle import ServiceShell
+from agentledger.shell.endpoints import DEPENDENCY_ERRORS, Endpoint
+from agentledger.shell.parts import Parts
+from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import artifacts, db
-from agentledger.stores.ledger import ledger_subject
-from agentledger.stores.natsclient import reader_alive
+from agentledger.stores.ledger import task_last_seq
 
 log = structlog.get_logger()
 
 # The queue group the checkpointer instances share the change notifications in.
 NOTIFY_QUEUE = "agentledger-checkpointer"
 SERVICE_NAME = "agentledger-checkpointer"
-SERVICE_VERSION = "0.1.0"
 WORKERS = 4
 # Tasks whose last checkpoint is remembered in memory (the rest are read back when needed).
 MEMORY_MAX = 50_000
@@ -83,8 +75,6 @@ SAVE_CATCH_UP_S = 10.0
 
 Key = tuple[str, str]
 
-_save_request = msgspec.json.Decoder(CheckpointSaveRequest)
-_resume_request = msgspec.json.Decoder(ResumeRequest)
 _changed = msgspec.json.Decoder(TaskChanged)
 
 
@@ -100,31 +90,25 @@ def changed_wildcard(prefix: str) -> str:
     return f"{prefix}.wm.changed.>"
 
 
-class Checkpointer(ServiceShell):
+class Checkpointer(Shell):
     """Saves checkpoints by policy and on request; answers resume. See the module docstring."""
 
-    name = "checkpointer"
-    log_name = "checkpointer"
+    # Any PostgreSQL error mid-request (a projection being switched by a replay included) is
+    # the dependency's trouble: retryable ``unavailable``.
+    shape = Shape(name="checkpointer", micro=SERVICE_NAME, log_name="checkpointer",
+                  pool=Pool(max_size=8), bind_task=True, unavailable=(asyncpg.PostgresError, *DEPENDENCY_ERRORS),
+                  description="Checkpoints of agentledger Working Memory, and resume")
+
+    store: CheckpointStore | None = None
+    resumer: Resumer | None = None
 
     def __init__(self, settings: Settings, *, every_n: int = policy.EVERY_N_EVENTS,
                  keep: int = policy.KEEP_PER_TASK, ttl_s: float = policy.CHECKPOINT_TTL_S) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.every_n = every_n
         self.keep = keep
         self.ttl_s = ttl_s
         self.projection = ProjectionStore(LIVE_SCHEMA)
-        self.store: CheckpointStore | None = None
-        self.resumer: Resumer | None = None
-        self._nc: Client | None = None
-        self._pool: asyncpg.Pool | None = None
-        self._sub: Any = None
-        self._evictions: Any = None
-        self._service: Service | None = None
-        self._workers: list[asyncio.Task[None]] = []
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._tenants: TenantRegistry | None = None
-        self._failed: asyncio.Future[None] | None = None
-        self._stopped = False
         # Dirty tasks -> their newest notification; a task is in at most one of dirty / busy.
         self._dirty: OrderedDict[Key, TaskChanged] = OrderedDict()
         self._busy: set[Key] = set()
@@ -136,40 +120,32 @@ class Checkpointer(ServiceShell):
         self.evaluated: dict[Key, int] = {}
         self.saves = 0
 
-    # ---- lifecycle ----------------------------------------------------------------------
-
-    async def _start(self) -> None:
+    async def open(self, parts: Parts) -> None:
         s = self.settings
-        self._nc = await auth.connect(s, "checkpointer",
-                                      max_reconnect_attempts=-1, error_cb=self._nats_error,
-                                      closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._tenants.start()
-        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
-        # The projector owns task_state; migrating here too lets either start first.
-        await db.migrate(s.database_url)
+        assert self._nc is not None and self._pool is not None
+        # The projector owns task_state; the shell migrating here too lets either start first.
         await migrate_checkpoints(s.database_url)
         self.store = CheckpointStore(self._pool, keep=self.keep)
         self.resumer = Resumer(self._nc, s, self.store, await artifacts.open(self._nc, s))
-        self._workers = [asyncio.create_task(self._work(), name=f"checkpointer-{i}")
-                         for i in range(WORKERS)]
+        # A save cut short by the stop rolls back: the pointer never sees half of it.
+        for i in range(WORKERS):
+            parts.task(self._work(), name=f"checkpointer-{i}", vital=True)
         # One queue group: with several checkpointer instances each notification reaches one of
         # them, so they share the work. A save is exact whoever makes it (the pointer only moves
         # forward, by compare-and-swap); an instance that did not see a task's last checkpoint
         # may save one a little early (docs/scaling.md).
-        self._sub = await self._nc.subscribe(changed_wildcard(s.prefix), queue=NOTIFY_QUEUE,
-                                             cb=self._on_changed,
-                                             pending_msgs_limit=0, pending_bytes_limit=0)
-        self._service = await add_service(
-            self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
-            description="Checkpoints of agentledger Working Memory, and resume")
-        await self._service.add_endpoint(name="checkpoint-save", subject=save_subject(s.prefix),
-                                         handler=self._spawn(self._handle_save))
-        await self._service.add_endpoint(name="resume", subject=resume_subject(s.prefix),
-                                         handler=self._spawn(self._handle_resume))
-        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
-                                             self._evict)
-        await self._nc.flush()
+        await parts.subscribe(self._nc, changed_wildcard(s.prefix), self._on_changed, queue=NOTIFY_QUEUE,
+                              pending_msgs_limit=0, pending_bytes_limit=0)
+
+    def endpoints(self) -> list[Endpoint]:
+        p = self.settings.prefix
+        return [
+            Endpoint("checkpoint-save", save_subject(p), CheckpointSaveRequest, CheckpointSaveReply, self._on_save),
+            Endpoint("resume", resume_subject(p), ResumeRequest, ResumeReply, self._on_resume, check=_check_resume),
+        ]
+
+    def evictor(self) -> evict.Evictor:
+        return self._evict
 
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these tasks: drop what is known of them (seqs evaluated)."""
@@ -177,43 +153,6 @@ class Checkpointer(ServiceShell):
         for key in keys:
             self.evaluated.pop(key, None)
         return {"tasks": len(keys)}
-
-    async def wait_failed(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._failed)
-
-    def alive(self) -> bool:
-        """A live NATS read loop (notifications and requests arrive) and every worker running."""
-        return (self._nc is not None and reader_alive(self._nc)
-                and all(not task.done() for task in self._workers))
-
-    async def stop(self) -> None:
-        """Stop listening, finish in-flight requests and saves, close; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._service is not None:
-            with contextlib.suppress(Exception):
-                await self._service.stop()
-        for sub in (self._sub, self._evictions):
-            if sub is not None:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-        for task in self._workers:
-            task.cancel()  # a save cut short rolls back: the pointer never sees half of it
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        if self._tenants is not None:
-            await self._tenants.stop()
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                await self._nc.drain()
-            except Exception:  # noqa: BLE001
-                await self._nc.close()
-        if self._pool is not None:
-            await self._pool.close()
 
     # ---- automatic saves --------------------------------------------------------------------
 
@@ -268,10 +207,8 @@ class Checkpointer(ServiceShell):
                         self._wake.set()
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # the shell ends the process (a vital task)
             log.error("checkpointer.failed", error=type(exc).__name__, detail=str(exc)[:300])
-            if self._failed is not None and not self._failed.done():
-                self._failed.set_exception(exc)
             raise
 
     async def _evaluate(self, key: Key, changed: TaskChanged) -> None:
@@ -311,7 +248,8 @@ class Checkpointer(ServiceShell):
     async def save_now(self, tenant: str, task_id: str) -> CheckpointSaveReply:
         """Save a checkpoint of the task at its latest ledger event (see the module docstring)."""
         key = (tenant, task_id)
-        target = await self._ledger_last(tenant, task_id)
+        assert self._nc is not None
+        target = await task_last_seq(self._nc, self.settings, tenant, task_id)
         if target == 0:
             raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}",
                                 path="$.task_id")
@@ -330,23 +268,14 @@ class Checkpointer(ServiceShell):
 
     async def _caught_up(self, key: Key, target: int) -> WorkingMemory:
         """The projected state once the projection covers the ledger up to ``target``."""
-        assert self._pool is not None
-        deadline = time.monotonic() + SAVE_CATCH_UP_S
-        delay = 0.005
-        while True:
-            watermark = await self.projection.watermark(self._pool) or 0
-            if watermark >= target:
-                _, state = await self._projected(key)
-                if state is None:
-                    raise NotFoundError(f"no projected task {key[1]!r} of tenant {key[0]!r}",
-                                        path="$.task_id")
-                return state
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"the projection is at seq {watermark}, the task's last ledger "
-                                       f"event at {target}; is the projector running?",
-                                       code="projection_behind")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        pool = self._pool
+        assert pool is not None
+        await covering(lambda: self.projection.watermark(pool), target, SAVE_CATCH_UP_S,
+                       first_delay_s=0.005, max_delay_s=0.1)
+        _, state = await self._projected(key)
+        if state is None:
+            raise NotFoundError(f"no projected task {key[1]!r} of tenant {key[0]!r}", path="$.task_id")
+        return state
 
     # ---- shared -------------------------------------------------------------------------------
 
@@ -403,75 +332,27 @@ class Checkpointer(ServiceShell):
         self.saves += 1
         return int(checkpoint_id)
 
-    async def _ledger_last(self, tenant: str, task_id: str) -> int:
-        """Sequence of the task's last ledger message (0: none)."""
-        assert self._nc is not None
-        try:
-            msg = await self._nc.jetstream().get_msg(
-                self.settings.stream, subject=ledger_subject(self.settings.prefix, tenant, task_id),
-                direct=True)
-        except nats.js.errors.NotFoundError:
-            return 0
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise UnavailableError("JetStream did not answer") from exc
-        return int(msg.seq or 0)
-
     # ---- endpoints ------------------------------------------------------------------------------
 
-    def _spawn(self, handler: Any) -> Any:
-        async def on_request(req: Request) -> None:
-            task = asyncio.create_task(handler(req))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
-        return on_request
+    async def _on_save(self, caller: Caller, body: CheckpointSaveRequest) -> CheckpointSaveReply:
+        return await self.save_now(body.tenant, body.task_id)
 
-    async def _caller(self, req: Request) -> Caller:
-        assert self._tenants is not None
-        return await self._tenants.caller(req.headers)
-
-    async def _handle_save(self, req: Request) -> None:
-        try:
-            try:
-                check_request(req.data)
-                body = _save_request.decode(req.data)
-            except msgspec.MsgspecError as exc:
-                raise contract_error(exc) from exc
-            (await self._caller(req)).require_tenant(body.tenant, "$.tenant")
-            reply = await self.save_now(body.tenant, body.task_id)
-        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
-            reply = CheckpointSaveReply(ok=False, error=_error_body(exc))
-        await _respond(req, encode(reply))
-
-    async def _handle_resume(self, req: Request) -> None:
-        try:
-            try:
-                check_request(req.data)
-                body = _resume_request.decode(req.data)
-            except msgspec.MsgspecError as exc:
-                raise contract_error(exc) from exc
-            if body.checkpoint_id is not None and body.checkpoint_id > MAX_BIGINT:
-                raise ContractError(f"checkpoint_id must be at most {MAX_BIGINT}",
-                                    code="invalid_value", path="$.checkpoint_id")
-            caller = await self._caller(req)
-            caller.require_tenant(body.tenant, "$.tenant")
-            if body.checkpoint_id is not None and not caller.is_operator:
-                # A checkpoint id is global: naming one is how an operator restores from a
-                # backup, and from a tenant it would probe other tenants' checkpoints.
-                raise PermissionDeniedError("checkpoint_id is an operator-only field; leave it out to "
-                                            "resume from the task's active checkpoint",
-                                            code="operator_only", path="$.checkpoint_id")
-            if caller.agent is not None and body.executor != caller.agent:
-                raise PermissionDeniedError(
-                    f"this connection is authenticated as agent {caller.agent!r}; an agent resumes "
-                    "a task only as itself", code="holder_mismatch", path="$.executor")
-            assert self.resumer is not None
-            with structlog.contextvars.bound_contextvars(tenant=body.tenant, task=body.task_id):
-                reply = await self.resumer.resume(body)
-                log.info("checkpointer.resume", status=reply.status, executor=body.executor,
-                         reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
-        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
-            reply = ResumeReply(ok=False, error=_error_body(exc))
-        await _respond(req, self._fitting(reply))
+    async def _on_resume(self, caller: Caller, body: ResumeRequest) -> bytes:
+        if body.checkpoint_id is not None and not caller.is_operator:
+            # A checkpoint id is global: naming one is how an operator restores from a
+            # backup, and from a tenant it would probe other tenants' checkpoints.
+            raise PermissionDeniedError("checkpoint_id is an operator-only field; leave it out to "
+                                        "resume from the task's active checkpoint",
+                                        code="operator_only", path="$.checkpoint_id")
+        if caller.agent is not None and body.executor != caller.agent:
+            raise PermissionDeniedError(
+                f"this connection is authenticated as agent {caller.agent!r}; an agent resumes "
+                "a task only as itself", code="holder_mismatch", path="$.executor")
+        assert self.resumer is not None
+        reply = await self.resumer.resume(body)
+        log.info("checkpointer.resume", status=reply.status, executor=body.executor,
+                 reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
+        return self._fitting(reply)
 
     def _fitting(self, reply: ResumeReply) -> bytes:
         """The encoded reply, without its state when it would not fit in one NATS message.
@@ -490,28 +371,11 @@ class Checkpointer(ServiceShell):
         return data
 
 
-
 # Checkpoint ids are PostgreSQL bigints.
 MAX_BIGINT = 2**63 - 1
 
 
-def _error_body(exc: Exception) -> ErrorBody:
-    if isinstance(exc, AgentLedgerError):
-        return ErrorBody(code=exc.code, message=exc.message, retryable=exc.retryable, path=exc.path)
-    # PostgreSQL or NATS failing mid-request (a dropped connection, a protocol error, a
-    # timeout) is the dependency's trouble: retryable ``unavailable``, never ``internal``.
-    if isinstance(exc, (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
-                        asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
-        log.warning("checkpointer.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-        return ErrorBody(code="unavailable", message="a dependency did not answer; retry",
-                         retryable=True)
-    log.error("checkpointer.internal", error=type(exc).__name__, detail=str(exc)[:300],
-              exc_info=exc)
-    return ErrorBody(code="internal", message="the checkpointer failed to answer", retryable=True)
-
-
-async def _respond(req: Request, data: bytes) -> None:
-    try:
-        await req.respond(data)
-    except Exception:  # noqa: BLE001 - the caller went away; nothing to tell
-        log.warning("checkpointer.respond_failed")
+def _check_resume(body: ResumeRequest) -> None:
+    if body.checkpoint_id is not None and body.checkpoint_id > MAX_BIGINT:
+        raise ContractError(f"checkpoint_id must be at most {MAX_BIGINT}", code="invalid_value",
+                            path="$.checkpoint_id")

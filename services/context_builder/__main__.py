@@ -1,7 +1,7 @@
 """``python -m agentledger.services.context_builder``: run the context-builder service until SIGTERM."""
 
 from agentledger.services.context_builder.service import ContextBuilder
-from agentledger.shell import lifecycle
+from agentledger.shell.service import main
 
 if __name__ == "__main__":
-    lifecycle.main(ContextBuilder, "context-builder")
+    main(ContextBuilder)

@@ -27,119 +27,77 @@ and sizes, never content.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
-import asyncpg
-import msgspec
 import structlog
-from nats.aio.client import Client
-from nats.aio.subscription import Subscription
-from nats.micro import add_service
-from nats.micro.service import Service
 
 from agentledger.config import Settings
-from agentledger.contracts.context_api import (
-    BuildReply,
-    BuildRequest,
-    ClearReply,
-    ClearRequest,
-    CommitReply,
-    CommitRequest,
-    GenerationRef,
-    IngestReply,
-    IngestRequest,
-    TraceReply,
-)
+from agentledger.contracts import context_api as api
 from agentledger.erasure import evict
-from agentledger.security import auth
-from agentledger.security.bindings import BindingRegistry
-from agentledger.security.identity import TenantRegistry
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
 from agentledger.services.context_builder.documents import DocumentIndex
-from agentledger.services.context_builder.keys import load_signing_key
+from agentledger.services.context_builder.keys import SigningKey, load_signing_key
 from agentledger.services.context_builder.store import ContextStore
-from agentledger.shell.endpoints import Endpoint, Endpoints
-from agentledger.shell.lifecycle import ServiceShell
-from agentledger.stores import artifacts, db
-from agentledger.stores.natsclient import reader_alive
+from agentledger.shell.endpoints import Endpoint
+from agentledger.shell.parts import Parts
+from agentledger.shell.service import Pool, Shape, Shell
+from agentledger.stores import artifacts
 
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-context-builder"
-SERVICE_VERSION = "0.1.0"
-ROLE = "context-builder"
 # How much longer than a compactor may take an eviction waits for the builds running.
 EVICT_GRACE_S = 5.0
 
 
-def context_subject(prefix: str, action: str) -> str:
-    return f"{prefix}.context.{action}"
-
-
-class ContextBuilder(ServiceShell):
+class ContextBuilder(Shell):
     """The service; see the module docstring."""
 
-    name = "context-builder"
-    log_name = "context"
+    shape = Shape(name="context-builder", micro=SERVICE_NAME, log_name="context", bindings=True,
+                  pool=Pool(max_size=8), bind_task=True,
+                  description="agentledger context builder: budgeted, frozen context and conversation compaction")
+
+    store: ContextStore | None = None
+    builder: Builder | None = None
+    committer: Committer | None = None
+    documents: DocumentIndex | None = None
+    _key: SigningKey | None = None
 
     def __init__(self, settings: Settings, *, compactors: dict[str, Any] | None = None) -> None:
-        super().__init__()
-        self.settings = settings
+        super().__init__(settings)
         # Extra compactors by name (tests register failing ones here); see ``compactors.py``.
         self._extra_compactors = dict(compactors or {})
-        self._nc: Client | None = None
-        self._pool: asyncpg.Pool | None = None
-        self._tenants: TenantRegistry | None = None
-        self._bindings: BindingRegistry | None = None
-        self._service: Service | None = None
-        self._evictions: Subscription | None = None
-        self.store: ContextStore | None = None
-        self.builder: Builder | None = None
-        self.committer: Committer | None = None
-        self.documents: DocumentIndex | None = None
-        self._requests: Endpoints | None = None
 
-    # ---- lifecycle --------------------------------------------------------------------------
-
-    async def _start(self) -> None:
+    async def open(self, parts: Parts) -> None:
         s = self.settings
-        key = load_signing_key(s.context_key_path)
-        self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
-                                      closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._tenants.start()
-        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._bindings.start()
-        await db.migrate(s.database_url)
-        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=8)
+        assert self._nc is not None and self._pool is not None
+        key = self._key = load_signing_key(s.context_key_path)
         self.store = ContextStore(self._pool)
         store = await artifacts.open(self._nc, s)
-        self.documents = DocumentIndex(s, self._nc, self._pool)
-        await self.documents.start()
+        self.documents = await parts.projection(DocumentIndex(s, self._nc, self._pool))
         self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
                                documents=self.documents, compactors=self._extra_compactors)
         self.committer = Committer(s, self._nc, self.store, self.builder, key)
-        self._requests = Endpoints(self._tenants, log_name="context", who="context-builder", bind_task=True)
-        endpoints = {
-            "build": Endpoint(msgspec.json.Decoder(BuildRequest), BuildReply, self.builder.build),
-            "get": Endpoint(msgspec.json.Decoder(GenerationRef), BuildReply, self.builder.get),
-            "trace": Endpoint(msgspec.json.Decoder(GenerationRef), TraceReply, self.builder.trace),
-            "commit": Endpoint(msgspec.json.Decoder(CommitRequest), CommitReply, self.committer.commit),
-            "clear": Endpoint(msgspec.json.Decoder(ClearRequest), ClearReply, self.committer.clear),
-            "ingest": Endpoint(msgspec.json.Decoder(IngestRequest), IngestReply, self.documents.ingest),
-        }
-        self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
-                                          description="agentledger context builder: budgeted, frozen "
-                                                      "context and conversation compaction")
-        for action, endpoint in endpoints.items():
-            await self._service.add_endpoint(name=f"context-{action}", subject=context_subject(s.prefix, action),
-                                             handler=self._requests.handler(action, endpoint))
-        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id, self._evict)
-        await self._nc.flush()
-        log.info("context.ready", endpoints=sorted(endpoints), key_id=key.key_id)
+
+    def endpoints(self) -> list[Endpoint]:
+        assert self.builder is not None and self.committer is not None and self.documents is not None
+        p = self.settings.prefix
+        return [
+            Endpoint.at(p, "context.build", api.BuildRequest, api.BuildReply, self.builder.build),
+            Endpoint.at(p, "context.get", api.GenerationRef, api.BuildReply, self.builder.get),
+            Endpoint.at(p, "context.trace", api.GenerationRef, api.TraceReply, self.builder.trace),
+            Endpoint.at(p, "context.commit", api.CommitRequest, api.CommitReply, self.committer.commit),
+            Endpoint.at(p, "context.clear", api.ClearRequest, api.ClearReply, self.committer.clear),
+            Endpoint.at(p, "context.ingest", api.IngestRequest, api.IngestReply, self.documents.ingest),
+        ]
+
+    def evictor(self) -> evict.Evictor:
+        return self._evict
+
+    async def serving(self, parts: Parts) -> None:
+        assert self._key is not None
+        log.info("context.ready", endpoints=sorted(e.action for e in self.endpoints()), key_id=self._key.key_id)
 
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop cached keys and embeddings, then wait for the
@@ -157,40 +115,3 @@ class ContextBuilder(ServiceShell):
         if self.builder is not None:
             builds = await self.builder.settle(e.tenant, self.settings.context_compactor_timeout_s + EVICT_GRACE_S)
         return {"keys": keys, "embeddings": embeddings, "builds": builds}
-
-    def _watched(self) -> list[asyncio.Future[None]]:
-        return [self.documents.failed] if self.documents is not None else []
-
-    def alive(self) -> bool:
-        """NATS read loop alive, the bindings mirror following, the document projection turning."""
-        return (self._nc is not None and reader_alive(self._nc)
-                and self._bindings is not None and self._bindings.alive()
-                and self.documents is not None and self.documents.alive())
-
-    async def stop(self) -> None:
-        """Stop answering, finish in-flight requests, close; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._evictions is not None:
-            with contextlib.suppress(Exception):
-                await self._evictions.unsubscribe()
-        if self._service is not None:
-            with contextlib.suppress(Exception):
-                await self._service.stop()
-        if self._requests is not None:
-            await self._requests.drain()
-        if self.documents is not None:
-            with contextlib.suppress(Exception):
-                await self.documents.stop()
-        for registry in (self._bindings, self._tenants):
-            if registry is not None:
-                await registry.stop()
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                await self._nc.drain()
-            except Exception:  # noqa: BLE001
-                await self._nc.close()
-        if self._pool is not None:
-            await self._pool.close()
-

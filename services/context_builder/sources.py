@@ -6,8 +6,6 @@ All of it is I/O; nothing here decides what enters a context (``core.context`` d
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +24,13 @@ from agentledger.contracts.events import ArtifactRef, EventBase
 from agentledger.contracts.memory_api import ReadReply, ReadRequest
 from agentledger.core.state import Turn, WorkingMemory
 from agentledger.errors import NotFoundError, UnavailableError
+from agentledger.projection.catch_up import covering
 from agentledger.security.identity import OPERATOR, Caller
 from agentledger.security.on_behalf import headers_for
 from agentledger.security.sealing import Keyring, kek_of, unseal
 from agentledger.services.context_builder.store import ContextStore
 from agentledger.stores.artifacts import hash_content
-from agentledger.stores.ledger import ledger_subject
+from agentledger.stores.ledger import task_last_seq
 
 log = structlog.get_logger()
 
@@ -54,41 +53,19 @@ class Sources:
 
     # ---- the projection -------------------------------------------------------------------------
 
-    async def ledger_last(self, tenant: str, task_id: str) -> int:
-        """Sequence of the task's last ledger message (0: none)."""
-        try:
-            msg = await self._nc.jetstream().get_msg(
-                self.settings.stream, subject=ledger_subject(self.settings.prefix, tenant, task_id),
-                direct=True)
-        except nats.js.errors.NotFoundError:
-            return 0
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise UnavailableError("JetStream did not answer") from exc
-        return int(msg.seq or 0)
-
     async def caught_up(self, tenant: str, task_id: str, target: int | None = None) -> WorkingMemory:
         """The task's projected state once the projection covers the ledger up to ``target``
         (default: the task's last ledger message), waiting at most ``context_catch_up_s``."""
         if target is None:
-            target = await self.ledger_last(tenant, task_id)
+            target = await task_last_seq(self._nc, self.settings, tenant, task_id)
             if target == 0:
                 raise NotFoundError(f"the ledger has no task {task_id!r} of tenant {tenant!r}",
                                     path="$.task_id")
-        deadline = time.monotonic() + self.settings.context_catch_up_s
-        delay = 0.002
-        while True:
-            watermark = await self.store.watermark()
-            if watermark >= target:
-                state = await self.store.state(tenant, task_id)
-                if state is None:
-                    raise NotFoundError(f"no projected task {task_id!r} of tenant {tenant!r}",
-                                        path="$.task_id")
-                return state
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"the projection is at seq {watermark}, the task's ledger at "
-                                       f"{target}; is the projector running?", code="projection_behind")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        await covering(self.store.watermark, target, self.settings.context_catch_up_s)
+        state = await self.store.state(tenant, task_id)
+        if state is None:
+            raise NotFoundError(f"no projected task {task_id!r} of tenant {tenant!r}", path="$.task_id")
+        return state
 
     async def turn_texts(self, tenant: str, task_id: str, turns: Sequence[Turn]) -> dict[int, str | None]:
         """Each turn's text by ordinal, sealed ones opened (None: its subject's key is destroyed)."""

@@ -15,7 +15,7 @@ twice), counted in the writer's usage counters (``quotas.Usage``); a store at it
 own size answers ``artifact_store_full``.
 
 ``ArtifactEndpoints`` holds the rules with the caller as a parameter and no NATS
-request in sight; ``register`` wires it to the writer's micro service.
+request in sight; ``endpoints`` declares its three endpoints for the writer's micro service.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from agentledger.errors import (
 from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.services.ledger_writer.group_commit import ERR_STREAM_LIMIT
 from agentledger.services.ledger_writer.quotas import Quotas, Usage
+from agentledger.shell.endpoints import RawEndpoint
 from agentledger.stores.artifacts import ArtifactStore, hash_content
 
 log = structlog.get_logger()
@@ -224,21 +225,17 @@ class _Server:
                           headers={H_ERROR: exc.code})
 
 
-async def register(service: object, nc: Client, settings: Settings, store: ArtifactStore,
-                   tenants: TenantRegistry, *, tasks: set[asyncio.Task[None]],
-                   quotas: Quotas) -> ArtifactEndpoints:
-    """Add ``<prefix>.artifact.put|get|stat`` to the writer's micro service.
+def endpoints(nc: Client, settings: Settings, store: ArtifactStore, tenants: TenantRegistry, *,
+              tasks: set[asyncio.Task[None]], quotas: Quotas) -> list[RawEndpoint]:
+    """``<prefix>.artifact.put|get|stat``, for the writer's micro service.
 
     Requests run in tasks added to ``tasks``, which the writer awaits on shutdown; ``quotas``
     limits each tenant's request rate and counts its stored artifact bytes.
     """
-    endpoints = ArtifactEndpoints(store, settings, max_payload=nc.max_payload, usage=quotas.artifacts)
-    if settings.max_artifact_bytes > endpoints.max_get_bytes:
+    artifact = ArtifactEndpoints(store, settings, max_payload=nc.max_payload, usage=quotas.artifacts)
+    if settings.max_artifact_bytes > artifact.max_get_bytes:
         log.warning("artifact.limit_above_max_payload", max_artifact_bytes=settings.max_artifact_bytes,
                     max_payload=nc.max_payload)
-    server = _Server(endpoints, tenants, tasks, quotas)
-    for action in ACTIONS:
-        await service.add_endpoint(  # type: ignore[attr-defined]
-            name=f"artifact-{action}", subject=artifact_subject(settings.prefix, action),
-            handler=server.handler(action))
-    return endpoints
+    server = _Server(artifact, tenants, tasks, quotas)
+    return [RawEndpoint(f"artifact-{action}", artifact_subject(settings.prefix, action), server.handler(action))
+            for action in ACTIONS]

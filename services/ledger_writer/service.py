@@ -29,15 +29,11 @@ see ``core.validate.check_reserved``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-import nats
 import nats.js.errors
 import structlog
-from nats.aio.subscription import Subscription
-from nats.micro import add_service
 from nats.micro.request import Request
 
 from agentledger.config import Settings
@@ -61,18 +57,19 @@ from agentledger.errors import (
     RateLimitedError,
     UnavailableError,
 )
-from agentledger.security import auth
-from agentledger.security.identity import Caller, PermissionDeniedError, TenantRegistry
+from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.security.on_behalf import acting_for
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 from agentledger.services.ledger_writer.quotas import Quotas
+from agentledger.shell.endpoints import RawEndpoint
+from agentledger.shell.parts import Parts
+from agentledger.shell.service import Shape, Shell
 from agentledger.stores import artifacts
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
 from agentledger.stores.ledger import ensure_stream, ledger_subject
-from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 
@@ -100,68 +97,68 @@ def lease_subject(prefix: str, action: str) -> str:
     return f"{prefix}.lease.{action}"
 
 
-class LedgerWriter:
+class LedgerWriter(Shell):
     """Validates, seals and group-commits appends; see the module docstring."""
 
-    name = "ledger-writer"
+    shape = Shape(name="ledger-writer", micro=SERVICE_NAME, log_name="writer",
+                  description="Validated, durable, deduplicated appends to the agentledger ledger")
+
+    _committer: GroupCommitter | None = None
+    _keyring: Keyring | None = None
+    _artifacts: artifacts.ArtifactStore | None = None
+    _leases: LeaseTable | None = None
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._nc: nats.NATS | None = None
-        self._service: object | None = None
-        self._committer: GroupCommitter | None = None
-        self._flusher: asyncio.Task[None] | None = None
+        super().__init__(settings)
         self._handlers: set[asyncio.Task[None]] = set()
-        self._keyring: Keyring | None = None
-        self._artifacts: artifacts.ArtifactStore | None = None
-        self._leases: LeaseTable | None = None
-        self._evictions: Subscription | None = None
-        self._tenants: TenantRegistry | None = None
+        self._artifact_endpoints: list[RawEndpoint] = []
         self._quotas = Quotas(settings)
-        self._stopped = False
         self._stream_lock = asyncio.Lock()
         # Per task, the newest append that finishes in a task and is not yet handed to the
         # committer: later appends of the task wait for it (resolved once it is handed over).
         self._lanes: dict[Key, asyncio.Future[None]] = {}
 
-    async def start(self) -> None:
+    async def open(self, parts: Parts) -> None:
         s = self.settings
-        self._nc = await auth.connect(s, auth.WRITER, max_reconnect_attempts=-1)
-        await ensure_stream(s, self._nc)
-        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._tenants.start()
-        self._keyring = Keyring(self._nc, s.keys_bucket, kek_of(s),
-                                max_bytes=s.max_keys_bytes, cache_bytes=s.key_cache_bytes,
-                                replicas=s.stream_replicas)
-        self._artifacts = await artifacts.open(self._nc, s)
+        nc = self._nc
+        assert nc is not None and self._tenants is not None
+        await ensure_stream(s, nc)
+        self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
+                                cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
+        self._artifacts = await artifacts.open(nc, s)
         # Per-tenant quotas and the ledger's erasure reserve (quotas.py): the committer asks
-        # them before it queues any unit, lease grants included.
-        await self._quotas.start(self._nc)
-        self._committer = GroupCommitter(self._nc, s.stream, max_batch=s.max_batch_events,
-                                         max_inflight=s.max_inflight_batches, timeout=ACK_TIMEOUT_S,
-                                         on_no_stream=self._stream_missing,
-                                         admission=self._quotas)
-        self._committer.high_seq = (await self._nc.jetstream().stream_info(s.stream)).state.last_seq
-        self._flusher = asyncio.create_task(self._committer.run())
+        # them before it queues any unit, lease grants included; stopped after the last commits.
+        parts.on_stop(self._quotas.stop)
+        await self._quotas.start(nc)
+        committer = self._committer = GroupCommitter(
+            nc, s.stream, max_batch=s.max_batch_events, max_inflight=s.max_inflight_batches,
+            timeout=ACK_TIMEOUT_S, on_no_stream=self._stream_missing, admission=self._quotas)
+        committer.high_seq = (await nc.jetstream().stream_info(s.stream)).state.last_seq
+        parts.task(committer.run(), name="writer-flusher", vital=True)
+        parts.on_stop(committer.close)  # the last commits, and their replies
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
-        self._leases = LeaseTable(self._nc, s.leases_bucket,
-                                  LedgerGrants(self._nc, s, self._committer),
-                                  max_per_tenant=s.max_leases_per_tenant,
-                                  max_bytes=s.max_leases_bytes, replicas=s.stream_replicas)
-        await self._leases.start()
-        self._service = await add_service(
-            self._nc, name=SERVICE_NAME, version="0.1.0",
-            description="Validated, durable, deduplicated appends to the agentledger ledger")
-        await self._service.add_endpoint(  # type: ignore[attr-defined]
-            name="append", subject=append_subject(s.prefix), handler=self._on_request)
-        for action in ("acquire", "renew", "release"):
-            await self._service.add_endpoint(  # type: ignore[attr-defined]
-                name=f"lease-{action}", subject=lease_subject(s.prefix, action),
-                handler=self._lease_handler(action))
-        await artifact_endpoints.register(self._service, self._nc, s, self._artifacts, self._tenants,
-                                          tasks=self._handlers, quotas=self._quotas)
-        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
-                                             self._evict)
+        self._leases = await parts.part(LeaseTable(nc, s.leases_bucket, LedgerGrants(nc, s, committer),
+                                                   max_per_tenant=s.max_leases_per_tenant,
+                                                   max_bytes=s.max_leases_bytes, replicas=s.stream_replicas))
+        # Released after the micro service stopped: the appends in flight finish.
+        parts.on_stop(self._drain)
+        self._artifact_endpoints = artifact_endpoints.endpoints(nc, s, self._artifacts, self._tenants,
+                                                                tasks=self._handlers, quotas=self._quotas)
+
+    def endpoints(self) -> list[RawEndpoint]:
+        # Their own wire form: appends are group-committed and answered by the committer.
+        p = self.settings.prefix
+        return [RawEndpoint("append", append_subject(p), self._on_request),
+                *(RawEndpoint(f"lease-{action}", lease_subject(p, action), self._lease_handler(action))
+                  for action in ("acquire", "renew", "release")),
+                *self._artifact_endpoints]
+
+    def evictor(self) -> evict.Evictor:
+        return self._evict
+
+    async def _drain(self) -> None:
+        if self._handlers:
+            await asyncio.gather(*self._handlers, return_exceptions=True)
 
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop the cached keys and mirrored leases."""
@@ -169,10 +166,6 @@ class LedgerWriter:
         return {"keys": evict.keys_of(self._keyring, e),
                 "leases": self._leases.evict(e.tenant) if e.whole_tenant
                 else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0}
-
-    async def wait_failed(self) -> None:
-        assert self._flusher is not None
-        await self._flusher
 
     async def _stream_missing(self, high_seq: int) -> bool:
         """Recreate a deleted ledger stream after ``high_seq``; whether it was missing.
@@ -198,34 +191,6 @@ class LedgerWriter:
                       recreated_from_seq=high_seq + 1)
             await ensure_stream(self.settings, self._nc, first_seq=high_seq + 1)
             return True
-
-    def alive(self) -> bool:
-        """Connected or reconnecting with a live read loop; the group committer running."""
-        return (self._nc is not None and reader_alive(self._nc)
-                and self._flusher is not None and not self._flusher.done())
-
-    async def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._evictions is not None:
-            with contextlib.suppress(Exception):
-                await self._evictions.unsubscribe()
-        if self._service is not None:
-            await self._service.stop()  # type: ignore[attr-defined]
-        if self._handlers:
-            await asyncio.gather(*self._handlers, return_exceptions=True)
-        if self._committer is not None:
-            await self._committer.close()  # the last commits, and their replies
-        await self._quotas.stop()
-        if self._leases is not None:
-            await self._leases.stop()
-        if self._tenants is not None:
-            await self._tenants.stop()
-        if self._flusher is not None:
-            self._flusher.cancel()
-        if self._nc is not None:
-            await self._nc.drain()
 
     async def _on_request(self, req: Request) -> None:
         assert self._tenants is not None and self._committer is not None

@@ -48,7 +48,7 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.detect import redact_secrets
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
-from agentledger.core.memory.keys import normalise_key
+from agentledger.core.memory.keys import lookup_keys, normalise_key
 from agentledger.core.memory.read import (
     Bindings,
     allowed_scopes,
@@ -112,6 +112,11 @@ SAVE_SQL = (
     " ON CONFLICT (tenant, record_id) DO UPDATE SET last_read_at = excluded.last_read_at,"
     " reads = memory_usage.reads + 1")
 KEY_SQL = "SELECT row FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
+# Which of a looked-up key's canonical forms the scope holds (records, or decisions without one).
+KEYS_HELD_SQL = (
+    "SELECT key FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = ANY($3::text[])"
+    " UNION SELECT key FROM memory_history WHERE tenant = $1 AND scope_key = $2"
+    " AND key = ANY($3::text[])")
 HISTORY_SQL = (
     "SELECT seq, event, proposal_id, record_id, action, reason, trace, at FROM memory_history h"
     " WHERE tenant = $1 AND ((scope_key = $2 AND key = $3)"
@@ -374,7 +379,18 @@ class Reader:
         bound = await binding_of(self._bindings, caller, request.tenant)
         check_scope(request.scope, bound, "$.scope")
         skey = scope_key(ev.Scope(level=request.scope.level, tenant=request.tenant, id=request.scope.id))
-        return skey, normalise_key(request.key)
+        return skey, await self._canonical_key(request.tenant, skey, request.key)
+
+    async def _canonical_key(self, tenant: str, skey: str, key: str) -> str:
+        """The key as a proposal would have been keyed: the first of its canonical forms
+        (``core.memory.lookup_keys``: normal form, the lexicon's subject, content words) that
+        the scope holds, else its normal form. ``answer language`` finds the
+        ``response_language`` record that ``answer in Chinese`` was stored under."""
+        forms = lookup_keys(key)
+        if len(forms) < 2:  # one form (or none): nothing to choose between
+            return forms[0] if forms else normalise_key(key)
+        held = {r[0] for r in await self._pool.fetch(KEYS_HELD_SQL, tenant, skey, list(forms))}
+        return next((k for k in forms if k in held), forms[0])
 
     async def receipts(self, caller: Caller, request: ReceiptsRequest) -> ReceiptsReply:
         # A tenant agent sees the receipts of its own reads: another agent's may name records of

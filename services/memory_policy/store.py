@@ -39,7 +39,8 @@ import msgspec
 from agentledger.contracts.events import RuleFired
 from agentledger.core.memory.authority import SENSITIVITY_RANK
 from agentledger.core.memory.state import RecordRow
-from agentledger.stores.db import check_schema
+from agentledger.projection.spec import WatermarkRow
+from agentledger.stores.db import columns
 
 WATERMARK = "memory"
 # Tables the projection consists of (what a rebuild empties and refills).
@@ -94,12 +95,6 @@ def vector_text(vector: Sequence[float] | None) -> str | None:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def parse_vector(text: str | None) -> list[float] | None:
-    if text is None:
-        return None
-    return [float(x) for x in text.strip("[]").split(",")] if text != "[]" else []
-
-
 def data_subject_of(row: RecordRow) -> str | None:
     """The data subject a record's value is sealed under (None: not personal, or a tombstone)."""
     sealed = row.body.sealed
@@ -114,20 +109,12 @@ def decode_trace(data: bytes | None) -> list[RuleFired]:
     return _trace_decoder.decode(data) if data else []
 
 
-class MemoryStore:
+class MemoryStore(WatermarkRow):
     """Statements of the memory tables in one schema (``public`` for the live service)."""
 
     def __init__(self, schema: str = "public") -> None:
-        s = self.schema = check_schema(schema)
-
-        def q(template: str) -> str:
-            return template.replace("{s}", s)
-
-        self._lock_wm = q("SELECT seq, tableoid::bigint FROM {s}.memory_watermark WHERE name = $1"
-                          " FOR UPDATE")
-        self._get_wm = q("SELECT seq FROM {s}.memory_watermark WHERE name = $1")
-        self._set_wm = q("INSERT INTO {s}.memory_watermark(name, seq) VALUES ($1, $2)"
-                        " ON CONFLICT (name) DO UPDATE SET seq = excluded.seq")
+        super().__init__(schema, "memory_watermark", WATERMARK)
+        q = self.sql
         self._events = q("SELECT event_id, seq FROM {s}.memory_history"
                         " WHERE tenant = $1 AND event_id = ANY($2::text[])")
         self._decisions = q(
@@ -192,20 +179,6 @@ class MemoryStore:
         self._put_held = q("INSERT INTO {s}.memory_held(tenant, record_id, n, mark)"
                           " SELECT $1, * FROM unnest($2::text[], $3::int[], $4::bytea[])")
 
-    # ---- watermark ----------------------------------------------------------------------
-
-    async def watermark(self, conn: Any) -> int | None:
-        value = await conn.fetchval(self._get_wm, WATERMARK)
-        return None if value is None else int(value)
-
-    async def lock_watermark(self, conn: asyncpg.Connection) -> tuple[int, int] | None:
-        """(seq, oid of the watermark table), row-locked until the end of the transaction."""
-        row = await conn.fetchrow(self._lock_wm, WATERMARK)
-        return None if row is None else (int(row[0]), int(row[1]))
-
-    async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None:
-        await conn.execute(self._set_wm, WATERMARK, seq)
-
     # ---- what the reducer needs of one tenant -------------------------------------------
 
     async def seen_events(self, conn: Any, tenant: str, event_ids: Sequence[str]) -> dict[str, int]:
@@ -253,7 +226,7 @@ class MemoryStore:
     async def put_groups(self, conn: asyncpg.Connection, tenant: str,
                          groups: Sequence[tuple[str, str, str, int, bytes]]) -> None:
         if groups:
-            await conn.execute(self._put_groups, tenant, *_columns(groups, 5))
+            await conn.execute(self._put_groups, tenant, *columns(groups, 5))
 
     async def put_records(self, conn: asyncpg.Connection, tenant: str,
                           records: Sequence[RecordWrite]) -> None:
@@ -293,7 +266,7 @@ class MemoryStore:
             return
         prepared = [(*r[:8], r.reason, _encode(r.trace) if r.trace is not None else None, r.at)
                     for r in rows]
-        await conn.execute(self._put_history, tenant, *_columns(prepared, 11))
+        await conn.execute(self._put_history, tenant, *columns(prepared, 11))
 
     async def replace_held(self, conn: asyncpg.Connection, tenant: str,
                            held: dict[str, list[bytes]], touched: Iterable[str]) -> None:
@@ -304,12 +277,4 @@ class MemoryStore:
         await conn.execute(self._drop_held, tenant, ids)
         rows = [(rid, n, mark) for rid in ids for n, mark in enumerate(held.get(rid, []))]
         if rows:
-            await conn.execute(self._put_held, tenant, *_columns(rows, 3))
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    cols: list[list[Any]] = [[] for _ in range(width)]
-    for row in rows:
-        for col, value in zip(cols, row, strict=True):
-            col.append(value)
-    return cols
+            await conn.execute(self._put_held, tenant, *columns(rows, 3))

@@ -54,18 +54,14 @@ than fold anything twice.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
-import msgspec
-import nats
 import nats.js.errors
 import structlog
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from agentledger.config import Settings
 from agentledger.contracts.api import EventRejected
@@ -73,18 +69,32 @@ from agentledger.contracts.codec import encode
 from agentledger.contracts.events import AnyEvent
 from agentledger.core.checkpoint_policy import task_changed
 from agentledger.core.state import Changes, core_hash, encode_core, encode_turn, encode_variable
+from agentledger.projection.loop import (
+    FETCH_TIMEOUT,
+    LOOP_STALL_S,
+    LoopEndedError,
+    ProjectionChangedError,
+    ProjectionLoop,
+    safe_detail,
+)
+from agentledger.projection.stream import (
+    bind_consumer,
+    consumer_agrees,
+    consumer_config,
+    first_undelivered,
+    stream_seq,
+)
 from agentledger.services.projector.cache import StateCache
-from agentledger.services.projector.puller import ConsumerLostError, Puller
-from agentledger.services.projector.rebuild import (
+from agentledger.services.projector.fold import (
     SubjectKeys,
     decode_message,
+    event_id_of,
     fold_event,
     is_service_ledger,
     rejection_row,
-    replace_live_with,
-    stream_seq,
     subject_tokens,
 )
+from agentledger.services.projector.rebuild import replace_live_with
 from agentledger.services.projector.store import (
     REFUSED,
     Key,
@@ -100,21 +110,16 @@ from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.stores import db
 from agentledger.stores.ledger import ledger_wildcard, partition_of, subject_key
 
+# ``LOOP_STALL_S``: the projector's own loop stalls by the lanes' measure.
+__all__ = ["DURABLE", "LOOP_STALL_S", "Lane", "LaneEndedError", "LedgerUnusableError", "OutOfOrderError",
+           "ProjectionChangedError", "changed_subject", "durable_name", "rejected_subject"]
+
 log = structlog.get_logger()
 
 DURABLE = "projector"
-FETCH_TIMEOUT = 1.0
-ACK_WAIT = 60.0
-MAX_ACK_PENDING = 100_000
 # A consumer that would re-deliver more than this many already-projected messages is recreated.
 MAX_SKIP = 100_000
 CACHE_MAX = 50_000
-MAX_FAILURES = 30
-# The loop turns at least once per fetch timeout; not turning for this long means it is stuck
-# (an await that never returns, e.g. on a PostgreSQL that stopped answering): not alive.
-LOOP_STALL_S = 30.0
-# While PostgreSQL or NATS is away the loop retries this often, without counting failures.
-OUTAGE_RETRY_S = 0.5
 
 
 def durable_name(partition: int, partitions: int) -> str:
@@ -131,10 +136,6 @@ def rejected_subject(prefix: str, tenant: str, task_id: str) -> str:
     return f"{prefix}.rejected.{tenant}.{task_id}"
 
 
-class ProjectionChangedError(Exception):
-    """The watermark is not the one this process committed: someone else wrote it."""
-
-
 class OutOfOrderError(Exception):
     """The consumer delivered past a message that was never applied."""
 
@@ -144,21 +145,11 @@ class LedgerUnusableError(Exception):
     recreated without continuing its sequence): projecting now would skip or misfile events."""
 
 
-class LaneEndedError(Exception):
+class LaneEndedError(LoopEndedError):
     """The projection was re-partitioned: this lane's partition is not one of it any more."""
 
 
-# Errors a message's content can cause while its batch is written (a value PostgreSQL
-# cannot store, a row too large, a state that does not encode): the batch is split so the
-# other messages commit and the one that fails alone becomes a rejection row. Anything else
-# (connection loss, a dropped projection, a constraint an operator added) fails the batch,
-# which is retried as a whole from the watermark.
-POISON_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.DataError, asyncpg.ProgramLimitExceededError, ValueError, TypeError, OverflowError,
-    RecursionError, msgspec.MsgspecError)
-
-
-class Lane:
+class Lane(ProjectionLoop[TaskRow]):
     """Folds one partition of the ledger into PostgreSQL (see the module docstring).
 
     The process gives it its connections and what its lanes share: the NATS
@@ -166,85 +157,43 @@ class Lane:
     the wake-up of readers waiting for a seq, and what to do when the lane gives up.
     """
 
+    log_name = "projector"
+    outage_errors = (*SERVER_AWAY_ERRORS, LedgerUnusableError)
+    unusable_errors = (LedgerUnusableError,)
+    reset_errors = (ProjectionMissingError, ProjectionChangedError)
+
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, partition: int,
                  partitions: int, *, store: Store, subject_keys: SubjectKeys,
                  progress: asyncio.Event, on_failure: Callable[[BaseException], None]) -> None:
-        self.settings = settings
+        super().__init__(settings, nc, pool, logger=log.bind(partition=partition) if partitions > 1 else log)
         self.partition, self.partitions = partition, partitions
         self.name = db.watermark_name(partition, partitions)
         self.durable = durable_name(partition, partitions)
         # Each lane holds its share of the state cache's budget.
         self.cache_bytes = max(1, settings.projector_cache_bytes // partitions)
         self.store = store
-        self.log = log.bind(partition=partition) if partitions > 1 else log
-        self._nc, self._pool = nc, pool
         self._subject_keys = subject_keys
         self._progress = progress
         self._on_failure = on_failure
         # Whether a subject's task is this partition's, decided once per subject.
         self._mine: dict[str, bool] = {}
         self._cache = StateCache()
-        self._sub: Puller | None = None
-        # The batches' own connection (reads use the pool): no pool release reset per batch.
-        self._writer = db.BatchConnection(settings.database_url)
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        # True while a batch or an initialization is in flight (stop lets it finish).
-        self._busy = False
         # Rejections committed but not yet announced.
         self._rejected: list[RejectionRow] = []
-        # Watermark this lane committed last (None: not initialized), and in which
-        # projection (the oid of its watermark table: ``replay`` switches in another one).
-        self._committed: int | None = None
-        self._projection: int | None = None
-        self._turned = time.monotonic()
-        self._outage: str | None = None
 
     @property
     def cache(self) -> StateCache:
         return self._cache
-
-    @property
-    def busy(self) -> bool:
-        return self._busy
-
-    @property
-    def watermark(self) -> int | None:
-        """The watermark this lane committed last."""
-        return self._committed
 
     async def prime(self) -> None:
         """Initialize now, in the caller (errors reach it); ``start`` then begins with a batch."""
         await self._guarded(self._initialize())
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"projector-{self.durable}")
+        self._spawn(f"projector-{self.durable}")
 
-    @property
-    def done(self) -> bool:
-        return self._task is not None and self._task.done()
-
-    def alive(self) -> bool:
-        return self._task is not None and not self._task.done() and (
-            time.monotonic() - self._turned < LOOP_STALL_S)
-
-    async def stop(self) -> None:
-        """Stop fetching, let the in-flight batch commit or roll back; idempotent."""
-        self._stopping = True
-        if self._task is not None:
-            if not self._busy:
-                self._task.cancel()  # idle in a fetch or a sleep: nothing to finish
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=15)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
-            except Exception as exc:  # noqa: BLE001 - already reported through on_failure
-                log.debug("projector.run_ended", error=type(exc).__name__)
-        if self._sub is not None:
-            await self._sub.close()
-            self._sub = None
-        self._writer.drop()
+    def _failed(self, exc: BaseException) -> None:
+        self._on_failure(exc)
 
     def evict(self, tenant: str, task_id: str | None) -> int:
         """Drop the cached states of a tenant (or of one of its tasks); call between batches."""
@@ -310,96 +259,34 @@ class Lane:
         self._turned = time.monotonic()
 
     async def _bind_consumer(self, wm: int) -> None:
-        """Make the durable consumer deliver from ``wm + 1`` and attach a fresh ``Puller``."""
-        js = self._nc.jetstream()
-        stream = self.settings.stream
-        # Re-binding inside a running process: a pull request of the old puller may still be
-        # open, so the consumer is always recreated (its open requests die with it).
+        """Make the durable consumer deliver from ``wm + 1`` and attach a fresh ``Puller``.
+
+        Re-binding inside a running process: a pull request of the old puller may still be
+        open, so the consumer is always recreated (its open requests die with it); on start
+        a consumer whose position agrees with the watermark is kept.
+        """
         rebind = self._sub is not None
         if self._sub is not None:
             await self._sub.close()
             self._sub = None
-        try:
-            info: ConsumerInfo | None = await js.consumer_info(stream, self.durable)
-        except nats.js.errors.NotFoundError:
-            info = None
-        if info is not None and (rebind or not self._consumer_agrees(info, wm)):
-            self.log.info("projector.consumer_reset", watermark=wm,
-                     ack_floor=info.ack_floor.stream_seq if info.ack_floor else None,
-                     delivered=info.delivered.stream_seq if info.delivered else None)
-            await js.delete_consumer(stream, self.durable)
-            info = None
-        if info is None:
-            await js.add_consumer(stream, ConsumerConfig(
-                name=self.durable, durable_name=self.durable, filter_subject=ledger_wildcard(self.settings.prefix),
-                ack_policy=AckPolicy.ALL, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=wm + 1, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
-                max_waiting=16, num_replicas=1, mem_storage=True,
-                description=f"agentledger projector, partition {self.partition} of"
-                f" {self.partitions} (position follows PostgreSQL)"))
-        self._sub = Puller(self._nc, stream, self.durable)
-        await self._sub.start()
+        wildcard = ledger_wildcard(self.settings.prefix)
 
-    def _consumer_agrees(self, info: ConsumerInfo, wm: int) -> bool:
-        cfg = info.config
-        if (cfg.filter_subject != ledger_wildcard(self.settings.prefix)
-                or cfg.ack_policy != AckPolicy.ALL
-                or cfg.deliver_subject or cfg.num_replicas != 1 or not cfg.mem_storage):
+        def keep(info: Any) -> bool:
+            if not rebind and consumer_agrees(info, wildcard, wm, MAX_SKIP):
+                return True
+            self.log.info("projector.consumer_reset", watermark=wm,
+                          ack_floor=info.ack_floor.stream_seq if info.ack_floor else None,
+                          delivered=info.delivered.stream_seq if info.delivered else None)
             return False
-        floor = info.ack_floor.stream_seq if info.ack_floor else 0
-        delivered = info.delivered.stream_seq if info.delivered else 0
-        # Beyond the watermark nothing may be delivered-but-unapplied (it would be skipped),
-        # and re-delivering a long stretch of applied messages is wasted work.
-        return floor <= wm and delivered <= wm and wm - floor <= MAX_SKIP
+
+        self._sub = await bind_consumer(self._nc, self.settings, consumer_config(
+            self.durable, wildcard, wm + 1, f"agentledger projector, partition {self.partition} of"
+            f" {self.partitions} (position follows PostgreSQL)"), keep=keep)
 
     # ---- the loop ---------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        failures = 0
-        try:
-            while not self._stopping:
-                self._turned = time.monotonic()
-                try:
-                    if await self._step():
-                        failures = 0
-                        self._servers_back()
-                except asyncio.CancelledError:
-                    raise
-                except (*SERVER_AWAY_ERRORS, LedgerUnusableError) as exc:
-                    if self._stopping:
-                        break
-                    await self._wait_out(exc)
-                except LaneEndedError as exc:
-                    self.log.info("projector.partition_ended", reason=str(exc))
-                    return
-                except (ProjectionMissingError, ProjectionChangedError) as exc:
-                    # Someone dropped or rebuilt the projection: start over from PostgreSQL.
-                    self.log.info("projector.projection_reset", reason=str(exc))
-                    await self._reset()
-                except Exception as exc:
-                    if self._stopping:
-                        break
-                    failures += 1
-                    # A deleted consumer is recreated from the watermark by the reset below.
-                    self.log.warning("projector.consumer_lost" if isinstance(exc, ConsumerLostError)
-                                else "projector.batch_failed", failures=failures,
-                                error=type(exc).__name__, detail=_safe(exc), watermark=self._committed)
-                    await self._reset()
-                    if failures >= MAX_FAILURES:
-                        raise
-                    await asyncio.sleep(min(0.05 * 2 ** failures, 5.0))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self.log.error("projector.failed", error=type(exc).__name__, detail=_safe(exc))
-            self._on_failure(exc)
-            raise
-
-    async def _step(self) -> bool:
-        """One turn of the loop: initialize, fetch and apply one batch (or check when idle).
-
-        True when the turn reached the servers and found them well.
-        """
+    async def _step(self) -> None:
+        """One turn of the loop: initialize, fetch and apply one batch (or check when idle)."""
         if self._committed is None or self._sub is None:
             await self._guarded(self._initialize())
         assert self._sub is not None
@@ -408,47 +295,17 @@ class Lane:
                                          self.settings.projector_linger_ms / 1000)
         except TimeoutError:
             await self._idle_check()
-            return True
+            return
         await self._guarded(self._process(msgs))
-        return True
-
-    async def _wait_out(self, exc: BaseException) -> None:
-        """A server is away, or the ledger unusable: wait without counting failures (restarting
-        the process would not fix it sooner), then start over from PostgreSQL.
-
-        Reads keep answering from the rows meanwhile. One log line per change of reason,
-        not one per retry; an unusable ledger is an error an operator must see.
-        """
-        unusable = isinstance(exc, LedgerUnusableError)
-        reason = f"{type(exc).__name__}: {_safe(exc)}"
-        if reason != self._outage:
-            self.log.log(logging.ERROR if unusable else logging.WARNING,
-                    "projector.waiting_for_servers", reason=reason, watermark=self._committed)
-            self._outage = reason
-        await self._reset()
-        await asyncio.sleep(OUTAGE_RETRY_S * (4 if unusable else 1))
-
-    def _servers_back(self) -> None:
-        if self._outage is not None:
-            self.log.info("projector.servers_back", watermark=self._committed)
-            self._outage = None
-
-    async def _guarded(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run work that ``stop`` lets finish rather than cancel."""
-        self._busy = True
-        try:
-            await work
-        finally:
-            self._busy = False
 
     async def _reset(self) -> None:
         """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
         self._cache.clear()
-        self._committed = self._projection = None
-        self._writer.drop()  # plans cached against dropped tables go with it
+        await super()._reset()
         await self._pool.expire_connections()  # drop plans cached against dropped tables
 
-
+    def _rolled_back(self) -> None:
+        self._cache.clear()  # states were folded in memory for a transaction that rolled back
 
     async def _idle_check(self) -> None:
         """Between batches: notice a dropped or rebuilt projection without waiting for traffic."""
@@ -470,31 +327,10 @@ class Lane:
     async def _process(self, msgs: list[Any]) -> None:
         """Apply one fetched batch in one transaction (split if one message fails it), then ack and notify."""
         batch = {stream_seq(msg): msg for msg in msgs}
-        rows = await self._commit(sorted(batch.items()))
+        rows = await self.commit_bisecting(sorted(batch.items()))
         await self._after_commit(batch[max(batch)], rows)
         if rows:
             self.log.debug("projector.batch", events=len(batch), tasks=len(rows), watermark=self._committed)
-
-    async def _commit(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
-        """Commit ``items`` (sorted); a transaction that a message's content fails is bisected.
-
-        The halves commit on their own; a single message that still fails becomes a
-        ``projection_error`` rejection row, so the same batch is never retried forever.
-        """
-        try:
-            return await self._commit_once(items)
-        except POISON_ERRORS as exc:
-            self._cache.clear()  # states were folded in memory for a transaction that rolled back
-            if len(items) > 1:
-                self.log.warning("projector.batch_split", events=len(items), first=items[0][0],
-                            last=items[-1][0], error=type(exc).__name__)
-                mid = len(items) // 2
-                return await self._commit(items[:mid]) + await self._commit(items[mid:])
-            seq, msg = items[0]
-            self.log.error("projector.poison_message", seq=seq, error=type(exc).__name__,
-                      detail=_safe(exc))
-            await self._commit_poison(seq, msg, exc)
-            return []
 
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
         """One batch in one transaction: in one statement when every task it touches is
@@ -546,7 +382,7 @@ class Lane:
         except asyncpg.PostgresError as exc:
             if exc.sqlstate != REFUSED:
                 raise
-            self.log.info("projector.batch_refused", reason=_safe(exc), watermark=wm)
+            self.log.info("projector.batch_refused", reason=safe_detail(exc), watermark=wm)
             self._cache.clear()  # folded for a statement that kept nothing
             return None
         self._committed = fresh[-1][0]
@@ -556,9 +392,7 @@ class Lane:
     async def _commit_poison(self, seq: int, msg: Any, exc: BaseException) -> None:
         """Record one message that cannot be written as a rejection row and move past it."""
         key = subject_key(self.settings.prefix, msg.subject) or subject_tokens(msg.subject)
-        headers = msg.headers or {}
-        mid = headers.get("Nats-Msg-Id") or ""
-        row = rejection_row((key[0], key[1], seq, mid.rsplit("/", 1)[-1], "", "projection_error",
+        row = rejection_row((key[0], key[1], seq, event_id_of(msg.headers), "", "projection_error",
                              f"the projection could not store this message ({type(exc).__name__})"))
         conn = await self._writer.get()
         async with conn.transaction():
@@ -693,18 +527,9 @@ class Lane:
 
     async def _check_contiguous(self, wm: int, seqs: list[int]) -> None:
         """Raise ``OutOfOrderError`` if a stored message between ``wm`` and the batch was not delivered."""
-        expected = wm + 1
-        for seq in seqs:
-            if seq != expected:
-                try:
-                    nxt = await self._nc.jetstream().get_msg(
-                        self.settings.stream, seq=expected, subject=ledger_wildcard(self.settings.prefix),
-                        next=True)
-                except nats.js.errors.NotFoundError:
-                    nxt = None
-                if nxt is not None and nxt.seq is not None and nxt.seq < seq:
-                    raise OutOfOrderError(f"message {nxt.seq} was not delivered before {seq}")
-            expected = seq + 1
+        missing = await first_undelivered(self._nc, self.settings, ledger_wildcard(self.settings.prefix), wm, seqs)
+        if missing is not None:
+            raise OutOfOrderError(f"message {missing} was not delivered before the batch {seqs[0]}..{seqs[-1]}")
 
 
 def _in_batch_firsts(events: list[tuple[int, Key, AnyEvent]]) -> dict[tuple[str, str, str], int]:
@@ -713,8 +538,3 @@ def _in_batch_firsts(events: list[tuple[int, Key, AnyEvent]]) -> dict[tuple[str,
     for seq, key, event in events:
         first.setdefault((key[0], key[1], event.event_id), seq)
     return first
-
-
-def _safe(exc: BaseException) -> str:
-    """An exception's text, bounded (our errors never carry event content)."""
-    return str(exc)[:300]

@@ -37,11 +37,7 @@ import msgspec
 import nats
 import nats.js.errors
 import structlog
-from nats import micro
-from nats.aio.client import Client
-from nats.aio.subscription import Subscription
 from nats.micro.request import Request
-from nats.micro.service import Service
 
 from agentledger.config import Settings
 from agentledger.contracts.api import (
@@ -56,9 +52,7 @@ from agentledger.contracts.codec import decode_task_ref, encode
 from agentledger.core.state import core_view, decode_state
 from agentledger.erasure import evict
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
-from agentledger.security import auth
-from agentledger.security.bindings import BindingRegistry
-from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError, TenantRegistry
+from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
 from agentledger.security.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector import ownership
 from agentledger.services.projector.lane import (
@@ -72,17 +66,18 @@ from agentledger.services.projector.lane import (
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
 from agentledger.services.projector.store import Layout, LayoutError, Store
 from agentledger.shell.bounded import ByteLRU
-from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS, ServiceShell
+from agentledger.shell.endpoints import RawEndpoint
+from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.shell.parts import Parts
+from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import db
 from agentledger.stores.ledger import ensure_stream, ledger_subject
-from agentledger.stores.natsclient import reader_alive
 
 __all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
 
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-projector"
-SERVICE_VERSION = "0.1.0"
 # Advisory lock of partition k: (LEADER_LOCK, k) ("agpj").
 LEADER_LOCK = 0x61677069
 # How often the process looks at the partitions it holds and the instances running.
@@ -155,35 +150,27 @@ class _View:
 
 
 
-class Projector(ServiceShell):
+class Projector(Shell):
     """Folds its partitions of the ledger into PostgreSQL; answers ``<prefix>.wm.get``."""
 
-    name = "projector"
+    # The bindings say whose personal values an agent may see opened (``wm.get`` with reveal_personal).
+    shape = Shape(name="projector", micro=SERVICE_NAME, log_name="projector", bindings=True,
+                  pool=Pool(max_size=4), description="Working Memory projections of the agentledger ledger")
 
     def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
+        super().__init__(settings)
         self.store = Store(LIVE_SCHEMA)
-        self._nc: Client | None = None
-        self._pool: asyncpg.Pool | None = None
         self._subject_keys = SubjectKeys(settings.prefix)
         # Holds the advisory lock of every partition this process folds.
         self._lock_conn: asyncpg.Connection | None = None
         self._lanes: dict[int, Lane] = {}
-        self._service: Service | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         # Rendered views too large for one reply, while their chunks are fetched.
         self._views: ByteLRU[tuple[str, str, bool, frozenset[str] | None, str], _View] = ByteLRU(
             settings.view_cache_bytes, ttl_s=VIEW_TTL_S)
         self._keys: Keyring | None = None
-        self._evictions: Subscription | None = None
-        self._tenants: TenantRegistry | None = None
-        # Whose personal values an agent may see opened (``wm.get`` with reveal_personal).
-        self._bindings: BindingRegistry | None = None
         # A wake-up for readers waiting on a seq (every lane's commits set it).
         self._progress = asyncio.Event()
-        # When the ownership loop last turned (liveness; see ``alive``).
+        # When the ownership loop last turned (liveness; see ``_folding``).
         self._turned = 0.0
         # The layout last seen, and the last thing said about a count that could not change.
         self._layout: int | None = None
@@ -191,33 +178,46 @@ class Projector(ServiceShell):
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    async def _start(self) -> None:
-        s = self.settings
-        self._nc = await auth.connect(s, "projector",
-                                      max_reconnect_attempts=-1, error_cb=self._nats_error,
-                                      closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._tenants.start()
-        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._bindings.start()
-        self._pool = await db.create_pool(s.database_url, min_size=1, max_size=4)
-        await db.migrate(s.database_url)
+    async def open(self, parts: Parts) -> None:
         await self._ensure_stream()
-        self._service = await micro.add_service(
-            self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
-            description="Working Memory projections of the agentledger ledger")
-        await self._service.add_endpoint(name="wm-get", subject=get_subject(s.prefix),
-                                         handler=self._handle_get)
-        self._evictions = await evict.listen(self._nc, s.prefix, SERVICE_NAME, self._service.id,
-                                             self._evict)
-        self._lock_conn = await db.connect(s.database_url)
+
+    def endpoints(self) -> list[RawEndpoint]:
+        # Its own wire form: a view too large for one reply is sent in chunks.
+        return [RawEndpoint("wm-get", get_subject(self.settings.prefix), self._handle_get)]
+
+    def evictor(self) -> evict.Evictor:
+        return self._evict
+
+    async def serving(self, parts: Parts) -> None:
+        """Take this instance's share of the partitions (found by its micro-service id).
+
+        On stop: the ownership loop ends, every lane lets its batch in flight commit or
+        roll back, then the partitions' locks go.
+        """
+        parts.on_stop(self._say_stopped)
+        parts.on_stop(self._unlock)
+        self._lock_conn = await db.connect(self.settings.database_url)
+        parts.on_stop(self._stop_lanes)
         # The first turn initializes the lanes it takes before start returns (a projection
         # that cannot be initialized fails the start, as a projector always did).
         await self._balance(first=True)
         if not self._lanes:
             log.info("projector.standby", reason="other projectors hold every partition")
         self._turned = time.monotonic()
-        self._task = asyncio.create_task(self._own(), name="projector-own")
+        parts.task(self._own(), name="projector-own", vital=True)
+        parts.liveness(self._folding)
+
+    async def _stop_lanes(self) -> None:
+        await asyncio.gather(*(lane.stop() for lane in self._lanes.values()))
+
+    async def _unlock(self) -> None:
+        """Close the connection holding the partitions' locks (the one open now: ``_balance``
+        opens another when PostgreSQL dropped it)."""
+        if self._lock_conn is not None:
+            await self._lock_conn.close()
+
+    async def _say_stopped(self) -> None:
+        log.info("projector.stopped", partitions=sorted(self._lanes), watermark=self.watermark)
 
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop cached states, rendered views and keys.
@@ -247,45 +247,9 @@ class Projector(ServiceShell):
             wm = max(layout.seqs) if layout is not None else 0
             await ensure_stream(self.settings, self._nc, first_seq=wm + 1)
 
-    async def stop(self) -> None:
-        """Stop taking partitions, let every lane's batch in flight commit or roll back, drain;
-        idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._evictions is not None:
-            with contextlib.suppress(Exception):
-                await self._evictions.unsubscribe()
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await asyncio.gather(*(lane.stop() for lane in self._lanes.values()))
-        if self._service is not None:
-            try:
-                await self._service.stop()
-            except Exception:
-                log.warning("projector.service_stop_failed", exc_info=True)
-        for registry in (self._bindings, self._tenants):
-            if registry is not None:
-                await registry.stop()
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                await self._nc.drain()
-            except Exception:  # noqa: BLE001
-                await self._nc.close()
-        if self._lock_conn is not None:
-            await self._lock_conn.close()
-        if self._pool is not None:
-            await self._pool.close()
-        log.info("projector.stopped", partitions=sorted(self._lanes), watermark=self.watermark)
-
-    def alive(self) -> bool:
-        """Whether the projector can make progress: its NATS read loop runs, its ownership
-        loop turns, and so does every lane it runs (a standby runs none)."""
-        if self._nc is None or not reader_alive(self._nc):
-            return False
-        if self._task is None or self._task.done() or time.monotonic() - self._turned >= LOOP_STALL_S:
+    def _folding(self) -> bool:
+        """The ownership loop turns, and so does every lane this process runs (a standby runs none)."""
+        if time.monotonic() - self._turned >= LOOP_STALL_S:
             return False
         return all(lane.alive() or lane.done for lane in self._lanes.values())
 
@@ -304,16 +268,11 @@ class Projector(ServiceShell):
     def lanes(self) -> dict[int, Lane]:
         return self._lanes
 
-    def _fail(self, exc: BaseException) -> None:
-        """A lane gave up: the process ends (and is restarted)."""
-        if self._failed is not None and not self._failed.done():
-            self._failed.set_exception(exc)
-
     # ---- which partitions this process folds -------------------------------------------
 
     async def _own(self) -> None:
         """Every ``BALANCE_S``: take or let go of partitions (see ``ownership``)."""
-        while not self._stopping:
+        while not self._stopped:
             self._turned = time.monotonic()
             try:
                 await self._balance()
@@ -328,7 +287,7 @@ class Projector(ServiceShell):
 
     async def _balance(self, first: bool = False) -> None:
         """One turn: the layout, the instances running, then take or let go of partitions."""
-        assert self._pool is not None and self._nc is not None and self._service is not None
+        assert self._pool is not None and self._nc is not None and self._micro is not None
         if self._lock_conn is None or self._lock_conn.is_closed():
             # Its locks went with its session (PostgreSQL restarted, or the connection broke):
             # take them again for the lanes it runs, which wait out the outage meanwhile; a lane
@@ -348,7 +307,7 @@ class Projector(ServiceShell):
             self._layout = count
             await self._drop_stale_consumers(count)
         members = 1 if count == 1 else await self._members()
-        decision = ownership.plan(self._service.id, count, members, set(self._lanes))
+        decision = ownership.plan(self._micro.id, count, members, set(self._lanes))
         if decision.drop is not None:
             log.info("projector.partition_released", partition=decision.drop, partitions=count,
                      instances=members)
@@ -398,7 +357,7 @@ class Projector(ServiceShell):
         assert self._nc is not None and self._pool is not None
         lane = Lane(self.settings, self._nc, self._pool, partition, partitions,
                     store=self.store, subject_keys=self._subject_keys, progress=self._progress,
-                    on_failure=self._fail)
+                    on_failure=self.fail)
         self._lanes[partition] = lane
         log.info("projector.partition_taken", partition=partition, partitions=partitions)
         if first:
@@ -577,15 +536,6 @@ class Projector(ServiceShell):
                                  kek_of(self.settings, create=False),
                                  cache_bytes=self.settings.key_cache_bytes)
         return self._keys
-
-    # ---- NATS callbacks ------------------------------------------------------------------------
-
-    async def _nats_error(self, exc: Exception) -> None:
-        log.warning("projector.nats_error", error=type(exc).__name__, detail=_safe(exc))
-
-    async def _nats_closed(self) -> None:
-        if not self._stopping and self._failed is not None and not self._failed.done():
-            self._failed.set_exception(ConnectionError("the NATS connection closed"))
 
 
 _view_encoder = msgspec.json.Encoder()

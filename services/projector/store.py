@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from agentledger.core.state import WorkingMemory, decode_state, decode_variable
-from agentledger.stores.db import WATERMARK_NAME, check_schema, watermark_name
+from agentledger.stores.db import WATERMARK_NAME, check_schema, columns, watermark_name
 from agentledger.stores.ledger import partition_of
 
 Key = tuple[str, str]
@@ -334,15 +334,15 @@ class Store:
     async def upsert_tasks(self, conn: asyncpg.Connection, rows: Sequence[TaskRow]) -> None:
         """Insert or rewrite core rows."""
         if rows:
-            await conn.execute(self._upsert, *_columns(rows, 5))
+            await conn.execute(self._upsert, *columns(rows, 5))
 
     async def write_rest(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                          turns: Sequence[TurnRow], rejections: Sequence[RejectionRow],
                          watermark: int, *, name: str = WATERMARK_NAME) -> None:
         """``write_parts``, ``insert_rejections`` and ``set_watermark`` in one statement (one
         round trip instead of four, in the caller's transaction): the live projector's batch."""
-        await conn.execute(self._write_rest, *_columns(variables, 5), *_columns(turns, 5),
-                           *_columns(rejections, 7), name, watermark)
+        await conn.execute(self._write_rest, *columns(variables, 5), *columns(turns, 5),
+                           *columns(rejections, 7), name, watermark)
 
     async def write_batch(self, conn: asyncpg.Connection, *, name: str, expected: int,
                           projection: int, watermark: int, claims: Sequence[AppliedRow],
@@ -354,8 +354,8 @@ class Store:
         watermark was elsewhere or an id was claimed before: then nothing was written."""
         try:
             await conn.execute(self._write_batch, watermark, name, expected, projection,
-                               *_columns(claims, 4), *_columns(tasks, 5), *_columns(variables, 5),
-                               *_columns(turns, 5), *_columns(rejections, 7), len(claims))
+                               *columns(claims, 4), *columns(tasks, 5), *columns(variables, 5),
+                               *columns(turns, 5), *columns(rejections, 7), len(claims))
         except asyncpg.UndefinedTableError as exc:
             raise ProjectionMissingError("the projection tables are missing") from exc
 
@@ -363,9 +363,9 @@ class Store:
                           turns: Sequence[TurnRow]) -> None:
         """Upsert the variable rows and the turn rows given (and no others)."""
         if variables:
-            await conn.execute(self._put_variables, *_columns(variables, 5))
+            await conn.execute(self._put_variables, *columns(variables, 5))
         if turns:
-            await conn.execute(self._put_turns, *_columns(turns, 5))
+            await conn.execute(self._put_turns, *columns(turns, 5))
 
     async def claim_events(self, conn: asyncpg.Connection,
                            rows: Sequence[AppliedRow]) -> set[tuple[str, str, str]]:
@@ -373,7 +373,7 @@ class Store:
         return the ones that were new (the others were consumed before)."""
         if not rows:
             return set()
-        claimed = await conn.fetch(self._claim, *_columns(rows, 4))
+        claimed = await conn.fetch(self._claim, *columns(rows, 4))
         return {(r[0], r[1], r[2]) for r in claimed}
 
     async def first_seqs(self, conn: asyncpg.Connection, ids: Sequence[tuple[str, str, str]]
@@ -381,7 +381,7 @@ class Store:
         """The recorded first seq of each of ``ids`` (tenant, task, event id) that is recorded."""
         if not ids:
             return {}
-        rows = await conn.fetch(self._first_seqs, *_columns(ids, 3))
+        rows = await conn.fetch(self._first_seqs, *columns(ids, 3))
         return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
 
     async def task_first_seqs(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
@@ -401,7 +401,7 @@ class Store:
     async def insert_rejections(self, conn: asyncpg.Connection,
                                 rows: Sequence[RejectionRow]) -> None:
         if rows:
-            await conn.execute(self._reject, *_columns(rows, 7))
+            await conn.execute(self._reject, *columns(rows, 7))
 
     async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
                        transcript_tail: int | None = None) -> asyncpg.Record | None:
@@ -431,36 +431,35 @@ class Store:
     # ---- bulk (rebuild) -------------------------------------------------------------
 
     async def copy_tasks(self, conn: asyncpg.Connection, rows: Iterable[TaskRow]) -> None:
-        await conn.copy_records_to_table("task_state", records=rows, columns=TASK_COLUMNS,
-                                         schema_name=self.schema)
+        await self._copy(conn, "task_state", TASK_COLUMNS, rows)
 
     async def copy_variables(self, conn: asyncpg.Connection, rows: Iterable[VariableRow]) -> None:
-        await conn.copy_records_to_table("task_variables", records=rows, columns=VARIABLE_COLUMNS,
-                                         schema_name=self.schema)
+        await self._copy(conn, "task_variables", VARIABLE_COLUMNS, rows)
 
     async def copy_turns(self, conn: asyncpg.Connection, rows: Iterable[TurnRow]) -> None:
-        await conn.copy_records_to_table("task_turns", records=rows, columns=TURN_COLUMNS,
-                                         schema_name=self.schema)
+        await self._copy(conn, "task_turns", TURN_COLUMNS, rows)
 
     async def copy_applied(self, conn: asyncpg.Connection, rows: Iterable[AppliedRow]) -> None:
-        await conn.copy_records_to_table("applied_events", records=rows, columns=APPLIED_COLUMNS,
-                                         schema_name=self.schema)
+        await self._copy(conn, "applied_events", APPLIED_COLUMNS, rows)
+
+    async def copy_rejections(self, conn: asyncpg.Connection, rows: Iterable[RejectionRow]) -> None:
+        await self._copy(conn, "rejections", REJECTION_COLUMNS, rows)
+
+    async def _copy(self, conn: asyncpg.Connection, table: str, names: Sequence[str],
+                    rows: Iterable[tuple[Any, ...]]) -> None:
+        await conn.copy_records_to_table(table, records=rows, columns=names, schema_name=self.schema)
 
     async def part_differences(self, conn: asyncpg.Connection, other: Store) -> dict[str, set[Key]]:
         """Per part (``PART_TABLES``), the tasks whose rows differ between this schema and
         ``other``'s: a row missing on one side or with other content."""
         found: dict[str, set[Key]] = {}
-        for part, (table, columns, value) in PART_TABLES.items():
-            match = " AND ".join(f"a.{c} = b.{c}" for c in columns)
+        for part, (table, keys, value) in PART_TABLES.items():
+            match = " AND ".join(f"a.{c} = b.{c}" for c in keys)
             query = (_PART_DIFF.replace("{table}", table).replace("{match}", match)
                      .replace("{value}", value).replace("{o}", other._quoted))
             rows = await conn.fetch(_qualify(query, self._quoted))
             found[part] = {(r[0], r[1]) for r in rows}
         return found
-
-    async def copy_rejections(self, conn: asyncpg.Connection, rows: Iterable[RejectionRow]) -> None:
-        await conn.copy_records_to_table("rejections", records=rows, columns=REJECTION_COLUMNS,
-                                         schema_name=self.schema)
 
 
 @contextlib.asynccontextmanager
@@ -504,7 +503,3 @@ def _batch_statement() -> str:
 
 def _renumber(sql: str, offset: int) -> str:
     return re.sub(r"\$(\d+)", lambda m: f"${int(m[1]) + offset}", sql)
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]

@@ -20,19 +20,11 @@ restarted service continues where the killed one was.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
 from datetime import UTC, datetime
 
-import asyncpg
-import msgspec
 import structlog
-from nats.aio.client import Client
-from nats.micro import add_service
-from nats.micro.service import Service
 
-from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.contracts.forget_api import (
     MAX_RECEIPTS,
@@ -44,28 +36,20 @@ from agentledger.contracts.forget_api import (
 )
 from agentledger.core.forget import check_may_forget, check_selector
 from agentledger.errors import ConflictError, ContractError, NotFoundError
-from agentledger.security import auth
-from agentledger.security.bindings import BindingRegistry
-from agentledger.security.identity import Caller, TenantRegistry
+from agentledger.security.identity import Caller
 from agentledger.security.sealing import Keyring, kek_of
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.saga import PROJECTION_WAIT_S, ForgetLog, Saga, Worker
 from agentledger.services.tombstone_fanout.store import RequestRow
-from agentledger.shell.endpoints import Endpoint, Endpoints
-from agentledger.shell.lifecycle import ServiceShell
-from agentledger.stores import artifacts, db
+from agentledger.shell.endpoints import Endpoint
+from agentledger.shell.parts import Parts
+from agentledger.shell.service import Pool, Shape, Shell
+from agentledger.stores import artifacts
 from agentledger.stores.leases import holder_of
-from agentledger.stores.natsclient import reader_alive
 
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-tombstone-fanout"
-SERVICE_VERSION = "0.1.0"
-ROLE = "tombstone-fanout"
-
-
-def forget_subject(prefix: str, action: str) -> str:
-    return f"{prefix}.forget.{action}"
 
 
 def requested_by(caller: Caller) -> str:
@@ -73,94 +57,34 @@ def requested_by(caller: Caller) -> str:
     return "operator" if caller.is_operator else f"{caller.tenant}/{caller.agent}"
 
 
-class TombstoneFanout(ServiceShell):
+class TombstoneFanout(Shell):
     """The service; see the module docstring."""
 
-    name = "tombstone-fanout"
-    log_name = "forget"
+    shape = Shape(name="tombstone-fanout", micro=SERVICE_NAME, log_name="forget", bindings=True,
+                  pool=Pool(max_size=4, reset=True),
+                  description="agentledger forget requests, fanned out to every index, with receipts")
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-        self._nc: Client | None = None
-        self._pool: asyncpg.Pool | None = None
-        self._tenants: TenantRegistry | None = None
-        self._bindings: BindingRegistry | None = None
-        self._service: Service | None = None
-        self._requests: Endpoints | None = None
-        self.log: ForgetLog | None = None
-        self.saga: Saga | None = None
-        self.worker: Worker | None = None
+    log: ForgetLog | None = None
+    saga: Saga | None = None
+    worker: Worker | None = None
 
-    # ---- lifecycle --------------------------------------------------------------------------
-
-    async def _start(self) -> None:
+    async def open(self, parts: Parts) -> None:
         s = self.settings
-        self._nc = await auth.connect(s, ROLE, max_reconnect_attempts=-1, error_cb=self._nats_error,
-                                      closed_cb=self._nats_closed)
-        self._tenants = TenantRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._tenants.start()
-        self._bindings = BindingRegistry(self._nc, s.prefix, s.stream_replicas)
-        await self._bindings.start()
-        await db.migrate(s.database_url)
-        self._pool = await asyncpg.create_pool(s.database_url, min_size=1, max_size=4,
-                                               timeout=db.CONNECT_TIMEOUT_S)
-        self.log = ForgetLog(s, self._nc, self._pool)
-        await self.log.start()
+        assert self._nc is not None and self._pool is not None
+        self.log = await parts.projection(ForgetLog(s, self._nc, self._pool))
         keyring = Keyring(self._nc, s.keys_bucket, kek_of(s), replicas=s.stream_replicas)
         store = await artifacts.open(self._nc, s)
         self.saga = Saga(s, self._nc, self._pool, self.log, handlers=HANDLERS, keyring=keyring,
                          artifacts=store)
-        await self.saga.instances.start()
-        self.worker = Worker(self.saga, self.log)
-        self.worker.start()
-        self._requests = Endpoints(self._tenants, log_name="forget", who="tombstone-fanout")
-        endpoints = {
-            "request": Endpoint(msgspec.json.Decoder(ForgetRequest), ForgetReply, self.request),
-            "receipt": Endpoint(msgspec.json.Decoder(ReceiptRequest), ReceiptReply, self.receipt),
-        }
-        self._service = await add_service(self._nc, name=SERVICE_NAME, version=SERVICE_VERSION,
-                                          description="agentledger forget requests, fanned out to every "
-                                                      "index, with receipts")
-        for action, endpoint in endpoints.items():
-            await self._service.add_endpoint(name=f"forget-{action}", subject=forget_subject(s.prefix, action),
-                                             handler=self._requests.handler(action, endpoint))
-        await self._nc.flush()
+        await parts.part(self.saga.instances)
+        self.worker = await parts.live_part(Worker(self.saga, self.log))
 
-    def _watched(self) -> list[asyncio.Future[None]]:
-        return [self.log.failed] if self.log is not None else []
-
-    def alive(self) -> bool:
-        """NATS read loop alive, the ``_forget`` projection turning, the saga worker running."""
-        return (self._nc is not None and reader_alive(self._nc) and self.log is not None
-                and self.log.alive() and self.worker is not None and self.worker.alive())
-
-    async def stop(self) -> None:
-        """Stop answering, finish in-flight requests, stop the saga and the projection; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self._service is not None:
-            with contextlib.suppress(Exception):
-                await self._service.stop()
-        if self._requests is not None:
-            await self._requests.drain()
-        if self.worker is not None:
-            await self.worker.stop()
-        if self.saga is not None:
-            await self.saga.instances.stop()
-        if self.log is not None:
-            await self.log.stop()
-        for registry in (self._bindings, self._tenants):
-            if registry is not None:
-                await registry.stop()
-        if self._nc is not None and not self._nc.is_closed:
-            try:
-                await self._nc.drain()
-            except Exception:  # noqa: BLE001
-                await self._nc.close()
-        if self._pool is not None:
-            await self._pool.close()
+    def endpoints(self) -> list[Endpoint]:
+        p = self.settings.prefix
+        return [
+            Endpoint.at(p, "forget.request", ForgetRequest, ForgetReply, self.request),
+            Endpoint.at(p, "forget.receipt", ReceiptRequest, ReceiptReply, self.receipt),
+        ]
 
     # ---- endpoints ----------------------------------------------------------------------------
 
@@ -193,7 +117,7 @@ class TombstoneFanout(ServiceShell):
                      requested_by="operator" if caller.is_operator else "tenant")
             assert self.worker is not None
             self.worker.wake()
-        return ForgetReply(request_id=request_id, status="completed" if stored.receipt else "pending",
+        return ForgetReply(ok=True, request_id=request_id, status="completed" if stored.receipt else "pending",
                            duplicate=duplicate, receipt=stored.receipt)
 
     async def _check_may_forget(self, caller: Caller, body: ForgetRequest) -> None:
@@ -223,7 +147,7 @@ class TombstoneFanout(ServiceShell):
         else:
             assert body.subject is not None
             rows = await store.by_subject(self._pool, body.tenant, body.subject, MAX_RECEIPTS)
-        return ReceiptReply(requests=[await self._progress(r) for r in rows])
+        return ReceiptReply(ok=True, requests=[await self._progress(r) for r in rows])
 
     async def _progress(self, row: RequestRow) -> RequestProgress:
         assert self.log is not None and self._pool is not None

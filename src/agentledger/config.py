@@ -23,6 +23,12 @@ MAX_PARTITIONS = 64
 MAX_INSTANCES = 16
 
 
+def stream_name(prefix: str, what: str) -> str:
+    """The name of prefix ``prefix``'s stream or bucket ``what`` (``LEDGER``, ``KEYS``, ...): each
+    prefix gets its own, so two prefixes never share one."""
+    return f"{prefix.upper().replace('-', '_')}_{what}"
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Runtime configuration shared by the services, the client and the CLI."""
 
@@ -211,22 +217,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def stream(self) -> str:
         """Name of the ledger stream (derived so two prefixes never share one)."""
-        return f"{self.prefix.upper().replace('-', '_')}_LEDGER"
+        return stream_name(self.prefix, "LEDGER")
 
     @property
     def keys_bucket(self) -> str:
         """KV bucket of the wrapped data-subject keys."""
-        return f"{self.prefix.upper().replace('-', '_')}_KEYS"
+        return stream_name(self.prefix, "KEYS")
 
     @property
     def leases_bucket(self) -> str:
         """KV bucket of the task execution leases."""
-        return f"{self.prefix.upper().replace('-', '_')}_LEASES"
+        return stream_name(self.prefix, "LEASES")
 
     @property
     def usage_bucket(self) -> str:
         """KV bucket of the writer's per-tenant usage counters (ledger and artifact bytes)."""
-        return f"{self.prefix.upper().replace('-', '_')}_USAGE"
+        return stream_name(self.prefix, "USAGE")
 
     @property
     def auth_root(self) -> Path:

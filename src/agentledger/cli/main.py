@@ -239,8 +239,8 @@ def cmd_tenant(args: argparse.Namespace) -> int:
     settings = _connected(args)
     if args.tenant_command == "list":
         for record in auth.auth_store(settings).tenants(settings.prefix):
-            agents = ", ".join(name + ("" if agent.user not in record.revocations else " (revoked)")
-                               for name, agent in sorted(record.agents.items())) or "-"
+            agents = ", ".join(name + (" (revoked)" if record.agent_revoked(name) else "")
+                               for name in sorted(record.agents)) or "-"
             limits = auth.TenantLimits.of(settings, record)
             print(f"{record.tenant:<24} {record.status:<8} {record.account}  "
                   f"limits: {limits.connections} connections, {limits.subscriptions} "

@@ -113,6 +113,10 @@ def cmd_memory(args: argparse.Namespace, connected: Connected) -> int:
         _print_json(reply)
         return 0
     _render(args.memory_command, reply)
+    if args.memory_command in ("show", "history") and not (reply.records or reply.history):
+        # Silence would read as "the command did nothing"; say what was looked up.
+        print(f"no memory under key {args.key!r} in scope {args.scope} (the key is looked up as a "
+              "proposal's would be canonicalised; see docs/memory.md)", file=sys.stderr)
     return 0
 
 
@@ -191,7 +195,8 @@ def add_memory_commands(sub: Any, connected: Connected) -> None:
     for name, text in (("show", "the records of a key in one scope, active first"),
                        ("history", "every version and decision of a key in one scope")):
         p = command(name, text)
-        p.add_argument("key")
+        p.add_argument("key", help="as stored (response_language) or as said (\"answer language\"): "
+                                   "canonicalised as a proposal's key")
         p.add_argument("--scope", required=True, help="level[:id]")
     for name, text in (("confirm", "confirm a record for its user (highest authority)"),
                        ("correct", "replace a record's value for its user"),

@@ -74,12 +74,19 @@ class MemoryMethods:
 
     async def memory_get(self, tenant: str, key: str, level: str,
                          scope_id: str | None = None) -> KeyReply:
-        """The records of ``key`` in one scope that the caller may see, active first."""
+        """The records of ``key`` in one scope that the caller may see, active first.
+
+        ``key`` is canonicalised by the service as a proposal's is: its normal form
+        (``Deploy Target`` → ``deploy_target``) when the scope holds it, else the subject
+        the key lexicon names (``answer language`` → ``response_language``), else its
+        content words (``core.memory.keys.lookup_keys``).
+        """
         return await self._key("get", tenant, key, level, scope_id)
 
     async def memory_history(self, tenant: str, key: str, level: str,
                              scope_id: str | None = None) -> KeyReply:
-        """Every version of ``key`` in one scope, with the decisions and feedback behind them."""
+        """Every version of ``key`` in one scope, with the decisions and feedback behind them
+        (``key`` canonicalised as in ``memory_get``)."""
         return await self._key("history", tenant, key, level, scope_id)
 
     async def memory_feedback(self, tenant: str, record_id: str, action: str, feedback_id: str,

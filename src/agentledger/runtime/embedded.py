@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import msgspec
 import structlog
@@ -121,9 +122,27 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return f"(no log at {path})"
 
 
+class ServerProcess:
+    """An embedded server: ``start`` it (returns itself) and ``stop`` it, or use it in ``with``,
+    which stops it however the block ends."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
 # --- NATS -------------------------------------------------------------------
 
-class EmbeddedNats:
+class EmbeddedNats(ServerProcess):
     """A nats-server with JetStream whose config, pid file, log and store live in its home.
 
     The home is ``data_dir/nats``, or when started by root a folder outside the
@@ -167,7 +186,7 @@ class EmbeddedNats:
             return None
         return pid if pid_matches(pid, str(self.conf_file)) else None
 
-    def start(self) -> EmbeddedNats:
+    def start(self) -> Self:
         """Write the config, start the server and wait until a client can talk to it."""
         if not NATS_BIN.exists():
             raise RuntimeStateError(f"nats-server binary not found at {NATS_BIN}; "
@@ -212,13 +231,6 @@ class EmbeddedNats:
         pid = self.pid
         if pid is not None:
             terminate_pid(pid)
-
-    def __enter__(self) -> EmbeddedNats:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def _config(self) -> str:
         return "\n".join([
@@ -343,7 +355,7 @@ def check_nats_layout(data_dir: Path, cluster_size: int) -> None:
             f"({data_dir / CLUSTER_RECORD}); run `agentledger up {how}`, or use another --data-dir")
 
 
-class EmbeddedCluster:
+class EmbeddedCluster(ServerProcess):
     """``size`` nats-servers on loopback forming one JetStream cluster, with one operator identity.
 
     Node ``i`` is ``nats-i`` (its server name and its home's kind), with a client port
@@ -391,7 +403,7 @@ class EmbeddedCluster:
         return EmbeddedNats(self.data_dir, spec.port, self.auth, server_root=self.server_root,
                             node=role)
 
-    def start(self) -> EmbeddedCluster:
+    def start(self) -> Self:
         """Start every node that is not running, each until it accepts clients.
 
         Returns before JetStream has elected its meta leader: waiting for that needs a
@@ -418,13 +430,6 @@ class EmbeddedCluster:
             return
         for node in self.nodes():
             node.stop()
-
-    def __enter__(self) -> EmbeddedCluster:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def _plan(self) -> ClusterRecord:
         """Names and ports of a new cluster (2 distinct free ports per node), recorded at once."""

@@ -28,13 +28,13 @@ import secrets
 import signal
 import subprocess
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import structlog
 
 from agentledger.errors import RuntimeStateError
-from agentledger.runtime.embedded import log_tail, pid_matches, terminate_pid
+from agentledger.runtime.embedded import ServerProcess, log_tail, pid_matches, terminate_pid
 from agentledger.runtime.hosting import ServerHome
 from agentledger.security.private_files import write_private
 
@@ -250,7 +250,7 @@ def drop_role(server_url: str, role: str) -> None:
 
 # --- the embedded server ------------------------------------------------------------------
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(ServerProcess):
     """A password-protected PostgreSQL cluster for one data folder, on 127.0.0.1 only.
 
     The cluster is created on first start (superuser ``postgres`` with a
@@ -292,7 +292,7 @@ class EmbeddedPostgres:
             return None
         return pid if pid_matches(pid, str(self.pgdata)) else None
 
-    def start(self) -> EmbeddedPostgres:
+    def start(self) -> Self:
         """initdb on first use, then start and wait until it accepts connections."""
         running = self.pid
         if running is not None:
@@ -312,7 +312,7 @@ class EmbeddedPostgres:
         self.home.write_file(self.pgdata / "pg_hba.conf", PG_HBA)
         # wal_recycle=off: a WAL segment that is no longer needed is removed, not renamed ahead
         # to be written over later, so a forgotten value leaves pg_wal once checkpoints pass it
-        # (docs/deletion.md, agentledger.erasure.scan.compact_postgres).
+        # (docs/deletion.md, agentledger.erasure.compaction.compact_postgres).
         options = (f"-h 127.0.0.1 -p {self.port} -k '' -c password_encryption=scram-sha-256"
                    " -c wal_recycle=off")
         self._run(bin_dir, ["pg_ctl", "start", "-w", "-t", str(int(START_TIMEOUT_S)), "-D",
@@ -349,13 +349,6 @@ class EmbeddedPostgres:
     def create_database(self, name: str, owner: str | None = None) -> str:
         """Create database ``name`` unless it exists; return its superuser URL."""
         return create_database(self.url, name, owner=owner)
-
-    def __enter__(self) -> EmbeddedPostgres:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def _ensure_secrets_dir(self) -> None:
         self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

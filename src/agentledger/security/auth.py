@@ -197,6 +197,12 @@ class TenantRecord(msgspec.Struct, kw_only=True):
     max_subscriptions: int | None = None
     max_payload: int | None = None
 
+    def agent_revoked(self, agent: str) -> bool:
+        """Whether ``agent``'s latest credentials are refused: the tenant is revoked (its account
+        revokes every user), or the agent was revoked and not issued a new key since."""
+        record = self.agents[agent]
+        return self.status != ACTIVE or "*" in self.revocations or record.user in self.revocations
+
 
 class TenantLimits(msgspec.Struct, frozen=True, kw_only=True):
     """NATS limits of one tenant account; -1 is no limit.

@@ -1,14 +1,20 @@
-"""How a tenant-facing service answers the requests of its NATS micro-service endpoints.
+"""The endpoints a service declares, and how its typed ones answer.
 
-The memory-policy service and the context-builder answer their endpoints the
-same way, and must keep doing so: each request in its own task (a slow one
-holds up no other), drained when the service stops; the body depth-checked and
-decoded by the endpoint's typed decoder (after its depth and its text were checked: no
-string may hold U+0000, which PostgreSQL cannot store); the caller authenticated and held to
-the body's tenant; the log bound to tenant and endpoint; and every request
-answered: a typed error reply for an agentledger error, retryable
-``unavailable`` when a dependency failed mid-request, ``internal`` (logged with
-its traceback) for anything else.
+A service declares each endpoint once: an ``Endpoint`` (typed: its request and
+reply types and a handler ``(caller, body) -> reply``) or, for the few whose wire
+form is their own (the writer's group-committed appends, artifacts in headers, the
+projector's chunked views), a ``RawEndpoint`` that answers the NATS request itself.
+The shell (``agentledger.shell.service``) adds both to the service's micro service.
+
+Typed endpoints all answer the same way, and must keep doing so: each request in
+its own task (a slow one holds up no other), drained when the service stops; the
+body depth-checked and decoded by the endpoint's typed decoder (after its depth and
+its text were checked: no string may hold U+0000, which PostgreSQL cannot store);
+the caller authenticated and held to the body's tenant before the handler reads or
+writes anything; the log bound to tenant and endpoint; and every request answered:
+a typed error reply for an agentledger error, retryable ``unavailable`` when a
+dependency failed mid-request, ``internal`` (logged with its traceback) for
+anything else.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -31,35 +38,86 @@ from agentledger.security.identity import Caller, TenantRegistry
 
 log = structlog.get_logger()
 
+# Errors of a dependency (PostgreSQL or NATS away, a timeout) that answer retryable
+# ``unavailable`` rather than ``internal``; a service may widen the set (``Shape.unavailable``).
+DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+    TimeoutError, nats.errors.Error)
 
-class Endpoint(msgspec.Struct, frozen=True):
-    """One endpoint: the decoder of its request, the reply type an error is sent as, and the
-    handler (whose reply may come already encoded, as bytes)."""
+Handler = Callable[[Caller, Any], Awaitable[Any]]
 
-    decoder: msgspec.json.Decoder[Any]
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One typed endpoint: its micro-service ``name`` and ``subject``, the ``request`` type its
+    body decodes as, the ``reply`` type (an error is sent as ``reply(ok=False, error=...)``),
+    and ``handle(caller, body)``, whose reply may come already encoded, as bytes.
+
+    ``check(body)``, if given, is a rule of the contract the decoder cannot express; it runs
+    right after decoding, before the caller is looked up, like a decoding error.
+    """
+
+    name: str
+    subject: str
+    request: type[Any]
     reply: type[Any]
-    handle: Callable[[Caller, Any], Awaitable[Any]]
+    handle: Handler
+    check: Callable[[Any], None] | None = None
+    decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.request))
+
+    @classmethod
+    def at(cls, prefix: str, path: str, request: type[Any], reply: type[Any], handle: Handler, *,
+           check: Callable[[Any], None] | None = None) -> Endpoint:
+        """The usual naming: subject ``<prefix>.<path>``, name ``path`` with dashes for dots
+        (``memory.propose`` → ``memory-propose``)."""
+        return cls(path.replace(".", "-"), f"{prefix}.{path}", request, reply, handle, check=check)
+
+    @property
+    def action(self) -> str:
+        """The subject's last token ("propose"): the ``endpoint`` of the request's log lines."""
+        return self.subject.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RawEndpoint:
+    """An endpoint that answers the NATS request itself (its wire form is its own); it must
+    check the caller and answer every request as the typed ones do."""
+
+    name: str
+    subject: str
+    handle: Callable[[Request], Awaitable[None]]
+
+    @classmethod
+    def at(cls, prefix: str, path: str, handle: Callable[[Request], Awaitable[None]]) -> RawEndpoint:
+        """Named like ``Endpoint.at``."""
+        return cls(path.replace(".", "-"), f"{prefix}.{path}", handle)
 
 
 class Endpoints:
-    """The request handlers of one service; ``handler(action, endpoint)`` for ``add_endpoint``,
+    """The typed request handlers of one service; ``handler(endpoint)`` for ``add_endpoint``,
     ``drain()`` on stop.
 
     ``log_name`` is the namespace of the log events ("memory" → "memory.refused"),
     ``who`` names the service in the ``internal`` reply; with ``bind_task`` the
-    body's ``task_id`` is bound to the log too.
+    body's ``task_id`` is bound to the log too; ``unavailable`` are the errors
+    answered as retryable ``unavailable``.
     """
 
-    def __init__(self, tenants: TenantRegistry, *, log_name: str, who: str, bind_task: bool = False) -> None:
+    def __init__(self, tenants: TenantRegistry, *, log_name: str, who: str, bind_task: bool = False,
+                 unavailable: tuple[type[BaseException], ...] = DEPENDENCY_ERRORS) -> None:
         self._tenants = tenants
         self._log_name = log_name
         self._who = who
         self._bind_task = bind_task
+        self._unavailable = unavailable
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def handler(self, action: str, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
+    def handler(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
         async def on_request(req: Request) -> None:
-            task = asyncio.create_task(self._handle(action, endpoint, req))
+            task = asyncio.create_task(self._handle(endpoint, req))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return on_request
@@ -69,8 +127,8 @@ class Endpoints:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _handle(self, action: str, endpoint: Endpoint, req: Request) -> None:
-        name = self._log_name
+    async def _handle(self, endpoint: Endpoint, req: Request) -> None:
+        name, action = self._log_name, endpoint.action
         started = time.perf_counter()
         try:
             check_request(req.data)
@@ -78,6 +136,8 @@ class Endpoints:
                 body = endpoint.decoder.decode(req.data)
             except msgspec.MsgspecError as exc:
                 raise contract_error(exc) from exc
+            if endpoint.check is not None:
+                endpoint.check(body)
             caller = await self._tenants.caller(req.headers)
             caller.require_tenant(body.tenant, "$.tenant")
             bound: dict[str, Any] = {"tenant": body.tenant, "endpoint": action}
@@ -100,8 +160,7 @@ class Endpoints:
         if isinstance(exc, AgentLedgerError):
             return error_body(exc)
         # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
-        if isinstance(exc, (asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError,
-                            asyncpg.InternalClientError, TimeoutError, nats.errors.Error)):
+        if isinstance(exc, self._unavailable):
             log.warning(f"{self._log_name}.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
             return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
         log.error(f"{self._log_name}.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)

@@ -2,7 +2,8 @@
 
 A service is an object with async ``start()`` (returns once it is ready: its
 subscriptions are live), async ``stop()`` (drains in-flight work; calling it
-twice is harmless), ``wait_failed()`` and ``alive()``. ``serve`` builds one from a
+twice is harmless), ``wait_failed()`` and ``alive()`` -- every agentledger service
+is one through ``agentledger.shell.service.Shell``. ``serve`` builds one from a
 factory and runs it until SIGTERM/SIGINT, until one of its background tasks
 fails, or until it stays not alive for ``STUCK_EXIT_S``; it always stops it on the
 way out.
@@ -161,59 +162,6 @@ def _touch(path: Path) -> None:
     """Create the file or refresh its mtime (a few microseconds of local file system work)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch()
-
-
-class ServiceShell:
-    """The start, failure and NATS-callback half every request-serving service shares.
-
-    A subclass implements ``_start`` (connect, start its parts, add its micro service),
-    ``stop`` and ``alive``, sets ``log_name`` ("memory" → "memory.nats_error") and lists
-    in ``_watched`` the background futures whose failure must end the process (its
-    projection's ``failed``). ``start`` stops what was started when ``_start`` fails.
-    """
-
-    log_name: str = "service"
-
-    def __init__(self) -> None:
-        self._failed: asyncio.Future[None] | None = None
-        self._stopped = False
-
-    async def _start(self) -> None:
-        raise NotImplementedError
-
-    async def stop(self) -> None:
-        raise NotImplementedError
-
-    def _watched(self) -> list[asyncio.Future[None]]:
-        return []
-
-    async def start(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-
-    async def wait_failed(self) -> None:
-        if self._failed is None:
-            self._failed = asyncio.get_running_loop().create_future()
-        waits = [asyncio.ensure_future(asyncio.shield(f)) for f in (self._failed, *self._watched())]
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
-        finally:
-            for task in waits:
-                task.cancel()
-
-    async def _nats_error(self, exc: Exception) -> None:
-        log.warning(f"{self.log_name}.nats_error", error=type(exc).__name__, detail=str(exc)[:300])
-
-    async def _nats_closed(self) -> None:
-        if not self._stopped and self._failed is not None and not self._failed.done():
-            self._failed.set_exception(ConnectionError("the NATS connection closed"))
 
 
 def main(factory: Callable[[Settings], Service], name: str) -> None:

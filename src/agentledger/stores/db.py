@@ -27,15 +27,17 @@ Tables (in the schema given to ``migrate``, ``public`` for the live projection):
   message), keyed by ledger sequence.
 * ``schema_migrations``: which migrations ran.
 
-``agentledger replay`` builds a whole projection in a schema of its own and
-then moves its tables into ``public`` in one transaction (``lock_projection_conn``,
-``swap_tables_conn``); the live projection's tables are therefore replaced,
-never rewritten in place.
+``agentledger replay`` builds each projection (Working Memory, memory, documents)
+in a schema of its own and then moves its tables into ``public`` in one
+transaction (``lock_tables_conn``, ``swap_tables_conn``; see
+``agentledger.projection.rebuild``); a live projection's tables are therefore
+replaced, never rewritten in place.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import asyncpg
 
@@ -418,6 +420,11 @@ _WATERMARK_ROW = ("INSERT INTO {s}.projector_watermark(name, seq) SELECT $1, 0 W
                   " (SELECT 1 FROM {s}.projector_watermark WHERE name = $1 OR name LIKE $1 || '/%')")
 
 
+def columns(rows: Sequence[Sequence[object]], width: int) -> list[list[object]]:
+    """``rows`` as ``width`` column lists, for one ``unnest($1::t[], $2::t[], ...)`` statement."""
+    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
 def _sql(template: str, quoted_schema: str) -> str:
     """``template`` with ``{s}`` replaced by an already validated, quoted schema name."""
     return template.replace("{s}", quoted_schema)
@@ -529,28 +536,41 @@ async def drop_tables_conn(conn: asyncpg.Connection, schema: str = "public") -> 
 
 
 async def lock_projection_conn(conn: asyncpg.Connection, schema: str, timeout_ms: int) -> None:
-    """Lock the projection tables of ``schema`` against every reader and writer until the end
-    of the caller's transaction, waiting at most ``timeout_ms`` (then ``LockNotAvailableError``:
+    """``lock_tables_conn`` of Working Memory's tables (``PROJECTION_TABLES``)."""
+    await lock_tables_conn(conn, schema, PROJECTION_TABLES, timeout_ms)
+
+
+async def lock_tables_conn(conn: asyncpg.Connection, schema: str, tables: Sequence[str], timeout_ms: int) -> None:
+    """Lock ``tables`` of ``schema`` (a projection's) against every reader and writer until the
+    end of the caller's transaction, waiting at most ``timeout_ms`` (then ``LockNotAvailableError``:
     while the request waits, readers queue behind it).
 
-    The watermark comes first, as every projector batch locks it first.
+    Their order is the lock order: the watermark table first, as every batch of the
+    projection locks it first.
     """
     s = check_schema(schema)
     await conn.execute(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
-    await conn.execute("LOCK TABLE " + ", ".join(f"{s}.{t}" for t in PROJECTION_TABLES)
-                       + " IN ACCESS EXCLUSIVE MODE")
+    await conn.execute("LOCK TABLE " + ", ".join(f"{s}.{_table(t)}" for t in tables) + " IN ACCESS EXCLUSIVE MODE")
 
 
-async def swap_tables_conn(conn: asyncpg.Connection, source: str, target: str) -> None:
-    """Replace the projection tables of ``target`` by those of ``source``, in the caller's
-    transaction (which should hold ``lock_projection_conn`` on ``target``).
+async def swap_tables_conn(conn: asyncpg.Connection, source: str, target: str,
+                           tables: Sequence[str] = PROJECTION_TABLES) -> None:
+    """Replace ``tables`` of ``target`` (a projection's; by default Working Memory's) by those of
+    ``source``, in the caller's transaction (which should hold ``lock_tables_conn`` on ``target``).
 
     Catalog changes only, whatever the tables' size. Moved tables keep their
-    identity: a prepared statement naming ``target``'s tables is planned again
-    against them on its next use (same columns, so it keeps working), and the
-    watermark table's oid tells a projector that the projection changed.
+    identity (and their indexes): a prepared statement naming ``target``'s tables is
+    planned again against them on its next use (same columns, so it keeps working),
+    and the watermark table's oid tells a live projection that the projection changed.
     """
     src, dst = check_schema(source), check_schema(target)
-    for table in PROJECTION_TABLES:
+    for table in map(_table, tables):
         await conn.execute(f"DROP TABLE {dst}.{table}")
         await conn.execute(f"ALTER TABLE {src}.{table} SET SCHEMA {dst}")
+
+
+def _table(name: str) -> str:
+    """``name``, refusing anything but a plain identifier (it is spliced into DDL)."""
+    if not _SCHEMA_RE.match(name):
+        raise ValueError(f"invalid table name {name!r}")
+    return name

@@ -15,12 +15,14 @@ from __future__ import annotations
 import blake3
 import msgspec
 import nats
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from agentledger.config import Settings
 from agentledger.contracts.events import EventBase
-from agentledger.errors import RuntimeStateError
+from agentledger.errors import RuntimeStateError, UnavailableError
 from agentledger.security import auth
 
 MSG_ID = "Nats-Msg-Id"
@@ -35,6 +37,18 @@ def ledger_subject(prefix: str, tenant: str, task_id: str) -> str:
 
 def ledger_wildcard(prefix: str) -> str:
     return f"{prefix}.ledger.>"
+
+
+async def task_last_seq(nc: Client, settings: Settings, tenant: str, task_id: str) -> int:
+    """Sequence of the task's last ledger message (0: none), by a direct get of its subject."""
+    try:
+        msg = await nc.jetstream().get_msg(settings.stream, subject=ledger_subject(settings.prefix, tenant, task_id),
+                                           direct=True)
+    except nats.js.errors.NotFoundError:
+        return 0
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        raise UnavailableError("JetStream did not answer") from exc
+    return int(msg.seq or 0)
 
 
 def msg_id(tenant: str, task_id: str, event_id: str) -> str:

@@ -149,6 +149,24 @@ def canonical_key(kind: MemoryKind, key: str | None, value: Any) -> str:
     return content_key(text)
 
 
+def lookup_keys(text: str) -> tuple[str, ...]:
+    """The canonical keys a key written as a person says it may stand for, most literal first.
+
+    A proposal gets its key from an explicit key (its normal form) or, without one, from
+    its value (the preference lexicon, then the content words), so a lookup tries the
+    same three: ``answer language`` is ``answer_language`` as an explicit key would be,
+    then ``response_language`` as the lexicon names it (what ``answer in Chinese``
+    proposed without a key is stored under), then its sorted content words. Empty forms
+    are left out; the tuple has at least one key whenever the text holds a letter or a
+    digit.
+    """
+    keys = [normalise_key(text)]
+    folded = normalise_text(text)
+    keys += [subject for subject, pattern in _PREFERENCE_SUBJECTS if pattern.search(folded)][:1]
+    keys.append(content_key(text))
+    return tuple(dict.fromkeys(k for k in keys if k))
+
+
 def content_key(text: str) -> str:
     """Content words of a text, stop words dropped, sorted and deduplicated."""
     words = sorted({w for w in _WORD.findall(normalise_text(text)) if w not in _STOP})
