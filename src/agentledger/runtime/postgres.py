@@ -27,6 +27,7 @@ import re
 import secrets
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Self
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -34,7 +35,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 import structlog
 
 from agentledger.errors import RuntimeStateError
-from agentledger.runtime.embedded import ServerProcess, log_tail, pid_matches, terminate_pid
+from agentledger.runtime.embedded import (
+    ServerProcess,
+    log_tail,
+    pid_alive,
+    pid_matches,
+    terminate_pid,
+)
 from agentledger.runtime.hosting import ServerHome
 from agentledger.security.private_files import write_private
 
@@ -44,6 +51,10 @@ SUPERUSER = "postgres"
 # The role the services connect as; it owns their database and everything in it.
 SERVICE_ROLE = "agentledger"
 START_TIMEOUT_S = 30.0
+# How long a start waits for a killed postmaster's leftovers (its backends still attached to the
+# shared memory, its pid not yet reaped), checked every LEFTOVER_POLL_S.
+LEFTOVER_WAIT_S = 15.0
+LEFTOVER_POLL_S = 0.02
 # What the server's user runs, so what a server home holds a copy of.
 SERVER_PROGRAMS = ("initdb", "pg_ctl", "postgres")
 SECRETS_DIR = "secrets"
@@ -109,6 +120,22 @@ def scram_verifier(password: str, *, salt: bytes | None = None,
         return base64.b64encode(raw).decode()
 
     return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+def _shm_attached(shmid: str | None) -> int:
+    """Processes attached to System V shared memory segment ``shmid`` (0 when it is gone or
+    cannot be read: where /proc/sysvipc is missing PostgreSQL's own check still applies)."""
+    if shmid is None:
+        return 0
+    try:
+        rows = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except OSError:
+        return 0
+    for row in rows:
+        fields = row.split()
+        if len(fields) > 6 and fields[1] == shmid:
+            return int(fields[6])
+    return 0
 
 
 def _pgpass_escape(value: str) -> str:
@@ -298,6 +325,8 @@ class EmbeddedPostgres(ServerProcess):
         if running is not None:
             raise RuntimeStateError(f"embedded PostgreSQL for {self.data_dir} already runs as pid "
                                     f"{running}; run `agentledger down`")
+        # Before the port check: a killed server's processes may hold the port for a moment.
+        self._await_leftovers()
         # "data": a cluster of the layout before servers had homes of their own moves along.
         self.port = self.home.prepare(self.port, adopt=("data",))
         self._ensure_secrets_dir()
@@ -349,6 +378,41 @@ class EmbeddedPostgres(ServerProcess):
     def create_database(self, name: str, owner: str | None = None) -> str:
         """Create database ``name`` unless it exists; return its superuser URL."""
         return create_database(self.url, name, owner=owner)
+
+    def _await_leftovers(self, timeout: float = LEFTOVER_WAIT_S) -> None:
+        """Wait until a killed postmaster has left nothing behind, then take its stale lock file.
+
+        After a SIGKILL the postmaster stays a zombie until whoever inherited it reaps it
+        (in a container, PID 1 may take seconds), and PostgreSQL refuses to start while the
+        pid in ``postmaster.pid`` answers ``kill(pid, 0)``, which a zombie does: every
+        restart attempt in that time failed with "lock file already exists". Its backends
+        exit by themselves once they notice the postmaster is gone. So: wait until the old
+        postmaster is dead (zombies count as dead) and no process is attached to the shared
+        memory segment the lock file names, then remove the lock file. Never while anything
+        of the old server runs: two servers on one data folder would corrupt it.
+        """
+        lock = self.pgdata / "postmaster.pid"
+        try:
+            lines = lock.read_text().split("\n")
+            old = int(lines[0])
+        except (OSError, ValueError, IndexError):
+            return
+        segment = lines[6].split() if len(lines) > 6 else []
+        shmid = segment[1] if len(segment) == 2 else None
+        deadline = time.monotonic() + timeout
+        while (alive := pid_alive(old)) or (attached := _shm_attached(shmid)):
+            if time.monotonic() >= deadline:
+                what = f"its postmaster (pid {old}) still runs" if alive else (
+                    f"{attached} of its processes still hold its shared memory")
+                raise RuntimeStateError(f"embedded PostgreSQL for {self.data_dir} did not stop: "
+                                        f"{what}; stop them, then start again")
+            time.sleep(LEFTOVER_POLL_S)
+        try:
+            if int(lock.read_text().split("\n", 1)[0]) == old:
+                lock.unlink()
+                log.info("postgres_stale_lock_removed", old_pid=old)
+        except (OSError, ValueError):
+            pass
 
     def _ensure_secrets_dir(self) -> None:
         self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -50,9 +50,9 @@ BACKOFF_CAP_S = 30.0
 # A service that ran this long before exiting starts its backoff afresh.
 STABLE_AFTER_S = 60.0
 STOP_TIMEOUT_S = 10.0
-# Wait between attempts to restart an embedded server that does not come back: short at first
-# (PostgreSQL refuses to start while the killed postmaster's lock and backends linger, which
-# takes a fraction of a second), doubling to SERVER_RETRY_MAX_S.
+# Wait between attempts to restart an embedded server that does not come back (a start that
+# failed for a reason of its own: a killed PostgreSQL's leftovers are waited for inside its start,
+# ``EmbeddedPostgres._await_leftovers``): short at first, doubling to SERVER_RETRY_MAX_S.
 SERVER_RETRY_S = 0.2
 SERVER_RETRY_MAX_S = 2.0
 # An embedded server that accepts connections but has not answered one for this long (frozen by
