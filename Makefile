@@ -24,9 +24,12 @@ test: setup
 bench: setup
 	$(BIN)/agentledger bench
 
+# Each profile on an idle host, then beside one busy loop per core (--hog cores).
 chaos: setup
 	$(BIN)/agentledger chaos --profile full
+	$(BIN)/agentledger chaos --profile full --hog cores
 	$(BIN)/agentledger chaos --profile cluster
+	$(BIN)/agentledger chaos --profile cluster --hog cores
 
 lint: setup
 	$(BIN)/ruff check src contracts services tests

@@ -46,6 +46,7 @@ from agentledger.chaos.checker import check
 from agentledger.chaos.faults import Injected, Injector, schedule, targets
 from agentledger.chaos.health import Health
 from agentledger.chaos.history import History
+from agentledger.chaos.hog import busy, cores
 from agentledger.chaos.probes import LANES, Prober
 from agentledger.chaos.profile import PROFILES, Profile
 from agentledger.chaos.sink import IdempotentSink
@@ -117,8 +118,9 @@ class ChaosRun:
     """The phases of one run against the stack ``settings`` points at."""
 
     def __init__(self, profile: Profile, seed: int, out: Path, *, settings: Settings,
-                 injector: Injector, clock: Callable[[], float]) -> None:
+                 injector: Injector, clock: Callable[[], float], hog: int = 0) -> None:
         self.profile = profile
+        self.hog = hog
         self.seed = seed
         self.out = out
         self.settings = settings
@@ -246,13 +248,21 @@ class ChaosRun:
             phases=self.phases, faults=report.fault_rows(self.injected, samples, until),
             verdict=verdict, end_health=end_health, stats=self.work.stats, lanes=lanes,
             signals=[s[3] for s in self.injector.signals], agents=self.profile.agents,
-            resumers=self.profile.resumers, notes=self.notes, errors=self.errors)
+            resumers=self.profile.resumers, notes=self.notes, errors=self.errors, hog=self.hog)
         report.write(self.out, result, samples, self.injected, until)
         return result
 
 
-def run(profile: Profile, seed: int, out: Path) -> report.RunResult:
-    """Start a private stack, run ``chaos`` against it, tear everything down whatever happens."""
+def run(profile: Profile, seed: int, out: Path, *, hog: int = 0) -> report.RunResult:
+    """Start a private stack, run ``chaos`` against it, tear everything down whatever happens.
+
+    ``hog``: busy processes to run beside the stack for the whole run, ``up`` included.
+    """
+    with busy(hog):
+        return _run(profile, seed, out, hog)
+
+
+def _run(profile: Profile, seed: int, out: Path, hog: int) -> report.RunResult:
     out = out.absolute()
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="agentledger-chaos-"))
@@ -271,7 +281,7 @@ def run(profile: Profile, seed: int, out: Path) -> report.RunResult:
                                         database_url=info.database_url)
         log.info("chaos.stack_up", seconds=clock(), data_dir=str(settings.data_dir))
         return asyncio.run(ChaosRun(profile, seed, out, settings=stack, injector=injector,
-                                    clock=clock)())
+                                    clock=clock, hog=hog)())
     finally:
         injector.release()
         try:
@@ -291,6 +301,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(`make chaos` runs both: one node, then 3 nodes with 2 writers "
                              "and 2 projectors)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the schedule and the workload")
+    parser.add_argument("--hog", default="0", metavar="N|cores",
+                        help="run N busy processes beside the stack for the whole run ('cores': "
+                             "one per core): recovery on a loaded host (default 0)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for report.txt, report.json, timeline.svg and the logs "
                              "(default .agentledger/chaos/<profile>-<seed>)")
@@ -298,9 +311,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Run the chaos harness as the arguments say; print the report; 0 when correct."""
-    out = args.out or Path(".agentledger") / "chaos" / f"{args.profile}-{args.seed}"
+    hog = cores() if args.hog == "cores" else int(args.hog)
+    loaded = f"-hog{hog}" if hog else ""
+    out = args.out or Path(".agentledger") / "chaos" / f"{args.profile}-{args.seed}{loaded}"
     try:
-        result = run(PROFILES[args.profile], args.seed, out)
+        result = run(PROFILES[args.profile], args.seed, out, hog=hog)
     except KeyboardInterrupt:
         print("chaos: interrupted; the stack was torn down", file=sys.stderr)
         return 130

@@ -34,6 +34,11 @@ class Puller:
     # How long a request may stay unanswered before it is presumed lost.
     NO_WAIT_GRACE = 5.0
     POLL_GRACE = 1.0
+    # How often a wait looks whether the connection was re-established meanwhile: a request
+    # sent before a reconnect died with the old connection (a restarted server knows nothing
+    # of it), so it is sent again at once instead of after its grace ran out (that wait was
+    # most of Working Memory's recovery after a nats-server kill).
+    RECONNECT_CHECK_S = 0.1
 
     def __init__(self, nc: Client, stream: str, consumer: str) -> None:
         self._nc = nc
@@ -48,6 +53,7 @@ class Puller:
         self._drained = False  # the last no_wait request found nothing
         self._first_at = 0.0  # when the oldest buffered message arrived
         self._lost: str | None = None  # why the consumer is gone, once the server said so
+        self._reconnects = self._connections()  # the connection the open request was sent on
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=0,
@@ -108,8 +114,9 @@ class Puller:
                     self._first_at = loop.time()
                 return out
             now = loop.time()
-            if self._mode is not None and now > self._stale_at:
-                self._mode = None  # the server's end-of-request status was lost
+            if self._mode is not None and (now > self._stale_at
+                                           or self._reconnects != self._connections()):
+                self._mode = None  # the server's end-of-request status was lost, or its connection
             self._wake.clear()
             if self._mode is None:
                 await self._request(batch, deadline - now)
@@ -119,12 +126,17 @@ class Puller:
                     continue
                 raise TimeoutError
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), left)
+                await asyncio.wait_for(self._wake.wait(), min(left, self.RECONNECT_CHECK_S))
+
+    def _connections(self) -> int:
+        """How many times the connection was re-established (nats-py counts them in ``stats``)."""
+        return int(self._nc.stats["reconnects"])
 
     async def _request(self, batch: int, wait: float) -> None:
         """A no_wait request while there is a backlog, else a long poll of ``wait`` seconds."""
         now = asyncio.get_running_loop().time()
         self._remaining = batch
+        self._reconnects = self._connections()
         if not self._drained:
             self._mode = "no_wait"
             self._stale_at = now + self.NO_WAIT_GRACE

@@ -45,6 +45,9 @@ from agentledger.security.auth import AuthStore
 log = structlog.get_logger(__name__)
 
 POLL_S = 0.1
+# The first restart after a crash is immediate (a service that was serving is wanted back at
+# once: every 0.5 s waited was 0.5 s of outage); a service that crashes again before it gets
+# ready waits BACKOFF_BASE_S, doubling to BACKOFF_CAP_S.
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 # A service that ran this long before exiting starts its backoff afresh.
@@ -176,7 +179,8 @@ class Supervisor:
         if time.monotonic() - child.started >= STABLE_AFTER_S:
             child.failures = 0
         child.failures += 1
-        delay = min(BACKOFF_BASE_S * 2.0 ** (child.failures - 1), BACKOFF_CAP_S)
+        delay = 0.0 if child.failures == 1 else min(BACKOFF_BASE_S * 2.0 ** (child.failures - 2),
+                                                     BACKOFF_CAP_S)
         child.restart_at = time.monotonic() + delay
         return delay
 
