@@ -34,7 +34,7 @@ from agentledger.contracts.api import ErrorBody
 from agentledger.contracts.codec import check_request, contract_error, encode, error_body
 from agentledger.errors import AgentLedgerError
 from agentledger.security.identity import Caller, TenantRegistry
-from agentledger.stores.outages import outage
+from agentledger.stores.outages import dependency, outage
 
 log = structlog.get_logger()
 
@@ -168,8 +168,8 @@ def failed(exc: BaseException, log_name: str, internal: str,
     """
     down = outage(exc, unavailable)
     if down is not None:
-        log.warning(f"{log_name}.unavailable", error=type(exc).__name__, reason=down.message,
-                    detail=str(exc)[:300])
+        log.warning(f"{log_name}.unavailable", error=type(exc).__name__,
+                    dependency=dependency(exc, unavailable), detail=str(exc)[:300])
         return down
     log.error(f"{log_name}.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
     return AgentLedgerError(internal, code="internal", retryable=True)

@@ -64,15 +64,11 @@ def outage(exc: BaseException, also: tuple[type[BaseException], ...] = ()) -> Un
     ``exc`` is no dependency's failure (a bug, answered ``internal``). ``also``: more errors a
     caller knows to be its dependency's trouble (the checkpointer's: any PostgreSQL error of a
     projection a replay is switching)."""
-    what = dependency(exc)
-    if what is None and isinstance(exc, also):
-        what = _owner(exc) or ANY
-    if what is None:
-        return None
-    return UnavailableError(f"{what} is unavailable; retry")
+    what = dependency(exc, also)
+    return None if what is None else UnavailableError(f"{what} is unavailable; retry")
 
 
-def dependency(exc: BaseException) -> str | None:
+def dependency(exc: BaseException, also: tuple[type[BaseException], ...] = ()) -> str | None:
     """What ``exc`` says is unavailable, or ``None`` when it is no dependency's failure."""
     if isinstance(exc, nats.js.errors.APIError):
         unavailable = (isinstance(exc, nats.js.errors.ServiceUnavailableError | nats.js.errors.ServerError)
@@ -82,7 +78,7 @@ def dependency(exc: BaseException) -> str | None:
     for kinds, what in _KINDS:
         if isinstance(exc, kinds):
             return what
-    if isinstance(exc, OSError):  # TimeoutError included: whose, the frames it came through say
+    if isinstance(exc, (OSError, *also)):  # TimeoutError included: whose, the frames it came through say
         return _owner(exc) or ANY
     return None
 
