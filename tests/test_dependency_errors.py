@@ -21,7 +21,10 @@ from typing import Any
 
 import asyncpg
 import msgspec
+import nats.errors
+import nats.js.errors
 import pytest
+from nats.aio.client import Client as NATS
 
 from agentledger.client import Client, connect
 from agentledger.config import Settings
@@ -30,8 +33,10 @@ from agentledger.runtime import commands
 from agentledger.runtime.postgres import EmbeddedPostgres, database_url
 from agentledger.runtime.state import read_runtime, resolve_urls
 from agentledger.security import auth
+from agentledger.security.identity import Caller
 from ckpt_support import created, end_process, service_env
 from helpers import assert_eventually
+from test_shell_service import EchoReply, EchoRequest, Probe, echo
 
 TENANT = "acme"
 # The services whose typed endpoints read PostgreSQL, each with the subject it is ready on.
@@ -299,3 +304,64 @@ async def test_a_nats_node_killed_answers_leases_and_resume_unavailable_never_in
                 traced.append((log_file.name, record["event"]))
     assert not traced, f"an outage logged with a traceback: {traced[:5]}"
     print(f"leases and resume while {name} was down: {dict(codes)}")
+
+
+# --- each failure a handler may meet, through the shell -----------------------------------------
+
+# What a handler's dependency raises, and what its reply must name (None: a bug, ``internal``).
+RAISED: dict[str, tuple[BaseException, str | None]] = {
+    "admin shutdown": (asyncpg.exceptions.AdminShutdownError("terminating connection due to "
+                                                              "administrator command"), "the database"),
+    "cannot connect now": (asyncpg.exceptions.CannotConnectNowError("the database system is "
+                                                                     "shutting down"), "the database"),
+    "too many connections": (asyncpg.exceptions.TooManyConnectionsError("sorry, too many clients"),
+                             "the database"),
+    "lost mid-statement": (asyncpg.InternalClientError("cannot switch to state 15"), "the database"),
+    "no stream response": (nats.js.errors.NoStreamResponseError(), "JetStream"),
+    "jetstream between leaders": (nats.js.errors.APIError(
+        code=503, err_code=10008, description="JetStream system temporarily unavailable"), "JetStream"),
+    "jetstream no responders": (nats.js.errors.ServiceUnavailableError(), "JetStream"),
+    "nats timeout": (nats.errors.TimeoutError(), "NATS"),
+    "nats closed": (nats.errors.ConnectionClosedError(), "NATS"),
+    "no responders": (nats.errors.NoRespondersError(), "another agentledger service"),
+    "unique violation": (asyncpg.exceptions.UniqueViolationError("duplicate key"), None),
+    "key not found": (nats.js.errors.KeyNotFoundError(), None),
+}
+
+
+class Raiser(Probe):
+    """The shell's probe service, its handler raising what the request's text names."""
+
+    async def echo(self, caller: Caller, body: EchoRequest) -> EchoReply:
+        raise RAISED[body.text][0]
+
+
+@pytest.fixture
+async def operator(settings: Settings) -> AsyncIterator[NATS]:
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def test_each_dependency_failure_is_unavailable_naming_it_and_a_bug_internal(
+        settings: Settings, operator: NATS) -> None:
+    """Protects the one classification every endpoint answers through: PostgreSQL shutting down,
+    refusing or out of connections, asyncpg's broken protocol state, JetStream without a
+    response or between leaders, NATS timing out or closed, no responder: retryable
+    ``unavailable`` naming the dependency and nothing of the server's text; a constraint
+    violation or a missing key (bugs if they escape) stay ``internal``."""
+    probe = Raiser(settings)
+    await probe.start()
+    try:
+        for text, (raised, what) in RAISED.items():
+            reply = await echo(operator, settings, {"tenant": TENANT, "text": text})
+            assert reply.error is not None, text
+            if what is None:
+                assert (reply.error.code, reply.error.retryable) == ("internal", True), (text, reply.error)
+            else:
+                assert (reply.error.code, reply.error.retryable, reply.error.message) == (
+                    "unavailable", True, f"{what} is unavailable; retry"), (text, type(raised).__name__)
+    finally:
+        await probe.stop()
