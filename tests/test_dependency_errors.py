@@ -33,8 +33,8 @@ from agentledger.runtime import commands
 from agentledger.runtime.postgres import EmbeddedPostgres, database_url
 from agentledger.runtime.state import read_runtime, resolve_urls
 from agentledger.security import auth
-from agentledger.security.identity import Caller
-from ckpt_support import created, end_process, service_env
+from agentledger.security.identity import REQUEST_INFO, Caller
+from ckpt_support import Stack, created, end_process, service_env
 from helpers import assert_eventually
 from test_shell_service import EchoReply, EchoRequest, Probe, echo
 
@@ -365,3 +365,35 @@ async def test_each_dependency_failure_is_unavailable_naming_it_and_a_bug_intern
                     "unavailable", True, f"{what} is unavailable; retry"), (text, type(raised).__name__)
     finally:
         await probe.stop()
+
+
+async def test_the_writer_answers_a_tenant_lookup_its_bucket_cannot_serve_unavailable(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects the writer's own-wire endpoints: a tenant agent's append, lease or artifact request
+    whose account is not cached yet is looked up in the tenants bucket; with JetStream away that
+    lookup fails, and the request answered nothing typed (the micro-service library's bare
+    "500" with the exception's repr). Now each answers retryable ``unavailable`` naming
+    JetStream."""
+    stack = await Stack(settings).start(checkpointer=False, projector=False)
+    try:
+        registry = stack.writer._tenants
+        assert registry is not None
+
+        async def away(_account: str) -> None:
+            raise nats.js.errors.ServiceUnavailableError
+
+        monkeypatch.setattr(registry, "lookup", away)
+        agent = {REQUEST_INFO: json.dumps({"acc": "A" + "D" * 55, "name_tag": "bot"})}
+        body = json.dumps({"events": [created("t1")]}).encode()
+        p = settings.prefix
+        for subject, data in ((f"{p}.writer.append", body),
+                              (f"{p}.lease.acquire", json.dumps({"tenant": TENANT, "task_id": "t1",
+                                                                  "holder": "bot"}).encode()),
+                              (f"{p}.artifact.stat", json.dumps({"uri": "artifact://x"}).encode())):
+            msg = await stack.c.nc.request(subject, data, timeout=10, headers=agent)
+            assert msg.data, (subject, msg.headers)
+            error = json.loads(msg.data)["error"]
+            assert (error["code"], error["retryable"], error["message"]) == (
+                "unavailable", True, "JetStream is unavailable; retry"), subject
+    finally:
+        await stack.stop()

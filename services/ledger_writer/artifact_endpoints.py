@@ -186,6 +186,9 @@ class _Server:
             except AgentLedgerError as exc:
                 await self._refuse(req, exc)
                 return
+            except Exception as exc:  # noqa: BLE001 - the tenant lookup's bucket away: typed, not micro's 500
+                await self._refuse(req, failed(exc, "artifact", "internal error"))
+                return
             # Waiting for a slot here leaves further requests queued in the subscription,
             # where the client's pending limits apply, instead of in memory here.
             await self.slots.acquire()

@@ -208,6 +208,9 @@ class LedgerWriter(Shell):
             log.info("append.rejected", code=exc.code, path=exc.path)
             await req.respond(error_reply(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - the tenant lookup's bucket away: typed, not micro's 500
+            await req.respond(error_reply(failed(exc, "append", "internal error")))
+            return
         events, expected, _ = prepared
         first = events[0]
         key = (first.tenant, first.task_id)
