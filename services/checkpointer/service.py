@@ -56,7 +56,7 @@ from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
-from agentledger.shell.endpoints import DEPENDENCY_ERRORS, Endpoint
+from agentledger.shell.endpoints import Endpoint
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import artifacts, db
@@ -96,7 +96,7 @@ class Checkpointer(Shell):
     # Any PostgreSQL error mid-request (a projection being switched by a replay included) is
     # the dependency's trouble: retryable ``unavailable``.
     shape = Shape(name="checkpointer", micro=SERVICE_NAME, log_name="checkpointer",
-                  pool=Pool(max_size=8), bind_task=True, unavailable=(asyncpg.PostgresError, *DEPENDENCY_ERRORS),
+                  pool=Pool(max_size=8), bind_task=True, unavailable=(asyncpg.PostgresError,),
                   description="Checkpoints of agentledger Working Memory, and resume")
 
     store: CheckpointStore | None = None

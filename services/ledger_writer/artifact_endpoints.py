@@ -58,7 +58,7 @@ from agentledger.errors import (
 from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.services.ledger_writer.group_commit import ERR_STREAM_LIMIT
 from agentledger.services.ledger_writer.quotas import Quotas, Usage
-from agentledger.shell.endpoints import RawEndpoint
+from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.stores.artifacts import ArtifactStore, hash_content
 
 log = structlog.get_logger()
@@ -186,6 +186,9 @@ class _Server:
             except AgentLedgerError as exc:
                 await self._refuse(req, exc)
                 return
+            except Exception as exc:  # noqa: BLE001 - the tenant lookup's bucket away: typed, not micro's 500
+                await self._refuse(req, failed(exc, "artifact", "internal error"))
+                return
             # Waiting for a slot here leaves further requests queued in the subscription,
             # where the client's pending limits apply, instead of in memory here.
             await self.slots.acquire()
@@ -214,9 +217,10 @@ class _Server:
         except AgentLedgerError as exc:
             log.info("artifact.refused", action=action, code=exc.code, path=exc.path)
             await self._refuse(req, exc)
-        except Exception:
-            log.exception("artifact.failed", action=action)
-            await self._refuse(req, AgentLedgerError("internal error", code="internal", retryable=True))
+        except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+            with structlog.contextvars.bound_contextvars(action=f"artifact.{action}"):
+                error = failed(exc, "artifact", "internal error")
+            await self._refuse(req, error)
 
     @staticmethod
     async def _refuse(req: Request, exc: AgentLedgerError) -> None:

@@ -64,7 +64,7 @@ from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 from agentledger.services.ledger_writer.quotas import Quotas
-from agentledger.shell.endpoints import RawEndpoint
+from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Shape, Shell
 from agentledger.stores import artifacts
@@ -208,6 +208,9 @@ class LedgerWriter(Shell):
             log.info("append.rejected", code=exc.code, path=exc.path)
             await req.respond(error_reply(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - the tenant lookup's bucket away: typed, not micro's 500
+            await req.respond(error_reply(failed(exc, "append", "internal error")))
+            return
         events, expected, _ = prepared
         first = events[0]
         key = (first.tenant, first.task_id)
@@ -248,8 +251,8 @@ class LedgerWriter(Shell):
             log.info("append.refused", tenant=key[0], task=key[1], code=exc.code, path=exc.path)
             data = error_reply(exc)
         else:
-            log.error("append.failed", tenant=key[0], task=key[1], exc_info=exc)
-            data = error_reply(AgentLedgerError("internal error", code="internal", retryable=True))
+            with structlog.contextvars.bound_contextvars(tenant=key[0], task=key[1]):
+                data = error_reply(failed(exc, "append", "internal error"))
         try:
             await req.respond(data)
         except Exception:  # noqa: BLE001 - the caller went away; the others still get theirs
@@ -351,10 +354,8 @@ class LedgerWriter(Shell):
                 log.info("append.refused", code=exc.code, path=exc.path)
                 await req.respond(error_reply(exc))
                 return
-            except Exception:
-                log.exception("append.failed")
-                await req.respond(error_reply(AgentLedgerError("internal error", code="internal",
-                                                               retryable=True)))
+            except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+                await req.respond(error_reply(failed(exc, "append", "internal error")))
                 return
             await req.respond(encode(AppendReply(ok=True, results=results)))
 
@@ -447,10 +448,10 @@ class LedgerWriter(Shell):
                 log.info("lease.refused", action=action, code=exc.code, path=exc.path)
                 await req.respond(encode(LeaseReply(ok=False, error=error_body(exc))))
                 return
-            except Exception:
-                log.exception("lease.failed", action=action)
-                await req.respond(encode(LeaseReply(ok=False, error=error_body(AgentLedgerError(
-                    "internal error", code="internal", retryable=True)))))
+            except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
+                with structlog.contextvars.bound_contextvars(action=action):
+                    error = failed(exc, "lease", "internal error")
+                await req.respond(encode(LeaseReply(ok=False, error=error_body(error))))
                 return
             body = LeaseBody(lease.holder, lease.token, lease.expires_at, secret) if lease else None
             await req.respond(encode(LeaseReply(ok=True, lease=body)))

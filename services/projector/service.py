@@ -66,7 +66,7 @@ from agentledger.services.projector.lane import (
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
 from agentledger.services.projector.store import Layout, LayoutError, Store
 from agentledger.shell.bounded import ByteLRU
-from agentledger.shell.endpoints import RawEndpoint
+from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
@@ -400,13 +400,11 @@ class Projector(Shell):
             reply = await self.working_memory(req.data, caller)
         except PermissionDeniedError as exc:
             reply = _error(exc.code, exc.message, exc.path)
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
-                asyncpg.InternalClientError) as exc:
-            log.warning("projector.read_failed", error=type(exc).__name__, detail=_safe(exc))
-            reply = _error("unavailable", "the projection is not available right now", retryable=True)
         except Exception as exc:  # noqa: BLE001 - every request gets a typed reply
-            log.error("projector.read_error", error=type(exc).__name__, detail=_safe(exc))
-            reply = _error("internal", "the projector failed to answer")
+            # Any PostgreSQL error (a projection being switched by a replay included) is the
+            # database's trouble: retryable ``unavailable``.
+            error = failed(exc, "projector", "the projector failed to answer", (asyncpg.PostgresError,))
+            reply = _error(error.code, error.message, retryable=error.retryable)
         await req.respond(encode(reply))
 
     async def working_memory(self, data: bytes, caller: Caller = OPERATOR) -> WorkingMemoryReply:

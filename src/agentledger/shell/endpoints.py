@@ -12,9 +12,10 @@ body depth-checked and decoded by the endpoint's typed decoder (after its depth 
 its text were checked: no string may hold U+0000, which PostgreSQL cannot store);
 the caller authenticated and held to the body's tenant before the handler reads or
 writes anything; the log bound to tenant and endpoint; and every request answered:
-a typed error reply for an agentledger error, retryable ``unavailable`` when a
-dependency failed mid-request, ``internal`` (logged with its traceback) for
-anything else.
+a typed error reply for an agentledger error, retryable ``unavailable`` naming
+the dependency when one failed mid-request (``agentledger.stores.outages``: one
+log line with the error's class, no traceback), ``internal`` (logged with its
+traceback) for anything else.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
 import msgspec
-import nats.errors
 import structlog
 from nats.micro.request import Request
 
@@ -35,14 +34,9 @@ from agentledger.contracts.api import ErrorBody
 from agentledger.contracts.codec import check_request, contract_error, encode, error_body
 from agentledger.errors import AgentLedgerError
 from agentledger.security.identity import Caller, TenantRegistry
+from agentledger.stores.outages import dependency, outage
 
 log = structlog.get_logger()
-
-# Errors of a dependency (PostgreSQL or NATS away, a timeout) that answer retryable
-# ``unavailable`` rather than ``internal``; a service may widen the set (``Shape.unavailable``).
-DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.PostgresConnectionError, OSError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-    TimeoutError, nats.errors.Error)
 
 Handler = Callable[[Caller, Any], Awaitable[Any]]
 
@@ -102,12 +96,12 @@ class Endpoints:
 
     ``log_name`` is the namespace of the log events ("memory" → "memory.refused"),
     ``who`` names the service in the ``internal`` reply; with ``bind_task`` the
-    body's ``task_id`` is bound to the log too; ``unavailable`` are the errors
-    answered as retryable ``unavailable``.
+    body's ``task_id`` is bound to the log too; ``unavailable`` are errors answered as
+    retryable ``unavailable`` beyond the dependencies' outages (``outages.outage``).
     """
 
     def __init__(self, tenants: TenantRegistry, *, log_name: str, who: str, bind_task: bool = False,
-                 unavailable: tuple[type[BaseException], ...] = DEPENDENCY_ERRORS) -> None:
+                 unavailable: tuple[type[BaseException], ...] = ()) -> None:
         self._tenants = tenants
         self._log_name = log_name
         self._who = who
@@ -159,9 +153,23 @@ class Endpoints:
     def _error_body(self, exc: Exception) -> ErrorBody:
         if isinstance(exc, AgentLedgerError):
             return error_body(exc)
-        # A dependency failing mid-request is retryable ``unavailable``, never ``internal``.
-        if isinstance(exc, self._unavailable):
-            log.warning(f"{self._log_name}.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-            return ErrorBody(code="unavailable", message="a dependency did not answer; retry", retryable=True)
-        log.error(f"{self._log_name}.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
-        return ErrorBody(code="internal", message=f"the {self._who} failed to answer", retryable=True)
+        return error_body(failed(exc, self._log_name, f"the {self._who} failed to answer", self._unavailable))
+
+
+def failed(exc: BaseException, log_name: str, internal: str,
+           unavailable: tuple[type[BaseException], ...] = ()) -> AgentLedgerError:
+    """The error a request answers for ``exc``, which is no agentledger error, logged once.
+
+    A dependency failing mid-request (``outages.outage``, or one of ``unavailable``) is
+    retryable ``unavailable`` naming it, logged ``<log_name>.unavailable`` on one line without
+    a traceback: an outage is expected, and fails every request while it lasts. Anything else
+    is a bug: ``internal`` with the message ``internal``, logged ``<log_name>.internal`` with
+    its traceback. Raw endpoints use this too, so every request path answers alike.
+    """
+    down = outage(exc, unavailable)
+    if down is not None:
+        log.warning(f"{log_name}.unavailable", error=type(exc).__name__,
+                    dependency=dependency(exc, unavailable), detail=str(exc)[:300])
+        return down
+    log.error(f"{log_name}.internal", error=type(exc).__name__, detail=str(exc)[:300], exc_info=exc)
+    return AgentLedgerError(internal, code="internal", retryable=True)

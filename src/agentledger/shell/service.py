@@ -48,7 +48,7 @@ from agentledger.security import auth
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import TenantRegistry
 from agentledger.shell import lifecycle
-from agentledger.shell.endpoints import DEPENDENCY_ERRORS, Endpoint, Endpoints, RawEndpoint
+from agentledger.shell.endpoints import Endpoint, Endpoints, RawEndpoint
 from agentledger.shell.parts import Parts
 from agentledger.stores import db
 from agentledger.stores.natsclient import reader_alive
@@ -94,8 +94,8 @@ class Shape:
     "memory.refused"), ``who`` names it in an ``internal`` reply ("the <who> failed to
     answer"; default ``name``). ``bindings``: it also mirrors the agent bindings;
     ``pool``: it needs PostgreSQL. ``bind_task`` binds a typed request's ``task_id`` to
-    its log lines; ``unavailable`` are the errors its typed endpoints answer as
-    retryable ``unavailable``.
+    its log lines; ``unavailable`` are errors its typed endpoints answer as retryable
+    ``unavailable`` beyond the dependencies' outages (``agentledger.stores.outages``).
     """
 
     name: str
@@ -108,7 +108,7 @@ class Shape:
     bindings: bool = False
     pool: Pool | None = None
     bind_task: bool = False
-    unavailable: tuple[type[BaseException], ...] = DEPENDENCY_ERRORS
+    unavailable: tuple[type[BaseException], ...] = ()
 
 
 class Shell:

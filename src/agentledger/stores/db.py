@@ -47,7 +47,8 @@ WATERMARK_NAME = "projector"
 # What a PostgreSQL operation raises when the server is away, restarting or refused it: a
 # connection lost mid-statement can leave asyncpg's protocol in a state it reports as an
 # ``InternalClientError`` ("cannot switch to state ..."). A background loop logs these and tries
-# again; a request answers them ``unavailable``; none of them may end a process.
+# again; none of them may end a process. A request answers ``unavailable`` to the narrower
+# ``outages.DATABASE_OUTAGES`` (a constraint violation escaping a handler is a bug: ``internal``).
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError)
 
