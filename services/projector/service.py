@@ -279,7 +279,6 @@ class Projector(Shell):
         while not self._stopped:
             self._turned = time.monotonic()
             try:
-                await self._look_at_ledger()
                 await self._balance()
             except asyncio.CancelledError:
                 raise
@@ -288,12 +287,21 @@ class Projector(Shell):
                 log.debug("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
             except Exception as exc:  # noqa: BLE001 - the next turn tries again
                 log.warning("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
+            await self._look_at_ledger()
             await asyncio.sleep(BALANCE_S)
 
     async def _look_at_ledger(self) -> None:
-        """Note the ledger's numbering beside the projection's watermark (``gaps``): the
-        watermark first, so a message appended between the two reads is never taken for a
-        stream that numbers below it. A missing stream tells nothing (the writer recreates it)."""
+        """Note the ledger's numbering beside the projection's watermark (``gaps``), within one
+        turn: a stream API slow to answer (an election) never holds up the ownership loop, and
+        what was seen last stands until a look succeeds."""
+        try:
+            await asyncio.wait_for(self._read_span(), timeout=BALANCE_S)
+        except (*SERVER_AWAY_ERRORS, LayoutError, asyncpg.PostgresError, nats.errors.Error) as exc:
+            log.debug("projector.ledger_unseen", error=type(exc).__name__, detail=_safe(exc))
+
+    async def _read_span(self) -> None:
+        """The watermark first, so a message appended between the two reads is never taken for
+        a stream that numbers below it. A missing stream tells nothing (the writer recreates it)."""
         assert self._pool is not None and self._nc is not None
         layout = await self.store.layout(self._pool)
         try:
