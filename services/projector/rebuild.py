@@ -11,7 +11,9 @@ in a scratch schema. ``verify`` compares every part of every task with the live
 projection in one snapshot: the core row's sequence and hash, and row by row the
 variables, the turns and the applied-event index; tasks the projector advanced
 past the replayed point are first folded further, each up to its live row's
-sequence.
+sequence. ``agentledger replay`` refuses a rebuild smaller than the live projection
+(``shrinks``: after the ledger was deleted and recreated, or purged, it would
+silently drop every task the ledger lost) unless it is told ``--allow-shrink``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from agentledger.services.projector.spill import EVENT_OVERHEAD, SpillingFold, r
 from agentledger.services.projector.store import Store
 from agentledger.stores import db
 from agentledger.stores.ledger import ledger_subject
-from agentledger.stores.numbering import ledger_last_seq
 
 # Names the projector, the checkpointer, resume and the benchmarks import from here.
 __all__ = ["EVENT_OVERHEAD", "LIVE_SCHEMA", "REBUILD_SCHEMA", "VERIFY_SCHEMA", "Fold", "RebuildReport",
@@ -241,7 +242,8 @@ async def shrinks(nc: Client, conn: asyncpg.Connection, settings: Settings, buil
     if live is None:
         return
     state = (await nc.jetstream().stream_info(settings.stream)).state
-    first, numbered = int(state.first_seq or 1), await ledger_last_seq(nc, settings)
+    first = int(state.first_seq or 1)
+    numbered = max(int(state.last_seq or 0), first - 1)
     folded = max(live.seqs)
     reason = ""
     if folded > numbered:

@@ -13,7 +13,8 @@ others within about two seconds (its locks go with its PostgreSQL session).
 
 Every instance answers ``<prefix>.wm.get`` from the rows, whoever folds the
 task; a read that waits for its own write (``min_seq``) waits for the
-watermark of its task's partition.
+watermark of its task's partition. A task the ledger no longer holds (its
+stream deleted and recreated, or purged) is answered ``ledger_gap`` (``gaps``).
 
 A projection whose partition count differs from the configured one is
 re-partitioned when that is exact: when every partition's watermark is the
