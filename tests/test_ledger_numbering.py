@@ -3,7 +3,8 @@ after the high-water mark, Working Memory names the gap, and ``replay`` refuses 
 
 The stream is deleted between restarts of the writer and the projector (the case the
 running writer's own recreation could not cover: a new writer process does not know
-where numbering stood) and, for the gap, under a running projector.
+where numbering stood), under a running stack, recreated from 1 behind the mark's back,
+and purged.
 """
 
 from __future__ import annotations
@@ -134,6 +135,28 @@ async def test_a_stream_recreated_from_1_behind_the_marks_back_is_a_gap_for_ever
         for task in ("old", "fresh"):
             gap = await assert_eventually(lambda t=task: gap_of(stack, t), timeout=WAIT_S)  # type: ignore[misc]
             assert not gap.retryable and "numbering from 1" in gap.message
+    finally:
+        await stack.stop()
+
+
+async def test_a_purged_ledger_names_the_gap_and_numbers_on(settings: Settings) -> None:
+    """Protects typed errors after a purge (which keeps the stream's numbering): a task whose
+    events the purge took answers `ledger_gap` naming the purged range, while appends go on
+    numbering after them and are projected."""
+    stack = await Stack(settings).start(checkpointer=False)
+    try:
+        before = await stack.append([created("old")])
+        assert (await stack.c.working_memory(TENANT, "old", min_seq=before, wait_ms=WAIT_MS)).ok
+        op = await auth.connect(settings, auth.OPERATOR_ROLE)
+        try:
+            await op.jetstream().purge_stream(settings.stream)
+        finally:
+            await op.close()
+        gap = await assert_eventually(lambda: gap_of(stack, "old"), timeout=WAIT_S)
+        assert not gap.retryable and f"seq 1 to {before}" in gap.message
+        seq = (await stack.c.append(created("new"))).seq
+        assert seq == before + 1
+        assert (await stack.c.working_memory(TENANT, "new", min_seq=seq, wait_ms=WAIT_MS)).ok
     finally:
         await stack.stop()
 
