@@ -228,3 +228,28 @@ async def test_whoever_creates_the_stream_starts_after_the_mark(settings: Settin
         assert await numbering.ledger_last_seq(op, settings) == 9000
     finally:
         await op.close()
+
+
+async def test_the_writer_keeps_the_mark_ahead_of_the_ledger(settings: Settings,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects the mark's promise (at or above every sequence the ledger assigned) without an
+    append waiting for it: with a chunk of 8, the writer reserves 8 past the last sequence at
+    start-up, before it answers, and reserves again as the ledger uses the chunks, so after 20
+    appends the mark is ahead of them again."""
+    monkeypatch.setattr(numbering, "RESERVE", 8)
+    monkeypatch.setattr(numbering, "POLL_S", 0.05)
+    stack = await Stack(settings).start(checkpointer=False, projector=False)
+    op = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        assert await numbering.read_mark(op, settings) == 8
+        seq = 0
+        for i in range(20):
+            seq = (await stack.c.append(created(f"t{i}"))).seq
+
+        async def ahead() -> bool:
+            return await numbering.read_mark(op, settings) >= seq + 4
+
+        await assert_eventually(ahead, timeout=WAIT_S)
+    finally:
+        await op.close()
+        await stack.stop()

@@ -125,7 +125,7 @@ class LedgerWriter(Shell):
         assert nc is not None and self._tenants is not None
         # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
-        await parts.part(Numbering(nc, s))
+        await parts.live_part(Numbering(nc, s))
         self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
                                 cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(nc, s)

@@ -89,7 +89,8 @@ class Numbering:
     """The writer's part that keeps the mark ahead of the ledger (see the module docstring).
 
     ``start`` reserves a chunk past the stream's last sequence before the writer
-    answers; then a loop reserves the next chunk whenever half of this one is used.
+    answers; then a loop reserves the next chunk whenever half of this one is used. The
+    writer is not alive without the loop (a mark that stopped moving would fall behind).
     """
 
     def __init__(self, nc: Client, settings: Settings) -> None:
@@ -108,6 +109,9 @@ class Numbering:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     async def _keep_ahead(self) -> None:
         while True:
