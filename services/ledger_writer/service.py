@@ -70,6 +70,7 @@ from agentledger.shell.service import Shape, Shell
 from agentledger.stores import artifacts
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
 from agentledger.stores.ledger import ensure_stream, ledger_subject
+from agentledger.stores.numbering import Numbering
 
 log = structlog.get_logger()
 
@@ -122,7 +123,9 @@ class LedgerWriter(Shell):
         s = self.settings
         nc = self._nc
         assert nc is not None and self._tenants is not None
+        # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
+        await parts.live_part(Numbering(nc, s))
         self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
                                 cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(nc, s)
@@ -172,10 +175,10 @@ class LedgerWriter(Shell):
 
         The writer owns the stream. Numbering continues after the last sequence it saw
         acked, so the projector's watermark and every fencing token stay below what
-        comes next and the projector carries on by itself. What the deleted stream held
-        is gone from the ledger (the projection keeps its rows); a writer restarted
-        since does not know where numbering stood, and the projector then refuses to
-        skip ahead and says so (see docs/operations.md).
+        comes next and the projector carries on by itself; ``ensure_stream`` also starts
+        it after the high-water mark kept outside the stream, which a writer restarted
+        since knows. What the deleted stream held is gone from the ledger (the projection
+        keeps its rows, and answers ``ledger_gap`` for them: see docs/operations.md).
         """
         assert self._nc is not None
         async with self._stream_lock:

@@ -220,12 +220,20 @@ class Lane(ProjectionLoop[TaskRow]):
                                           "ledger-writer recreates it") from exc
             last = int(info.state.last_seq) if info.state.messages else 0
             # An empty stream recreated to continue numbering has assigned up to first_seq - 1.
-            numbered = max(int(info.state.last_seq), int(info.state.first_seq) - 1)
+            first = int(info.state.first_seq)
+            numbered = max(int(info.state.last_seq), first - 1)
             if wm > numbered:
                 raise LedgerUnusableError(
                     f"the ledger stream numbers up to {numbered} but the projection is at {wm}: it "
                     "was deleted and recreated from the start; projecting would skip events. "
-                    "Rebuild the projection from what the ledger holds now (`agentledger replay`)")
+                    "Rebuild the projection from what the ledger holds now (`agentledger replay "
+                    "--allow-shrink`); Working Memory answers `ledger_gap` until then")
+            if wm and first > wm + 1:
+                # Recreated after the high-water mark, or purged: folding carries on from its first
+                # message, and the tasks folded before it answer ``ledger_gap`` (``gaps``).
+                self.log.error("projector.ledger_gap", first_missing=wm + 1, last_missing=first - 1,
+                               watermark=wm, reason="the ledger starts after the watermark: it was "
+                               "deleted and recreated, or purged")
             if wm == 0 and last > 0:
                 # Built beside the empty projection in bounded memory and switched in, as
                 # `agentledger replay` does (by one lane: the others find it built).

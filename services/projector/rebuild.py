@@ -11,7 +11,9 @@ in a scratch schema. ``verify`` compares every part of every task with the live
 projection in one snapshot: the core row's sequence and hash, and row by row the
 variables, the turns and the applied-event index; tasks the projector advanced
 past the replayed point are first folded further, each up to its live row's
-sequence.
+sequence. ``agentledger replay`` refuses a rebuild smaller than the live projection
+(``shrinks``: after the ledger was deleted and recreated, or purged, it would
+silently drop every task the ledger lost) unless it is told ``--allow-shrink``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings
-from agentledger.errors import UnavailableError
+from agentledger.errors import ReplayWouldShrinkError, UnavailableError
 from agentledger.projection import rebuild as beside
 from agentledger.projection.rebuild import LIVE_SCHEMA, Build
 from agentledger.projection.stream import Progress, connect
@@ -133,7 +135,8 @@ class WorkingMemoryRebuild:
     """``projection.rebuild.Rebuildable`` of Working Memory.
 
     ``partitions``: the new projection's partition count (None: the live one's);
-    ``wait_s``: how long a verify waits for the live projector.
+    ``wait_s``: how long a verify waits for the live projector; ``allow_shrink``: build
+    even a projection smaller than the live one (else ``shrinks`` refuses it).
     """
 
     noun = "working memory"
@@ -144,10 +147,11 @@ class WorkingMemoryRebuild:
     forget_index = "working_memory"
 
     def __init__(self, progress: Progress | None = None, *, partitions: int | None = None,
-                 wait_s: float = 60.0) -> None:
+                 wait_s: float = 60.0, allow_shrink: bool = True) -> None:
         self.progress = progress
         self.partitions = partitions
         self.wait_s = wait_s
+        self.allow_shrink = allow_shrink
         self.live_watermark = 0
         self.started = time.perf_counter()
 
@@ -160,6 +164,8 @@ class WorkingMemoryRebuild:
         fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes)
         await read_stream(nc, settings, None, fold=fold, progress=self.progress)
         await fold.spill()
+        if not self.allow_shrink:
+            await shrinks(nc, conn, settings, fold.store, fold.last_seq)
         await fold.store.set_layout(conn, partitions, fold.last_seq)
         return WorkingMemoryBuild(nc, settings, fold)
 
@@ -221,6 +227,43 @@ class WorkingMemoryRebuild:
             different=different, seconds=round(time.perf_counter() - self.started, 3))
 
 
+async def shrinks(nc: Client, conn: asyncpg.Connection, settings: Settings, built: Store,
+                  last_seq: int) -> None:
+    """Refuse (``ReplayWouldShrinkError``, naming what would be dropped) a rebuilt projection
+    smaller than the live one: live tasks it lacks, or a ledger that starts after the live
+    watermark + 1 or numbers below it (deleted and recreated, or purged: the projection
+    answers ``ledger_gap`` for what it lost, ``services/projector/gaps.py``).
+
+    Tasks the live projector folded after ``last_seq`` (the point the rebuild read to) are
+    not counted: the rebuild's catch-up folds them.
+    """
+    live_store = Store(LIVE_SCHEMA)
+    live = await live_store.layout(conn)
+    if live is None:
+        return
+    state = (await nc.jetstream().stream_info(settings.stream)).state
+    first = int(state.first_seq or 1)
+    numbered = max(int(state.last_seq or 0), first - 1)
+    folded = max(live.seqs)
+    reason = ""
+    if folded > numbered:
+        reason = (f"the ledger numbers only up to seq {numbered}, below the live watermark {folded}"
+                  " (its stream was recreated numbering from 1)")
+    elif live.watermark and first > live.watermark + 1:
+        reason = (f"the ledger starts at seq {first}, after the live watermark {live.watermark}"
+                  f" (seq 1 to {first - 1} are missing: its stream was deleted and recreated, or purged)")
+    count, examples = await live_store.tasks_missing_from(conn, built, max(last_seq, folded) if reason
+                                                          else last_seq)
+    if not (reason or count):
+        return
+    named = ", ".join(f"{tenant}/{task} (last folded at seq {seq})" for tenant, task, seq in examples)
+    raise ReplayWouldShrinkError(
+        f"the rebuilt projection would be smaller than the live one: it would drop {count} task(s)"
+        + (f", e.g. {named}" if named else "") + (f"; {reason}" if reason else
+                                                  "; the ledger no longer holds their events")
+        + ". Nothing was changed; `agentledger replay --allow-shrink` rebuilds anyway and drops them")
+
+
 async def rebuild(settings: Settings, schema: str, progress: Progress | None = None) -> RebuildReport:
     """(Re)create a projection in the scratch schema ``schema`` from the whole ledger stream."""
     db.check_schema(schema)
@@ -237,12 +280,13 @@ async def rebuild(settings: Settings, schema: str, progress: Progress | None = N
 
 async def replace_live_with(nc: Client, conn: asyncpg.Connection, settings: Settings,
                             progress: Progress | None = None, *, partitions: int | None = None,
-                            only_if_empty: bool = False) -> RebuildReport | None:
+                            only_if_empty: bool = False, allow_shrink: bool = False) -> RebuildReport | None:
     """``replace_live`` on existing connections (``conn`` must not be in a transaction).
 
     The new projection has ``partitions`` projector partitions, by default as many
     as the live one. ``only_if_empty``: do nothing (None) if, once the rebuild's lock is
     held, the live projection is past seq 0 (another projector lane rebuilt it meanwhile).
+    A projection smaller than the live one is refused (``shrinks``) unless ``allow_shrink``.
     """
     started = time.perf_counter()
 
@@ -250,8 +294,8 @@ async def replace_live_with(nc: Client, conn: asyncpg.Connection, settings: Sett
         live = await Store(LIVE_SCHEMA).layout(c)
         return live is not None and live.watermark > 0
 
-    build = await beside.replace_live(nc, conn, settings, WorkingMemoryRebuild(progress, partitions=partitions),
-                                      unless=not_empty if only_if_empty else None)
+    spec = WorkingMemoryRebuild(progress, partitions=partitions, allow_shrink=allow_shrink)
+    build = await beside.replace_live(nc, conn, settings, spec, unless=not_empty if only_if_empty else None)
     if build is None:
         return None
     assert isinstance(build, WorkingMemoryBuild)
@@ -259,17 +303,19 @@ async def replace_live_with(nc: Client, conn: asyncpg.Connection, settings: Sett
 
 
 async def replace_live(settings: Settings, progress: Progress | None = None,
-                       partitions: int | None = None) -> RebuildReport:
+                       partitions: int | None = None, allow_shrink: bool = False) -> RebuildReport:
     """Rebuild the live projection from the ledger beside it, then switch to it atomically.
 
     The live projection keeps serving (and the projector keeps projecting into
     it) until the switch; a reader sees the old projection or the new one,
     never none. A running projector notices the switch (its watermark table is
-    another one), drops its cache and carries on from the new watermark.
+    another one), drops its cache and carries on from the new watermark. A rebuild
+    smaller than the live projection is refused unless ``allow_shrink`` (``shrinks``).
     """
     nc, conn = await connect(settings)
     try:
-        report = await replace_live_with(nc, conn, settings, progress, partitions=partitions)
+        report = await replace_live_with(nc, conn, settings, progress, partitions=partitions,
+                                         allow_shrink=allow_shrink)
         assert report is not None  # only_if_empty is not asked for
         return report
     finally:

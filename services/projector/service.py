@@ -13,7 +13,8 @@ others within about two seconds (its locks go with its PostgreSQL session).
 
 Every instance answers ``<prefix>.wm.get`` from the rows, whoever folds the
 task; a read that waits for its own write (``min_seq``) waits for the
-watermark of its task's partition.
+watermark of its task's partition. A task the ledger no longer holds (its
+stream deleted and recreated, or purged) is answered ``ledger_gap`` (``gaps``).
 
 A projection whose partition count differs from the configured one is
 re-partitioned when that is exact: when every partition's watermark is the
@@ -55,6 +56,7 @@ from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, U
 from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
 from agentledger.security.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector import ownership
+from agentledger.services.projector.gaps import LedgerSpan, renumbered, task_gap
 from agentledger.services.projector.lane import (
     DURABLE,
     LOOP_STALL_S,
@@ -175,6 +177,8 @@ class Projector(Shell):
         # The layout last seen, and the last thing said about a count that could not change.
         self._layout: int | None = None
         self._said: str | None = None
+        # What the ownership loop last saw of the ledger's numbering (None: not seen, or no stream).
+        self._span: LedgerSpan | None = None
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -201,6 +205,7 @@ class Projector(Shell):
         # The first turn initializes the lanes it takes before start returns (a projection
         # that cannot be initialized fails the start, as a projector always did).
         await self._balance(first=True)
+        await self._look_at_ledger()
         if not self._lanes:
             log.info("projector.standby", reason="other projectors hold every partition")
         self._turned = time.monotonic()
@@ -283,7 +288,31 @@ class Projector(Shell):
                 log.debug("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
             except Exception as exc:  # noqa: BLE001 - the next turn tries again
                 log.warning("projector.balance_failed", error=type(exc).__name__, detail=_safe(exc))
+            await self._look_at_ledger()
             await asyncio.sleep(BALANCE_S)
+
+    async def _look_at_ledger(self) -> None:
+        """Note the ledger's numbering beside the projection's watermark (``gaps``), within one
+        turn: a stream API slow to answer (an election) never holds up the ownership loop, and
+        what was seen last stands until a look succeeds."""
+        try:
+            await asyncio.wait_for(self._read_span(), timeout=BALANCE_S)
+        except (*SERVER_AWAY_ERRORS, LayoutError, asyncpg.PostgresError, nats.errors.Error) as exc:
+            log.debug("projector.ledger_unseen", error=type(exc).__name__, detail=_safe(exc))
+
+    async def _read_span(self) -> None:
+        """The watermark first, so a message appended between the two reads is never taken for
+        a stream that numbers below it. A missing stream tells nothing (the writer recreates it)."""
+        assert self._pool is not None and self._nc is not None
+        layout = await self.store.layout(self._pool)
+        try:
+            state = (await self._nc.jetstream().stream_info(self.settings.stream)).state
+        except nats.js.errors.NotFoundError:
+            self._span = None
+            return
+        first = int(state.first_seq or 1)
+        self._span = LedgerSpan(first=first, numbered=max(int(state.last_seq or 0), first - 1),
+                                folded=max(layout.seqs) if layout is not None else 0)
 
     async def _balance(self, first: bool = False) -> None:
         """One turn: the layout, the instances running, then take or let go of partitions."""
@@ -430,6 +459,9 @@ class Projector(Shell):
         ``readable``: the data subjects whose values the caller may see opened (None: all)."""
         assert self._pool is not None
         _check_read_request(ref)
+        gap = renumbered(self._span)
+        if gap is not None:
+            raise gap
         try:
             if ref.min_seq is not None and not await self._reached(ref, ref.min_seq, ref.wait_ms):
                 raise UnavailableError(f"the projection has not reached seq {ref.min_seq} within "
@@ -451,6 +483,9 @@ class Projector(Shell):
                 raise UnavailableError("the task is in the ledger but not projected yet; retry "
                                        "(or pass min_seq)", path="$.task_id")
             raise NotFoundError(f"no task {ref.task_id!r} for tenant {ref.tenant!r}", path="$.task_id")
+        gap = task_gap(self._span, row["seq"])
+        if gap is not None:
+            raise gap
         data = await render_view(row, self._keyring if ref.reveal_personal else None, readable)
         budget = self._reply_budget()
         if ref.chunk is None and len(data) + REPLY_ENVELOPE <= budget:

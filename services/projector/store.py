@@ -461,6 +461,24 @@ class Store:
             found[part] = {(r[0], r[1]) for r in rows}
         return found
 
+    async def tasks_missing_from(self, conn: asyncpg.Connection, other: Store, upto: int,
+                                 examples: int = 5) -> tuple[int, list[tuple[str, str, int]]]:
+        """Tasks of this schema last folded at or below ``upto`` that ``other`` lacks: how
+        many, and the first few (tenant, task, seq) by seq."""
+        query = _qualify(_MISSING_FROM.replace("{o}", other._quoted), self._quoted)
+        rows = await conn.fetch(query, upto, examples)
+        count = int(rows[0]["total"]) if rows else 0
+        return count, [(r["tenant"], r["task_id"], int(r["seq"])) for r in rows]
+
+
+# Live tasks a rebuilt projection would drop (``replay`` refuses to shrink the projection).
+_MISSING_FROM = """
+    SELECT l.tenant, l.task_id, l.seq, count(*) OVER () AS total FROM {s}.task_state l
+    WHERE l.seq <= $1 AND NOT EXISTS (
+        SELECT 1 FROM {o}.task_state r WHERE r.tenant = l.tenant AND r.task_id = l.task_id)
+    ORDER BY l.seq LIMIT $2
+"""
+
 
 @contextlib.asynccontextmanager
 async def _snapshot(conn: asyncpg.Connection | asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:

@@ -112,3 +112,25 @@ class StorageFullError(AgentLedgerError):
     ``artifact_store_full``); nothing was stored."""
 
     code = "storage_full"
+
+
+class LedgerGapError(AgentLedgerError):
+    """The ledger no longer holds sequences a projection was folded from or had still to fold
+    (its stream was deleted and recreated, or purged): retrying cannot bring them back. The
+    message names the missing range (``first_missing`` to ``last_missing``, when known)."""
+
+    code = "ledger_gap"
+
+    def __init__(self, message: str, *, first_missing: int | None = None,
+                 last_missing: int | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.first_missing = first_missing
+        self.last_missing = last_missing
+
+
+class ReplayWouldShrinkError(AgentLedgerError):
+    """``agentledger replay`` would build a projection smaller than the live one (tasks the
+    ledger no longer holds would be dropped); nothing was changed. ``--allow-shrink`` rebuilds
+    anyway."""
+
+    code = "replay_would_shrink"

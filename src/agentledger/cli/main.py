@@ -170,7 +170,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                             else "equal to a fold of the ledger"))
             problems += found
         return 0 if report.ok and not problems else 1
-    report = asyncio.run(rebuild.replace_live(settings, progress=_progress, partitions=args.partitions))
+    report = asyncio.run(rebuild.replace_live(settings, progress=_progress, partitions=args.partitions,
+                                              allow_shrink=args.allow_shrink))
     print(f"rebuilt {report.events} events into {report.tasks} tasks up to seq {report.last_seq}"
           f" beside the live projection and switched to it; {report.spills} spill(s), at most"
           f" {report.peak_bytes} of {report.budget_bytes} bytes held; {report.seconds}s")
@@ -421,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=None, metavar="N",
                    help="give the rebuilt projection N projector partitions (default: as many "
                         "as the live one)")
+    p.add_argument("--allow-shrink", action="store_true",
+                   help="switch to the rebuilt projection even when it is smaller than the live one "
+                        "(tasks the ledger no longer holds are dropped); refused without it")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("resume", help="resume a task: checks, replay, reconcile, lease (JSON out)")
     p.add_argument("tenant")

@@ -67,6 +67,7 @@ from agentledger.errors import (
     ContractError,
     DuplicateError,
     EventIdConflictError,
+    LedgerGapError,
     NotFoundError,
     UnavailableError,
 )
@@ -81,6 +82,7 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
     "not_found": NotFoundError,
     "artifact_missing": NotFoundError,
     "state_changed": AgentLedgerError,
+    "ledger_gap": LedgerGapError,
 }
 # Reads of a chunked Working Memory view: how often to start over when the task changes
 # meanwhile, and how many chunk requests to keep in flight.

@@ -24,6 +24,7 @@ from agentledger.config import Settings
 from agentledger.contracts.events import EventBase
 from agentledger.errors import RuntimeStateError, UnavailableError
 from agentledger.security import auth
+from agentledger.stores.numbering import read_mark
 
 MSG_ID = "Nats-Msg-Id"
 DIGEST = "Agentledger-Digest"
@@ -119,9 +120,10 @@ async def ensure_stream(settings: Settings, nc: Client | None = None, *,
                         first_seq: int | None = None) -> None:
     """Create the ledger stream, or bring an existing one to this configuration.
 
-    ``first_seq``: where a stream created now starts numbering. A ledger recreated
-    after it was deleted continues after the last sequence anyone saw, so that no
-    watermark or fencing token ever meets a sequence a second time.
+    A stream created now starts numbering after the high-water mark kept outside it
+    (``numbering``) and after ``first_seq - 1`` (a caller's own knowledge: the sequence
+    its writer acked last, a projection's watermark), so a ledger recreated after it was
+    deleted never hands out a sequence an ack, a watermark or a fencing token holds.
     """
     own = nc is None
     conn = nc or await auth.connect(settings, auth.OPERATOR_ROLE)
@@ -131,8 +133,9 @@ async def ensure_stream(settings: Settings, nc: Client | None = None, *,
         try:
             info = await js.stream_info(settings.stream)
         except nats.js.errors.NotFoundError:
-            if first_seq is not None and first_seq > 1:
-                config.first_seq = first_seq
+            start = max(first_seq or 1, await read_mark(conn, settings) + 1)
+            if start > 1:
+                config.first_seq = start
             await js.add_stream(config)
             return
         if list(info.config.subjects or []) != list(config.subjects or []):
