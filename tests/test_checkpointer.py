@@ -312,6 +312,13 @@ async def drive_saves(stack: Stack, task: str, tag: str) -> None:
         await stack.c.save_checkpoint(TENANT, task)
 
 
+async def pointer_versions(stack: Stack, above: int = -1) -> int:
+    """How often the checkpoint pointers moved in all (0 when that is not above ``above``)."""
+    assert stack.db is not None
+    versions = int(await stack.db.fetchval("SELECT coalesce(sum(version), 0) FROM checkpoint_pointer"))
+    return versions if versions > above else 0
+
+
 async def test_sigkill_during_saves_never_leaves_a_bad_pointer(settings: Settings) -> None:
     """Ten rounds: a checkpointer process saves large checkpoints of eight busy tasks (policy and
     on request) and is SIGKILLed at a random moment. After every kill each task's pointer names a
@@ -330,7 +337,12 @@ async def test_sigkill_during_saves_never_leaves_a_bad_pointer(settings: Setting
             try:
                 await wait_for_service(stack.c.nc, save_subject(settings.prefix), proc)
                 drivers = [asyncio.create_task(drive_saves(stack, t, str(round_no))) for t in tasks]
-                await asyncio.sleep(rng.uniform(0.05, 0.6))
+                # Killed while it saves: once this round's first save moved a pointer (on a busy
+                # host that can take seconds; a fixed delay killed it before it saved anything),
+                # then at a random moment.
+                await assert_eventually(lambda m=moves: pointer_versions(stack, above=m), timeout=120,
+                                        interval=0.01)
+                await asyncio.sleep(rng.uniform(0.0, 0.4))
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
                 for driver in drivers:
@@ -351,8 +363,8 @@ async def test_sigkill_during_saves_never_leaves_a_bad_pointer(settings: Setting
                 assert cp_mod.checksum_ok(cp), (round_no, task)
                 assert (cp.tenant, cp.task_id) == (TENANT, task)
                 assert cp.ledger_cursor == row["seq"] <= last, (round_no, task)
-            versions = await stack.db.fetchval("SELECT coalesce(sum(version), 0) FROM checkpoint_pointer")
-            assert versions >= moves
+            versions = await pointer_versions(stack)
+            assert versions > moves
             moves = versions
         assert moves >= 10, "the checkpointer hardly saved anything; the test proved nothing"
         cut = await rolled_back(stack) - rollbacks
