@@ -63,6 +63,9 @@ FREEZE_S = 16.0
 # leave after 8 to 10 s, a new leader is elected 4 to 9 s after it stopped, and the writer's
 # JetStream publish sent meanwhile waits out its 5 s timeout.
 FROZEN_GAP_S = 14.0
+# The client's own retries in the strict loads: each attempt waits up to 10 s, and the writer
+# retries a publish for 4 s before it answers `unavailable`, so 5 retries outlast any election.
+STRICT_RETRIES = 5
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +176,10 @@ class Load:
     ack_times: list[float] = field(default_factory=list)
     retries: int = 0
     in_process: int = 0
+    # ``strict``: a client as an agent runs it (its own retries, 10 s per request), and an append
+    # that still answers ``unavailable`` is recorded in ``refused`` instead of being sent again.
+    strict: bool = False
+    refused: list[str] = field(default_factory=list)
 
     def ids(self) -> list[str]:
         return [f"{TENANT}/{self.task(t)}/{self.event_id(t, i)}"
@@ -185,7 +192,8 @@ class Load:
         return f"{self.run}-t{t}-e{i}"
 
     async def __call__(self) -> None:
-        client = await connect(self.settings, timeout=2.0, retries=0)
+        client = await (connect(self.settings, retries=STRICT_RETRIES) if self.strict
+                        else connect(self.settings, timeout=2.0, retries=0))
         try:
             await asyncio.gather(*(self._task(client, t) for t in range(self.tasks)))
         finally:
@@ -203,6 +211,8 @@ class Load:
                     result = await client.append(body)
                     break
                 except UnavailableError as exc:
+                    if self.strict:
+                        self.refused.append(f"{eid}: {exc}")
                     # JetStream 10158 ("duplicate message id is in process": an earlier copy is
                     # still being proposed) is answered unavailable too: the event will be stored.
                     self.retries += 1
@@ -424,6 +434,59 @@ async def test_a_node_frozen_past_the_election_timeout_then_continued(stack: Set
           f"{load.longest_gap(stopped_at):.2f} s; {load.retries} retries, {load.in_process} answered 10158")
     assert during, f"no append was acked in the {FREEZE_S:.0f} s one node of three was frozen"
     assert load.longest_gap(stopped_at) < FROZEN_GAP_S
+    assert next(n.pid for n in runtime(stack).nats_nodes if n.name == name) == pid
+    await assert_eventually(lambda: replicas_current(stack), timeout=60, interval=0.2)
+    await check_exactly_once(stack, load)
+
+
+@pytest.mark.timeout(240)
+async def test_a_client_rides_through_a_leader_kill_without_an_error(stack: Settings) -> None:
+    """Protects failover as agents see it: the ledger stream's leader node is SIGKILLed while
+    1,000 events are appended through clients as an agent runs them (the client's own retries,
+    nothing retried by the test). While the two others elect a leader (raft's 4 to 9 s) the
+    writer publishes again and the client asks again, both with the same ids: no append answers
+    `unavailable`, and every event is in the stream once."""
+    load = Load(stack, "rl", tasks=10, per_task=100, strict=True)
+    running = asyncio.ensure_future(load())
+    await assert_eventually(lambda: len(load.acked) >= 200 or running.done(), timeout=60)
+    assert not running.done()
+    name, pid = node_of(stack, (await ledger_cluster(stack)).leader)
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    await asyncio.wait_for(running, 180)
+    print(f"leader kill: {load.longest_gap(killed_at):.2f} s without an ack, "
+          f"{len(load.refused)} appends answered unavailable")
+    assert not load.refused, f"{len(load.refused)} appends failed: {load.refused[:3]}"
+    await heal(stack, name, pid)
+    await check_exactly_once(stack, load)
+
+
+@pytest.mark.timeout(240)
+async def test_a_follower_frozen_past_the_election_timeout_costs_no_append(stack: Settings) -> None:
+    """Protects availability across a hung follower: a follower of the ledger stream is SIGSTOPped
+    for 16 s and continued. Its return bumps the raft term (it campaigns, and the leader steps
+    down until it is elected again, well under a second later); meanwhile publishes find no
+    responder. Appends are acked during the pause and none answers `unavailable` to a client
+    that retries as agents do; nothing acked is lost or doubled."""
+    cluster = await ledger_cluster(stack)
+    name, pid = node_of(stack, cluster.replicas[0].name)
+    others = ",".join(n.url for n in runtime(stack).nats_nodes if n.name != name)
+    load = Load(msgspec.structs.replace(stack, nats_url=others), "ff", per_task=300, strict=True)
+    running = asyncio.ensure_future(load())
+    await assert_eventually(lambda: len(load.acked) >= 200 or running.done(), timeout=60)
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        await asyncio.sleep(FREEZE_S)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    continued_at = time.monotonic()
+    during = [t for t in load.ack_times if stopped_at + 1 < t < continued_at]
+    await asyncio.wait_for(running, 180)
+    print(f"follower frozen {FREEZE_S:.0f} s: {len(during)} acks meanwhile, the longest gap "
+          f"{load.longest_gap(stopped_at):.2f} s, {len(load.refused)} appends answered unavailable")
+    assert during, f"no append was acked in the {FREEZE_S:.0f} s a follower was frozen"
+    assert not load.refused, f"{len(load.refused)} appends failed: {load.refused[:3]}"
     assert next(n.pid for n in runtime(stack).nats_nodes if n.name == name) == pid
     await assert_eventually(lambda: replicas_current(stack), timeout=60, interval=0.2)
     await check_exactly_once(stack, load)
