@@ -60,8 +60,8 @@ PREFIX = "clustertest"
 # that does not greet (20 s since its last greeting), after which it would SIGKILL and restart it.
 FREEZE_S = 16.0
 # Longest time without an ack once a node froze: its routes close after 3 s, connections on it
-# leave after 8 to 10 s, a new leader is elected 4 to 9 s after it stopped, and the writer's
-# JetStream publish sent meanwhile waits out its 5 s timeout.
+# leave after 8 to 10 s, a new leader is elected 4 to 9 s after it stopped, and a request lost on
+# the frozen node waits out the client's 10 s before it is sent again.
 FROZEN_GAP_S = 14.0
 # The client's own retries in the strict loads: each attempt waits up to 10 s, and the writer
 # retries a publish for 4 s before it answers `unavailable`, so 5 retries outlast any election.
