@@ -494,6 +494,12 @@ def _artifact_body(uri: str) -> bytes:
 
 # Connection attempts before `connect` gives up (a few seconds), not the reconnects afterwards.
 INITIAL_ATTEMPTS = 2
+# An agent's connection pings its server every second and moves to another after 3 unanswered
+# pings (3 to 4 s). The services' 2 s x 4 (natsclient) waits for their stuck-read-loop exit, which
+# a client does not have; on a cluster a client left on a frozen node 8 to 10 s had no append
+# answered for 11 s, although the two other nodes served the ledger.
+CLIENT_PING_INTERVAL_S = 1
+CLIENT_MAX_OUTSTANDING_PINGS = 3
 
 
 async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC109 - per request
@@ -510,6 +516,8 @@ async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC10
     nats_options.setdefault("max_reconnect_attempts", INITIAL_ATTEMPTS)
     nats_options.setdefault("reconnect_time_wait", 1.0)
     nats_options.setdefault("connect_timeout", 2.0)
+    nats_options.setdefault("ping_interval", CLIENT_PING_INTERVAL_S)
+    nats_options.setdefault("max_outstanding_pings", CLIENT_MAX_OUTSTANDING_PINGS)
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, **nats_options)
     nc.options["max_reconnect_attempts"] = -1
     return Client(nc, settings, timeout=timeout, retries=retries)
