@@ -60,9 +60,12 @@ PREFIX = "clustertest"
 # that does not greet (20 s since its last greeting), after which it would SIGKILL and restart it.
 FREEZE_S = 16.0
 # Longest time without an ack once a node froze: its routes close after 3 s, connections on it
-# leave after 8 to 10 s, a new leader is elected 4 to 9 s after it stopped, and the writer's
-# JetStream publish sent meanwhile waits out its 5 s timeout.
+# leave after 8 to 10 s, a new leader is elected 4 to 9 s after it stopped, and a request lost on
+# the frozen node waits out the client's 10 s before it is sent again.
 FROZEN_GAP_S = 14.0
+# The client's own retries in the strict loads: each attempt waits up to 10 s, and the writer
+# retries a publish for 4 s before it answers `unavailable`, so 5 retries outlast any election.
+STRICT_RETRIES = 5
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +176,10 @@ class Load:
     ack_times: list[float] = field(default_factory=list)
     retries: int = 0
     in_process: int = 0
+    # ``strict``: a client as an agent runs it (its own retries, 10 s per request), and an append
+    # that still answers ``unavailable`` is recorded in ``refused`` instead of being sent again.
+    strict: bool = False
+    refused: list[str] = field(default_factory=list)
 
     def ids(self) -> list[str]:
         return [f"{TENANT}/{self.task(t)}/{self.event_id(t, i)}"
@@ -185,7 +192,8 @@ class Load:
         return f"{self.run}-t{t}-e{i}"
 
     async def __call__(self) -> None:
-        client = await connect(self.settings, timeout=2.0, retries=0)
+        client = await (connect(self.settings, retries=STRICT_RETRIES) if self.strict
+                        else connect(self.settings, timeout=2.0, retries=0))
         try:
             await asyncio.gather(*(self._task(client, t) for t in range(self.tasks)))
         finally:
@@ -203,6 +211,8 @@ class Load:
                     result = await client.append(body)
                     break
                 except UnavailableError as exc:
+                    if self.strict:
+                        self.refused.append(f"{eid}: {exc}")
                     # JetStream 10158 ("duplicate message id is in process": an earlier copy is
                     # still being proposed) is answered unavailable too: the event will be stored.
                     self.retries += 1
@@ -424,6 +434,37 @@ async def test_a_node_frozen_past_the_election_timeout_then_continued(stack: Set
           f"{load.longest_gap(stopped_at):.2f} s; {load.retries} retries, {load.in_process} answered 10158")
     assert during, f"no append was acked in the {FREEZE_S:.0f} s one node of three was frozen"
     assert load.longest_gap(stopped_at) < FROZEN_GAP_S
+    assert next(n.pid for n in runtime(stack).nats_nodes if n.name == name) == pid
+    await assert_eventually(lambda: replicas_current(stack), timeout=60, interval=0.2)
+    await check_exactly_once(stack, load)
+
+
+@pytest.mark.timeout(240)
+async def test_a_follower_frozen_past_the_election_timeout_costs_no_append(stack: Settings) -> None:
+    """Protects availability across a hung follower: a follower of the ledger stream is SIGSTOPped
+    for 16 s and continued. Its return bumps the raft term (it campaigns, and the leader steps
+    down until it is elected again, well under a second later); meanwhile publishes find no
+    responder. Appends are acked during the pause and none answers `unavailable` to a client
+    that retries as agents do; nothing acked is lost or doubled."""
+    cluster = await ledger_cluster(stack)
+    name, pid = node_of(stack, cluster.replicas[0].name)
+    others = ",".join(n.url for n in runtime(stack).nats_nodes if n.name != name)
+    load = Load(msgspec.structs.replace(stack, nats_url=others), "ff", per_task=300, strict=True)
+    running = asyncio.ensure_future(load())
+    await assert_eventually(lambda: len(load.acked) >= 200 or running.done(), timeout=60)
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    try:
+        await asyncio.sleep(FREEZE_S)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    continued_at = time.monotonic()
+    during = [t for t in load.ack_times if stopped_at + 1 < t < continued_at]
+    await asyncio.wait_for(running, 180)
+    print(f"follower frozen {FREEZE_S:.0f} s: {len(during)} acks meanwhile, the longest gap "
+          f"{load.longest_gap(stopped_at):.2f} s, {len(load.refused)} appends answered unavailable")
+    assert during, f"no append was acked in the {FREEZE_S:.0f} s a follower was frozen"
+    assert not load.refused, f"{len(load.refused)} appends failed: {load.refused[:3]}"
     assert next(n.pid for n in runtime(stack).nats_nodes if n.name == name) == pid
     await assert_eventually(lambda: replicas_current(stack), timeout=60, interval=0.2)
     await check_exactly_once(stack, load)

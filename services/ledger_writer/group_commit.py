@@ -89,6 +89,14 @@ FENCE = "Agentledger-Fence"
 # A refused expectation names the subject's actual last sequence (from the stream's leader).
 _WRONG_LAST = re.compile(r"wrong last sequence: (\d+)")
 _nuid = NUID()
+# A unit whose publish answered ``unavailable`` (no ack within the timeout, or no responder) is
+# published again with the same ids every ``RETRY_PAUSE_S`` until ``RETRY_WINDOW_S`` after its
+# first attempt, then answers ``unavailable`` (the client retries, the same ids again). A clustered
+# stream between leaders answers every publish at once with "no responders" until its election
+# ends (4 to 9 s after its leader node died, raft's election timeout): retrying here, not a round
+# trip to the client later, puts the first ack within a pause of the new leader.
+RETRY_PAUSE_S = 0.2
+RETRY_WINDOW_S = 4.0
 # A publish awaiting its ack: what ``Replies.send`` returns.
 _Sent = tuple[str, "asyncio.Future[Msg]", float]
 
@@ -355,31 +363,38 @@ class GroupCommitter:
                 self._wakeup.set()  # units of these subjects may go now
             self._slots.release()
 
-    async def _commit_alone(self, unit: Unit, *, retries: int = 1, sent: _Sent | None = None) -> None:
+    async def _commit_alone(self, unit: Unit, *, sent: _Sent | None = None) -> None:
         """Commit one unit and settle its future with results or a typed error.
 
         ``sent``: the unit was already published (``_send``); only its ack is awaited.
+        An ``unavailable`` publish is retried within ``RETRY_WINDOW_S`` (see there).
         """
-        try:
-            last, duplicate = await self._acked([unit], sent or await self._send([unit]))
-        except _BatchFailed as exc:
-            outcome = await self._explain(unit, exc)
-            if isinstance(outcome, AgentLedgerError):
-                unit.future.set_exception(outcome)
-            else:
-                unit.future.set_result(outcome)
-        except UnavailableError as exc:
-            if retries > 0:  # same ids again: stored once whatever happened before
-                await self._commit_alone(unit, retries=retries - 1)
-            else:
-                unit.future.set_exception(exc)
-        else:
-            if duplicate:
-                conflict = await self._conflicting(unit, [last])
-                if conflict is not None:
-                    unit.future.set_exception(conflict)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RETRY_WINDOW_S
+        while True:
+            try:
+                last, duplicate = await self._acked([unit], sent or await self._send([unit]))
+                break
+            except _BatchFailed as exc:
+                outcome = await self._explain(unit, exc)
+                if isinstance(outcome, AgentLedgerError):
+                    unit.future.set_exception(outcome)
+                else:
+                    unit.future.set_result(outcome)
+                return
+            except UnavailableError as exc:
+                if loop.time() + RETRY_PAUSE_S >= give_up:
+                    unit.future.set_exception(exc)
                     return
-            _resolve([unit], last, duplicate=duplicate)
+            # Same ids again: stored once whatever happened to the earlier copy.
+            sent = None
+            await asyncio.sleep(RETRY_PAUSE_S)
+        if duplicate:
+            conflict = await self._conflicting(unit, [last])
+            if conflict is not None:
+                unit.future.set_exception(conflict)
+                return
+        _resolve([unit], last, duplicate=duplicate)
 
     async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
         """Store ``units`` together: (last stored sequence, whether it was a duplicate)."""

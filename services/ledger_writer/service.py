@@ -80,6 +80,11 @@ SERVICE_NAME = "agentledger-ledger-writer"
 # clustered stream elects a new leader is never acked; 2 s, not nats-py's 5 s, lets the retry
 # reach the new leader about 3 s sooner (docs/scaling.md). Acks take milliseconds otherwise.
 ACK_TIMEOUT_S = 2.0
+# How long the writer asks whether the ledger stream still exists when a publish found no
+# responder. A clustered stream between leaders answers publishes so too, and its stream info
+# goes unanswered until the election ends: with nats-py's 5 s, taken in turn by every waiting
+# publish, appends stayed down 5 to 10 s after the stream had a leader again.
+STREAM_CHECK_TIMEOUT_S = 1.0
 
 Key = tuple[str, str]
 # A fenced append whose expectation other writers' appends keep overtaking is checked this often.
@@ -181,8 +186,10 @@ class LedgerWriter(Shell):
         keeps its rows, and answers ``ledger_gap`` for them: see docs/operations.md).
         """
         assert self._nc is not None
+        if self._stream_lock.locked():
+            return False  # being checked: this publish answers unavailable and is retried
         async with self._stream_lock:
-            js = self._nc.jetstream()
+            js = self._nc.jetstream(timeout=STREAM_CHECK_TIMEOUT_S)
             try:
                 await js.stream_info(self.settings.stream)
                 return False

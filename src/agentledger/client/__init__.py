@@ -87,6 +87,9 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
 # Reads of a chunked Working Memory view: how often to start over when the task changes
 # meanwhile, and how many chunk requests to keep in flight.
 VIEW_ATTEMPTS = 5
+# An append answered `unavailable` (retryable) is sent again after this pause, within the
+# client's ``retries``; the writer has already retried its publish for up to 4 s by then.
+APPEND_RETRY_PAUSE_S = 0.1
 CHUNKS_IN_FLIGHT = 4
 # Every way a request can fail because the bus or the service is away: a typed, retryable
 # `unavailable` for the caller, never a raw nats-py exception.
@@ -232,16 +235,21 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
         for attempt in range(self.retries + 1):
             try:
                 msg = await self._replies.request(subject, payload, self.timeout)
-                break
             except MaxPayloadError as exc:
                 raise self._too_large(len(payload)) from exc
             except _UNAVAILABLE as exc:
                 if attempt == self.retries:
                     raise UnavailableError("the ledger-writer did not answer") from exc
-        reply = _append_reply.decode(msg.data)
-        if reply.error is not None:
-            raise_error(reply.error)
-        return reply.results
+                continue
+            reply = _append_reply.decode(msg.data)
+            if reply.error is None:
+                return reply.results
+            # The ledger away (a clustered stream between leaders, a writer shutting down): the
+            # same request again, with the same ids, is stored once whatever happened to this one.
+            if reply.error.code != "unavailable" or not reply.error.retryable or attempt == self.retries:
+                raise_error(reply.error)
+            await asyncio.sleep(APPEND_RETRY_PAUSE_S)
+        raise AssertionError("unreachable")
 
     async def working_memory(self, tenant: str, task_id: str, *, reveal_personal: bool = False,
                              min_seq: int | None = None, wait_ms: int = 5_000,
@@ -488,6 +496,12 @@ def _artifact_body(uri: str) -> bytes:
 
 # Connection attempts before `connect` gives up (a few seconds), not the reconnects afterwards.
 INITIAL_ATTEMPTS = 2
+# An agent's connection pings its server every second and moves to another after 3 unanswered
+# pings (3 to 4 s). The services' 2 s x 4 (natsclient) waits for their stuck-read-loop exit, which
+# a client does not have; on a cluster a client left on a frozen node 8 to 10 s had no append
+# answered for 11 s, although the two other nodes served the ledger.
+CLIENT_PING_INTERVAL_S = 1
+CLIENT_MAX_OUTSTANDING_PINGS = 3
 
 
 async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC109 - per request
@@ -504,6 +518,8 @@ async def connect(settings: Settings, *, timeout: float = 10.0,  # noqa: ASYNC10
     nats_options.setdefault("max_reconnect_attempts", INITIAL_ATTEMPTS)
     nats_options.setdefault("reconnect_time_wait", 1.0)
     nats_options.setdefault("connect_timeout", 2.0)
+    nats_options.setdefault("ping_interval", CLIENT_PING_INTERVAL_S)
+    nats_options.setdefault("max_outstanding_pings", CLIENT_MAX_OUTSTANDING_PINGS)
     nc = await auth.connect(settings, auth.OPERATOR_ROLE, **nats_options)
     nc.options["max_reconnect_attempts"] = -1
     return Client(nc, settings, timeout=timeout, retries=retries)

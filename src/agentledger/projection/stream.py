@@ -35,6 +35,12 @@ from agentledger.stores.ledger import ledger_subject, ledger_wildcard
 # delivered-but-unacked messages the server lets one hold.
 ACK_WAIT = 60.0
 MAX_ACK_PENDING = 100_000
+# How long a consumer create, info or delete waits for JetStream's answer. nats-py's default
+# (5 s) was waited out once per call while the meta group elected a leader after a node kill
+# (4 to 9 s without one): the three calls of a re-creation stalled Working Memory ~18 s. A call
+# that times out is an outage the projection loop retries 0.5 s later (every call here is
+# idempotent), so the consumer is back within about a second of the new meta leader.
+CONSUMER_API_TIMEOUT_S = 1.0
 # A rebuild that sees no message for this long while it expects more gives up.
 IDLE_TIMEOUT_S = 30.0
 
@@ -141,8 +147,9 @@ async def bind_consumer(nc: Client, settings: Settings, config: ConsumerConfig, 
 
     An existing consumer is kept only if ``keep`` says so; otherwise it is recreated (its
     open pull requests die with it), so it delivers from ``config.opt_start_seq``.
+    A call unanswered within ``CONSUMER_API_TIMEOUT_S`` raises nats-py's ``TimeoutError``.
     """
-    js = nc.jetstream()
+    js = nc.jetstream(timeout=CONSUMER_API_TIMEOUT_S)
     durable = config.durable_name
     assert durable is not None
     info: ConsumerInfo | None = None
