@@ -36,7 +36,8 @@ GUARDED_KINDS = frozenset(EVENT_TYPES) - WRITER_ONLY_KINDS
 
 class Fenced(msgspec.Struct, frozen=True):
     """How to commit an append the lease table checked: the expectation on the task's last
-    sequence (None: none) and the grant to stamp on its messages (None: no stamp)."""
+    sequence (None: the committer's own knowledge of it, ``Unit.guard``) and the grant to stamp
+    on its messages (None: no stamp)."""
 
     expected: int | None
     stamp: int | None
@@ -104,9 +105,21 @@ class LeaseFencing(LeaseBucket):
         yet) makes the token ``stale_fencing_token``.
         """
         key = self.key(tenant, task_id)
+        tokens = {t for _, t in events if t is not None}
+        fence = self._fences.get(key)
+        unknown = moved is not None or (expected is not None and (fence is None
+                                                                   or fence.seq != expected))
+        if not tokens and unknown:
+            # Events without a token are committed after a sequence we did not commit after
+            # ourselves: what led there may be a grant made through another writer that our
+            # copy does not show yet. Its entry was written to the table before its event
+            # reached the ledger, so the table read now shows it (and check() refuses).
+            await self._refresh(key)
         try:
             await self.check(tenant, task_id, events, secret, caller)
         except LeaseError:
+            if not tokens and unknown:
+                raise  # read just now
             # Our copy may lag a grant or a renewal made through another writer: look once.
             entry = self._mirror.get(key)
             before = entry.revision if entry is not None else None
@@ -115,17 +128,14 @@ class LeaseFencing(LeaseBucket):
             if (entry.revision if entry is not None else None) == before:
                 raise
             await self.check(tenant, task_id, events, secret, caller)
-        tokens = {t for _, t in events if t is not None}
         if not tokens:
             # Nothing to fence; an expectation we know to be true keeps our knowledge current.
-            fence = self._fences.get(key)
             if expected is not None:
-                known = fence is not None and fence.seq == expected
-                return Fenced(expected, fence.grant if known and fence is not None else None)
-            if fence is None or moved is not None:
+                return Fenced(expected, fence.grant if not unknown and fence is not None else None)
+            if moved is not None:
                 self._fences.pop(key, None)
-                return Fenced(None, None)
-            return Fenced(fence.seq, fence.grant)
+                return Fenced(moved, None)
+            return Fenced(None, None) if fence is None else Fenced(fence.seq, fence.grant)
         (token,) = tokens  # check() let through only the live lease's token
         path = next(f"$.events[{i}].fencing_token" for i, (_, t) in enumerate(events) if t is not None)
         known = self._fences.get(key)
