@@ -23,12 +23,13 @@ from agentledger.config import Settings
 from agentledger.security.identity import Caller
 from agentledger.services.ledger_writer.service import LedgerWriter
 from test_writer import created, stored
-from test_writers_racing import Call, ev, freeze_mirror, lease, writers
+from test_writers_racing import Call, ev, freeze_mirror, lease, table, writers
 
 TRIALS = 1000
 # Trials in flight at once.
 PARALLEL = 25
 HOLDER = "agent-1"
+PHASES = ("start", "reading", "recorded", "answered")
 
 
 async def send(w: LedgerWriter, events: list[dict[str, Any]], grant: dict[str, Any] | None = None,
@@ -62,7 +63,8 @@ async def test_an_unleased_append_racing_a_grant_through_another_writer_never_la
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """1,000 trials, each on a fresh task (created through A for half of them, through B for the
     others, so A knows where some end and not the others): B grants the task's first lease while
-    A, whose watch lags, takes an append without a token, the two started a random moment apart.
+    A, whose watch lags, takes an append without a token: as B starts the grant, as it reads the
+    task's last sequence, once the grant is in the ledger or once B answered it.
     No append A acknowledges lies after the grant, and none is stored there; the holder's next
     append, through A or B, is accepted; the racing append sent again with the same ids through
     either writer is a duplicate at the same sequence when it was stored, refused when it was not.
@@ -73,6 +75,22 @@ async def test_an_unleased_append_racing_a_grant_through_another_writer_never_la
     async with writers(settings, 2) as (a, b):
         as_agent(monkeypatch, a, b)
         freeze_mirror(a, monkeypatch)  # A never hears of the grants: a watch that lags them all
+        reached: dict[str, dict[str, asyncio.Event]] = {
+            t: {p: asyncio.Event() for p in PHASES[1:]} for t in tasks}
+        grants = table(b)._ledger
+        read_last, record = grants.task_last_seq, grants.record_grant
+
+        async def task_last_seq(tenant: str, task_id: str) -> int:
+            reached[task_id]["reading"].set()
+            return await read_last(tenant, task_id)
+
+        async def record_grant(tenant: str, task_id: str, **grant: Any) -> int:
+            token = await record(tenant, task_id, **grant)
+            reached[task_id]["recorded"].set()
+            return token
+
+        monkeypatch.setattr(grants, "task_last_seq", task_last_seq)
+        monkeypatch.setattr(grants, "record_grant", record_grant)
         stalled: set[str] = set()
         tokens: dict[str, int] = {}
         racing_ids: dict[str, str] = {}
@@ -91,13 +109,22 @@ async def test_an_unleased_append_racing_a_grant_through_another_writer_never_la
                 racing = ev(task)
                 racing_ids[task] = racing["event_id"]
 
-                async def grant() -> dict[str, Any]:
-                    await asyncio.sleep(rng.uniform(0, 0.003))
-                    return await lease(b, "acquire", task, holder=HOLDER, ttl_s=60)
+                # When A takes the append: as B starts the grant, as B reads the task's last
+                # sequence, once B's grant is in the ledger, or once B answered it.
+                phase = rng.choice(PHASES)
 
                 async def unleased() -> dict[str, Any]:
-                    await asyncio.sleep(rng.uniform(0, 0.003))
+                    if phase != "start":
+                        await asyncio.wait_for(reached[task][phase].wait(), 60)
+                    await asyncio.sleep(rng.uniform(0, 0.001))
                     return await send(a, [racing])
+
+                async def grant() -> dict[str, Any]:
+                    try:
+                        return await lease(b, "acquire", task, holder=HOLDER, ttl_s=60)
+                    finally:
+                        for moment in reached[task].values():  # "answered", and any missed
+                            moment.set()
 
                 granted, reply = await asyncio.gather(grant(), unleased())
                 if not granted["ok"] or code(reply) == "unavailable":

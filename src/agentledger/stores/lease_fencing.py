@@ -12,11 +12,17 @@ the grant they were checked against (``Agentledger-Fence``), which is true of th
 that expectation. A writer's own commits keep its knowledge current (``committed``), so with one
 writer this costs no read at all.
 
-Not exact across writers: an append without a token that a writer accepts as ``unleased`` in the
-moment another writer grants the task's lease (before the watch delivers the grant) may be
-stored just after the grant, as if it had been sent just before it. Renewals and releases reach
-the other writers' checks through their watch; a holder's own append racing its release through
-another writer may be accepted (a later grant to anyone fences it).
+An append without a token is exact across writers too. Accepted as ``unleased`` (no live lease
+in our copy of the table, which lags another writer's grant until the watch delivers it), it is
+committed right after the task's last message as the writer's committer knows it from its own
+acks (``Unit.guard``; "no message" for a task it has none for). A grant made meanwhile through
+another writer makes the server refuse that expectation; the writer then reads the task's table
+entry (``fence`` with ``moved``), which the grant wrote before its event reached the ledger, so
+it shows the lease: refused ``fencing_token_required`` while it is live (unless an operator
+appends), otherwise committed after the sequence the server reported, as a fenced append is
+retried. The same read comes before a caller's own ``expected_last_seq`` that is not ours. With
+one writer, nothing is read: its own acks keep its knowledge current. Renewals and releases reach the other writers' checks through their watch; a holder's own append racing its
+release through another writer may be accepted (a later grant to anyone fences it).
 """
 
 from __future__ import annotations
@@ -97,6 +103,10 @@ class LeaseFencing(LeaseBucket):
         events are committed with the returned expectation; then call ``committed``.
         ``expected``: the request's own ``expected_last_seq``. ``moved``: the task's last
         sequence as the server reported it when it refused our previous expectation.
+
+        Without a token, after such a refusal or before a caller's expectation we did
+        not commit after ourselves, the table entry is read first (see the module
+        docstring): what came may be another writer's grant.
 
         With a token, the latest ``lease_granted`` at or below the sequence the append
         will be committed after must be that token's grant: the writer's knowledge of
