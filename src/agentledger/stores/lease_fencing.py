@@ -21,8 +21,11 @@ entry (``fence`` with ``moved``), which the grant wrote before its event reached
 it shows the lease: refused ``fencing_token_required`` while it is live (unless an operator
 appends), otherwise committed after the sequence the server reported, as a fenced append is
 retried. The same read comes before a caller's own ``expected_last_seq`` that is not ours. With
-one writer, nothing is read: its own acks keep its knowledge current. Renewals and releases reach the other writers' checks through their watch; a holder's own append racing its
-release through another writer may be accepted (a later grant to anyone fences it).
+one writer, nothing is read: its own acks keep its knowledge current.
+
+Renewals and releases reach the other writers' checks through their watch; a holder's own
+append racing its release through another writer may be accepted (a later grant to anyone
+fences it).
 """
 
 from __future__ import annotations
