@@ -27,7 +27,7 @@ from test_writers_racing import Call, ev, freeze_mirror, lease, table, writers
 
 TRIALS = 1000
 # Trials in flight at once.
-PARALLEL = 25
+PARALLEL = 50
 HOLDER = "agent-1"
 PHASES = ("start", "reading", "recorded", "answered")
 
@@ -193,20 +193,25 @@ async def test_callers_of_one_task_through_two_writers_keep_their_order_and_stor
             if i % 16 == 0:
                 await asyncio.sleep(0.002)  # let some commits settle between bursts
         replies = [await asyncio.wait_for(c.reply, 60) for c, _ in calls]
-        assert [code(r) for r in await asyncio.gather(*others)] == ["accepted"] * len(others)
-
-        assert all(r["ok"] for r in replies), [r for r in replies if not r["ok"]][:3]
+        # A retryable `unavailable` (an ack that took over 2 s on a loaded machine, or a task
+        # overtaken by the other writer on every attempt): its outcome is unknown; few may.
+        theirs = [code(r) for r in await asyncio.gather(*others)]
+        assert set(theirs) <= {"accepted", "unavailable"}, theirs
+        assert all(code(r) in ("accepted", "unavailable") for r in replies), replies
+        unknown = [r for r in replies if not r["ok"]] + [c for c in theirs if c != "accepted"]
+        assert len(unknown) <= 10, unknown
         first_seqs: dict[str, int] = {}
         order = []
         for (_, resend), reply in zip(calls, replies, strict=True):
-            for result in reply["results"]:
-                if resend:
+            for result in reply.get("results") or []:
+                if resend and result["event_id"] in first_seqs:
                     assert result["duplicate"] and result["seq"] == first_seqs[result["event_id"]]
-                else:
+                elif not resend:
                     assert not result["duplicate"], reply
                     first_seqs[result["event_id"]] = result["seq"]
                     order.append(result["seq"])
         assert order == sorted(order)
+        assert len(order) > 100
         ids = [body["event_id"] for _, body in await stored(settings) if body["task_id"] == task]
         assert len(ids) == len(set(ids))
         assert set(first_seqs) <= set(ids)
