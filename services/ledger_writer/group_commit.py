@@ -23,7 +23,7 @@ after later ones). Only a publish whose ack never came and that is retried
 
 Guarded units. A unit the writer accepted without a lease check (``Unit.guard``: its task had
 no live lease as this writer's copy of the lease table said) is committed with an expectation
-on its task's last sequence as this committer knows it from its own acks (``known``; 0, "no
+on its task's last sequence as this committer knows it from its own acks (``_known``; 0, "no
 message", for a subject it has none for). Another writer's append to the task since, a lease
 grant among them, makes the server refuse it (``conflict`` with the actual last sequence), and
 the writer checks it again against what came (``agentledger.stores.lease_fencing``). So that
@@ -216,7 +216,7 @@ class GroupCommitter:
         self._held: dict[str, int] = {}
         # Subjects of every batch in flight -> how many: their guarded units wait (``_take``).
         self._flying: dict[str, int] = {}
-        # Subject -> the sequence of its last message, learnt from our own acks (``known``).
+        # Subject -> the sequence of its last message, learnt from our own acks (``_resolve``).
         self._known: dict[str, int] = {}
 
     def submit_nowait(self, unit: Unit) -> asyncio.Future[list[AppendResult]]:
@@ -419,10 +419,6 @@ class GroupCommitter:
                     unit.future.set_exception(conflict)
                     return
             self._resolve([unit], last, duplicate=duplicate)
-
-    def known(self, subject: str) -> int:
-        """The sequence of ``subject``'s last message as our acks tell it (0: none known)."""
-        return self._known.get(subject, 0)
 
     def _expectation(self, unit: Unit) -> int | None:
         """The last sequence ``unit`` is committed after, if any: its own or, guarded, ours."""
