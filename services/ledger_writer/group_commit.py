@@ -337,6 +337,9 @@ class GroupCommitter:
                 and len({u.subject for u in batch}) == len(batch))
 
     async def _commit_batch(self, batch: list[Unit]) -> None:
+        # A unit refused here may be submitted again (with a new future) before the batch is
+        # done: a failure of the batch settles only the futures it was given.
+        futures = [u.future for u in batch]
         try:
             if self._plain(batch):
                 # A few single events: plain publishes, pipelined, are cheaper than an
@@ -360,9 +363,9 @@ class GroupCommitter:
             self._resolve(batch, last)
         except Exception as exc:
             log.exception("group_commit.failed")
-            for unit in batch:
-                if not unit.future.done():
-                    unit.future.set_exception(exc)
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
         finally:
             await self._settled_batch(batch)
 
@@ -402,7 +405,10 @@ class GroupCommitter:
         try:
             last, duplicate = await self._acked([unit], sent or await self._send([unit]))
         except _BatchFailed as exc:
-            outcome = await self._explain(unit, exc)
+            try:
+                outcome: list[AppendResult] | AgentLedgerError = await self._explain(unit, exc)
+            except UnavailableError as unavailable:  # the probe behind the answer: this unit's
+                outcome = unavailable
             if isinstance(outcome, AgentLedgerError):
                 unit.future.set_exception(outcome)
             else:
