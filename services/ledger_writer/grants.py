@@ -123,6 +123,8 @@ class LedgerGrants:
             return None
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the ledger did not answer a direct get") from exc
+        except nats.js.errors.APIError as exc:  # e.g. no leader for a moment
+            raise UnavailableError(f"the ledger could not be read: {exc.description}") from exc
         if msg.subject != self._subject(tenant, task_id):
             return None
         try:

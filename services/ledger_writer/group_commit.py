@@ -21,6 +21,19 @@ that batch is settled (otherwise a split-and-retry could put the batch's units
 after later ones). Only a publish whose ack never came and that is retried
 (same ids, stored once) can land after a later unit of its task.
 
+Guarded units. A unit the writer accepted without a lease check (``Unit.guard``: its task had
+no live lease as this writer's copy of the lease table said) is committed with an expectation
+on its task's last sequence as this committer knows it from its own acks (``_known``; 0, "no
+message", for a subject it has none for). Another writer's append to the task since, a lease
+grant among them, makes the server refuse it (``conflict`` with the actual last sequence), and
+the writer checks it again against what came (``agentledger.stores.lease_fencing``). So that
+the expectation is always known without a read, a guarded unit waits while a batch holding its
+subject is in flight, and only the first unit of a subject in an atomic batch carries an
+expectation: the batch is stored contiguously, so the others follow it with nothing between.
+What is known of a subject is learnt only from units stored with an expectation (or right after
+one, in one atomic batch): after any other, nothing is known and the next guarded unit expects
+0, which the server refuses unless the task is new.
+
 A duplicate is only a duplicate if it says the same thing. Every message
 carries its event's digest (``Agentledger-Digest``); when the server reports an
 id as already stored, the stored message's digest is read back by sequence
@@ -97,6 +110,9 @@ _nuid = NUID()
 # trip to the client later, puts the first ack within a pause of the new leader.
 RETRY_PAUSE_S = 0.2
 RETRY_WINDOW_S = 4.0
+# Subjects whose last sequence the committer remembers (the least recently stored are forgotten
+# first; a forgotten one costs its next guarded unit one refused publish).
+MAX_KNOWN_SUBJECTS = 65_536
 # A publish awaiting its ack: what ``Replies.send`` returns.
 _Sent = tuple[str, "asyncio.Future[Msg]", float]
 
@@ -114,6 +130,9 @@ class Unit:
     digests: list[str] = field(default_factory=list)
     # The lease grant the unit was checked against (``FENCE`` on each message), if any.
     fence: int | None = None
+    # Without ``expected_last_seq``: commit it on the committer's knowledge of its subject's
+    # last sequence all the same (see "Guarded units" above).
+    guard: bool = False
     future: asyncio.Future[list[AppendResult]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     # Awaited by the committer once the unit is settled, before it takes up other work: the
@@ -203,6 +222,10 @@ class GroupCommitter:
         self._open: dict[str, set[Unit]] = {}
         # Subjects of unresolved atomic batches of several units -> how many such batches.
         self._held: dict[str, int] = {}
+        # Subjects of every batch in flight -> how many: their guarded units wait (``_take``).
+        self._flying: dict[str, int] = {}
+        # Subject -> the sequence of its last message, learnt from our own acks (``_resolve``).
+        self._known: dict[str, int] = {}
 
     def submit_nowait(self, unit: Unit) -> asyncio.Future[list[AppendResult]]:
         """Queue ``unit`` now (its place in its task's order is taken here); its future
@@ -260,9 +283,12 @@ class GroupCommitter:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            subjects = {u.subject for u in batch}
             if len(batch) > 1 and not self._plain(batch):
-                for subject in {u.subject for u in batch}:
+                for subject in subjects:
                     self._held[subject] = self._held.get(subject, 0) + 1
+            for subject in subjects:
+                self._flying[subject] = self._flying.get(subject, 0) + 1
             task = asyncio.create_task(self._commit_batch(batch))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
@@ -283,11 +309,14 @@ class GroupCommitter:
         the batch (the server checks expectations against the pre-batch state and
         refuses one on a subject the batch already wrote); such a unit, and every
         later one of its subject, waits for the next batch instead. So do the units
-        of a subject held by an unresolved atomic batch of several units.
+        of a subject held by an unresolved atomic batch of several units. A guarded
+        unit waits while its subject is in flight (its expectation comes from that
+        ack), and joins a batch that has its subject only behind a first unit of the
+        subject that carries an expectation (``_plain`` then sends the batch whole).
         """
         batch: list[Unit] = []
         size = 0
-        subjects: set[str] = set()
+        subjects: dict[str, bool] = {}  # subject -> whether its first unit has an expectation
         waiting: set[str] = set()
         deferred: list[Unit] = []
         while self._queue:
@@ -297,21 +326,28 @@ class GroupCommitter:
             self._queue.popleft()
             subject = unit.subject
             if subject in waiting or subject in self._held or (
-                    unit.expected_last_seq is not None and subject in subjects):
+                    unit.expected_last_seq is not None and subject in subjects) or (
+                    unit.guard and (subject in self._flying or subjects.get(subject) is False)):
                 waiting.add(subject)
                 deferred.append(unit)
                 continue
             batch.append(unit)
             size += len(unit)
-            subjects.add(subject)
+            if subject not in subjects:
+                subjects[subject] = unit.guard or unit.expected_last_seq is not None
         self._queue.extendleft(reversed(deferred))
         return batch
 
     def _plain(self, batch: list[Unit]) -> bool:
-        """Whether ``batch`` goes as independent plain publishes rather than one atomic batch."""
-        return len(batch) < self._pipeline_below and all(len(u) == 1 for u in batch)
+        """Whether ``batch`` goes as independent plain publishes rather than one atomic batch
+        (never when it has a subject twice: see ``_take``)."""
+        return (len(batch) < self._pipeline_below and all(len(u) == 1 for u in batch)
+                and len({u.subject for u in batch}) == len(batch))
 
     async def _commit_batch(self, batch: list[Unit]) -> None:
+        # A unit refused here may be submitted again (with a new future) before the batch is
+        # done: a failure of the batch settles only the futures it was given.
+        futures = [u.future for u in batch]
         try:
             if self._plain(batch):
                 # A few single events: plain publishes, pipelined, are cheaper than an
@@ -332,12 +368,12 @@ class GroupCommitter:
                     await self._commit_alone(unit)
                     await self._notify(unit)
                 return
-            _resolve(batch, last)
+            self._resolve(batch, last)
         except Exception as exc:
             log.exception("group_commit.failed")
-            for unit in batch:
-                if not unit.future.done():
-                    unit.future.set_exception(exc)
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
         finally:
             await self._settled_batch(batch)
 
@@ -354,13 +390,19 @@ class GroupCommitter:
             for unit in batch:
                 await self._notify(unit)
         finally:
+            subjects = {u.subject for u in batch}
             if len(batch) > 1 and not self._plain(batch):
-                for subject in {u.subject for u in batch}:
+                for subject in subjects:
                     if self._held[subject] == 1:
                         del self._held[subject]
                     else:
                         self._held[subject] -= 1
-                self._wakeup.set()  # units of these subjects may go now
+            for subject in subjects:
+                if self._flying[subject] == 1:
+                    del self._flying[subject]
+                else:
+                    self._flying[subject] -= 1
+            self._wakeup.set()  # units of these subjects may go now
             self._slots.release()
 
     async def _commit_alone(self, unit: Unit, *, sent: _Sent | None = None) -> None:
@@ -376,7 +418,10 @@ class GroupCommitter:
                 last, duplicate = await self._acked([unit], sent or await self._send([unit]))
                 break
             except _BatchFailed as exc:
-                outcome = await self._explain(unit, exc)
+                try:
+                    outcome: list[AppendResult] | AgentLedgerError = await self._explain(unit, exc)
+                except UnavailableError as unavailable:  # the probe behind the answer: this unit's
+                    outcome = unavailable
                 if isinstance(outcome, AgentLedgerError):
                     unit.future.set_exception(outcome)
                 else:
@@ -394,7 +439,35 @@ class GroupCommitter:
             if conflict is not None:
                 unit.future.set_exception(conflict)
                 return
-        _resolve([unit], last, duplicate=duplicate)
+        self._resolve([unit], last, duplicate=duplicate)
+
+    def _expectation(self, unit: Unit) -> int | None:
+        """The last sequence ``unit`` is committed after, if any: its own or, guarded, ours."""
+        if unit.expected_last_seq is not None:
+            return unit.expected_last_seq
+        return self._known.get(unit.subject, 0) if unit.guard else None
+
+    def _resolve(self, units: Sequence[Unit], last_seq: int, *, duplicate: bool = False) -> None:
+        """Give each unit the sequences its messages got (a batch is contiguous), and learn
+        where each subject now ends when that follows a unit sent with an expectation."""
+        seq = last_seq - sum(len(u) for u in units)
+        anchored: dict[str, bool] = {}
+        for unit in units:
+            results = []
+            for eid in unit.event_ids:
+                seq += 1
+                results.append(AppendResult(eid, seq, duplicate))
+            unit.future.set_result(results)
+            if duplicate:
+                continue
+            subject = unit.subject
+            if subject not in anchored:
+                anchored[subject] = unit.guard or unit.expected_last_seq is not None
+            self._known.pop(subject, None)
+            if anchored[subject]:
+                self._known[subject] = seq
+                if len(self._known) > MAX_KNOWN_SUBJECTS:
+                    del self._known[next(iter(self._known))]
 
     async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
         """Store ``units`` together: (last stored sequence, whether it was a duplicate)."""
@@ -416,21 +489,26 @@ class GroupCommitter:
         if len(units) == 1 and len(units[0]) == 1:
             unit = units[0]
             headers = unit.headers(0)
-            if unit.expected_last_seq is not None:
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+            expected = self._expectation(unit)
+            if expected is not None:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
             unit.sent_bytes = message_bytes(unit.subject, unit.bodies[0], headers)
             return await self._acks.send(unit.subject, unit.bodies[0], self._timeout, headers)
         batch_id = _nuid.next().decode()
         total = sum(len(u) for u in units)
         n = 0
+        written: set[str] = set()
         for unit in units:
             unit.sent_bytes = 0
+            # Only a subject's first unit in the batch: the server checks the pre-batch state.
+            expected = self._expectation(unit) if unit.subject not in written else None
+            written.add(unit.subject)
             for i, body in enumerate(unit.bodies):
                 n += 1
                 headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
                            **unit.headers(i)}
-                if i == 0 and unit.expected_last_seq is not None:
-                    headers["Nats-Expected-Last-Subject-Sequence"] = str(unit.expected_last_seq)
+                if i == 0 and expected is not None:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
                 if n == total:
                     headers["Nats-Batch-Commit"] = "1"
                 unit.sent_bytes += message_bytes(unit.subject, body, headers)
@@ -486,7 +564,7 @@ class GroupCommitter:
             reported = _WRONG_LAST.search(exc.description)
             current = int(reported[1]) if reported else await self.last_seq(unit.subject)
             return ConflictError(
-                f"expected last sequence {unit.expected_last_seq}, the task is at {current}",
+                f"expected last sequence {self._expectation(unit)}, the task is at {current}",
                 path="$.expected_last_seq", current_seq=current)
         return UnavailableError("the ledger reported a duplicate it no longer holds; retry")
 
@@ -587,13 +665,3 @@ def _refused(exc: _BatchFailed) -> AgentLedgerError:
     return AgentLedgerError(f"the ledger refused the append: {exc.description}",
                             code="ledger_rejected")
 
-
-def _resolve(units: Sequence[Unit], last_seq: int, *, duplicate: bool = False) -> None:
-    """Give each unit the sequences its messages got: a batch is contiguous."""
-    seq = last_seq - sum(len(u) for u in units)
-    for unit in units:
-        results = []
-        for eid in unit.event_ids:
-            seq += 1
-            results.append(AppendResult(eid, seq, duplicate))
-        unit.future.set_result(results)

@@ -29,8 +29,9 @@ see ``core.validate.check_reserved``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
+from typing import Any
 
 import nats.js.errors
 import structlog
@@ -227,16 +228,24 @@ class LedgerWriter(Shell):
         if key not in self._lanes and expected is None and self._as_is(events):
             subject = ledger_subject(self.settings.prefix, first.tenant, first.task_id)
             unit = make_unit(subject, events, events)
-            unit.on_settled = partial(self._answer, req, key)
+            unit.guard = True  # stored right after what this writer knows: see _answer
+            unit.on_settled = partial(self._answer, req, prepared, caller, unit)
             try:
                 self._committer.submit_nowait(unit)
             except AgentLedgerError as exc:
                 await req.respond(error_reply(exc))
             return
-        # Taken now, so that later appends of the task queue behind this one.
+        self._in_lane(key, partial(self._finish, req, prepared, caller))
+
+    def _in_lane(self, key: Key, finish: Callable[[asyncio.Future[None] | None, asyncio.Future[None]],
+                                                    Coroutine[Any, Any, None]]) -> None:
+        """Run ``finish(previous, handed)`` in a task, behind the task's earlier appends.
+
+        The lane is taken now, so that later appends of the task queue behind this one.
+        """
         previous = self._lanes.get(key)
         handed = self._lanes[key] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._finish(req, prepared, caller, previous, handed))
+        task = asyncio.create_task(finish(previous, handed))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
@@ -249,12 +258,25 @@ class LedgerWriter(Shell):
                 and not artifacts.artifact_refs(events)
                 and self._leases.unleased(first.tenant, first.task_id))
 
-    async def _answer(self, req: Request, key: Key,
-                      future: asyncio.Future[list[AppendResult]]) -> None:
+    async def _answer(self, req: Request,
+                      prepared: tuple[list[EventBase], int | None, str | None], caller: Caller,
+                      unit: Unit, future: asyncio.Future[list[AppendResult]]) -> None:
         """Reply to an append handed over in the handler; the committer calls this once its
         commit settled (a publish into the connection's buffer: the replies of one batch
-        leave in one socket write)."""
+        leave in one socket write).
+
+        Refused because the task moved past what this writer knew (another writer appended
+        to it, a lease grant perhaps, before our copy of the table showed it): checked again
+        against the lease table and committed after what came, in the task's lane
+        (``_commit_fenced``); later appends of the task wait behind it.
+        """
         exc = future.exception()
+        key = (prepared[0][0].tenant, prepared[0][0].task_id)
+        if isinstance(exc, ConflictError) and exc.code == "conflict" and exc.current_seq is not None:
+            unit.future = asyncio.get_running_loop().create_future()
+            self._in_lane(key, partial(self._finish, req, prepared, caller, unit=unit,
+                                       moved=exc.current_seq))
+            return
         if exc is None:
             data = encode(AppendReply(ok=True, results=future.result()))
         elif isinstance(exc, AgentLedgerError):
@@ -339,7 +361,10 @@ class LedgerWriter(Shell):
     async def _finish(self, req: Request,
                       prepared: tuple[list[EventBase], int | None, str | None],
                       caller: Caller, previous: asyncio.Future[None] | None,
-                      handed: asyncio.Future[None]) -> None:
+                      handed: asyncio.Future[None], *, unit: Unit | None = None,
+                      moved: int | None = None) -> None:
+        """Check, seal and commit an append, then reply. ``unit``: the append as it was
+        already sent, refused because the task had ``moved`` to that last sequence."""
         events, expected, lease_secret = prepared
         first = events[0]
         key = (first.tenant, first.task_id)
@@ -350,14 +375,15 @@ class LedgerWriter(Shell):
                     if previous is not None:
                         await previous
                     assert self._keyring is not None and self._artifacts is not None
-                    # The artifact must be durable before the event that cites it is accepted.
-                    await artifacts.check_refs(self._artifacts, events)
-                    sealed = [await seal_event(e, self._keyring) for e in events]
-                    # Digests of the events as sent: sealing draws a fresh nonce on every retry.
-                    unit = make_unit(ledger_subject(self.settings.prefix, first.tenant,
-                                                    first.task_id), events, sealed, expected)
+                    if unit is None:
+                        # The artifact must be durable before the event that cites it is accepted.
+                        await artifacts.check_refs(self._artifacts, events)
+                        sealed = [await seal_event(e, self._keyring) for e in events]
+                        # Digests of the events as sent: sealing draws a fresh nonce on every retry.
+                        unit = make_unit(ledger_subject(self.settings.prefix, first.tenant,
+                                                        first.task_id), events, sealed, expected)
                     results = await self._commit_fenced(events, unit, caller, lease_secret,
-                                                        partial(self._handed, key, handed))
+                                                        partial(self._handed, key, handed), moved=moved)
                 finally:
                     self._handed(key, handed)
             except AgentLedgerError as exc:
@@ -370,29 +396,39 @@ class LedgerWriter(Shell):
             await req.respond(encode(AppendReply(ok=True, results=results)))
 
     async def _commit_fenced(self, events: list[EventBase], unit: Unit, caller: Caller,
-                             lease_secret: str | None,
-                             handed: Callable[[], None]) -> list[AppendResult]:
-        """Commit ``unit``; call ``handed`` once it is queued in the committer.
+                             lease_secret: str | None, handed: Callable[[], None], *,
+                             moved: int | None = None) -> list[AppendResult]:
+        """Commit ``unit``; call ``handed`` once it is queued in the committer. ``moved``: the
+        task's last sequence, reported when an earlier commit of ``unit`` was refused.
 
         Without an expectation or a token, on a task without a live lease, nothing
-        needs checking; otherwise the task's lease lock is held from the lease check
-        to the ack, so no lease change made through this writer slips in between, and
-        the unit is committed with an expectation on the task's last sequence, so no
-        grant made through another writer does either: when the server refuses that
-        expectation, the check is made again on what was appended since (see
-        ``agentledger.stores.leases``).
+        needs checking here: the unit is committed right after the task's last message
+        as this writer knows it (``Unit.guard``), so a grant made through another writer
+        meanwhile makes the server refuse it. Otherwise, and after such a refusal, the
+        task's lease lock is held from the lease check to the ack, so no lease change
+        made through this writer slips in between, and the unit is committed with an
+        expectation on the task's last sequence, so no grant made through another writer
+        does either: when the server refuses that expectation, the check is made again
+        on what was appended since (see ``agentledger.stores.lease_fencing``).
         """
         assert self._leases is not None and self._committer is not None
         first = events[0]
-        if (unit.expected_last_seq is None and all(e.fencing_token is None for e in events)
+        if (moved is None and unit.expected_last_seq is None
+                and all(e.fencing_token is None for e in events)
                 and self._leases.unleased(first.tenant, first.task_id)):
+            unit.guard = True
             future = self._committer.submit_nowait(unit)
             handed()
-            return await future
+            try:
+                return await future
+            except ConflictError as exc:
+                if exc.code != "conflict" or exc.current_seq is None:
+                    raise
+                moved = exc.current_seq  # another writer appended since: check again (below)
+                unit.future = asyncio.get_running_loop().create_future()
         requested = unit.expected_last_seq
         tokens = [(kind_of(e), e.fencing_token) for e in events]
         async with self._leases.locked(first.tenant, first.task_id):
-            moved: int | None = None
             for _ in range(FENCE_ATTEMPTS):
                 try:
                     fenced = await self._leases.fence(first.tenant, first.task_id, tokens,
@@ -406,6 +442,7 @@ class LedgerWriter(Shell):
                         return stored
                     raise
                 unit.expected_last_seq, unit.fence = fenced.expected, fenced.stamp
+                unit.guard = fenced.expected is None
                 future = self._committer.submit_nowait(unit)
                 handed()
                 try:

@@ -192,6 +192,9 @@ class LeaseBucket:
             return
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise UnavailableError("the lease bucket did not answer") from exc
+        except nats.js.errors.APIError as exc:
+            # E.g. its stream has no leader for a moment (a cluster electing one).
+            raise UnavailableError(f"the lease bucket could not be read: {exc.description}") from exc
         known = self._mirror.get(key)
         revision = int(msg.seq or 0)
         if known is not None and known.revision == revision:

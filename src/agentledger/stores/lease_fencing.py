@@ -12,11 +12,20 @@ the grant they were checked against (``Agentledger-Fence``), which is true of th
 that expectation. A writer's own commits keep its knowledge current (``committed``), so with one
 writer this costs no read at all.
 
-Not exact across writers: an append without a token that a writer accepts as ``unleased`` in the
-moment another writer grants the task's lease (before the watch delivers the grant) may be
-stored just after the grant, as if it had been sent just before it. Renewals and releases reach
-the other writers' checks through their watch; a holder's own append racing its release through
-another writer may be accepted (a later grant to anyone fences it).
+An append without a token is exact across writers too. Accepted as ``unleased`` (no live lease
+in our copy of the table, which lags another writer's grant until the watch delivers it), it is
+committed right after the task's last message as the writer's committer knows it from its own
+acks (``Unit.guard``; "no message" for a task it has none for). A grant made meanwhile through
+another writer makes the server refuse that expectation; the writer then reads the task's table
+entry (``fence`` with ``moved``), which the grant wrote before its event reached the ledger, so
+it shows the lease: refused ``fencing_token_required`` while it is live (unless an operator
+appends), otherwise committed after the sequence the server reported, as a fenced append is
+retried. The same read comes before a caller's own ``expected_last_seq`` that is not ours. With
+one writer, nothing is read: its own acks keep its knowledge current.
+
+Renewals and releases reach the other writers' checks through their watch; a holder's own
+append racing its release through another writer may be accepted (a later grant to anyone
+fences it).
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ GUARDED_KINDS = frozenset(EVENT_TYPES) - WRITER_ONLY_KINDS
 
 class Fenced(msgspec.Struct, frozen=True):
     """How to commit an append the lease table checked: the expectation on the task's last
-    sequence (None: none) and the grant to stamp on its messages (None: no stamp)."""
+    sequence (None: the committer's own knowledge of it, ``Unit.guard``) and the grant to stamp
+    on its messages (None: no stamp)."""
 
     expected: int | None
     stamp: int | None
@@ -97,6 +107,10 @@ class LeaseFencing(LeaseBucket):
         ``expected``: the request's own ``expected_last_seq``. ``moved``: the task's last
         sequence as the server reported it when it refused our previous expectation.
 
+        Without a token, after such a refusal or before a caller's expectation we did
+        not commit after ourselves, the table entry is read first (see the module
+        docstring): what came may be another writer's grant.
+
         With a token, the latest ``lease_granted`` at or below the sequence the append
         will be committed after must be that token's grant: the writer's knowledge of
         the task is used when it is current, otherwise read (``GrantLedger.fence_at``).
@@ -104,9 +118,21 @@ class LeaseFencing(LeaseBucket):
         yet) makes the token ``stale_fencing_token``.
         """
         key = self.key(tenant, task_id)
+        tokens = {t for _, t in events if t is not None}
+        fence = self._fences.get(key)
+        unknown = moved is not None or (expected is not None and (fence is None
+                                                                   or fence.seq != expected))
+        if not tokens and unknown:
+            # Events without a token are committed after a sequence we did not commit after
+            # ourselves: what led there may be a grant made through another writer that our
+            # copy does not show yet. Its entry was written to the table before its event
+            # reached the ledger, so the table read now shows it (and check() refuses).
+            await self._refresh(key)
         try:
             await self.check(tenant, task_id, events, secret, caller)
         except LeaseError:
+            if not tokens and unknown:
+                raise  # read just now
             # Our copy may lag a grant or a renewal made through another writer: look once.
             entry = self._mirror.get(key)
             before = entry.revision if entry is not None else None
@@ -115,17 +141,14 @@ class LeaseFencing(LeaseBucket):
             if (entry.revision if entry is not None else None) == before:
                 raise
             await self.check(tenant, task_id, events, secret, caller)
-        tokens = {t for _, t in events if t is not None}
         if not tokens:
             # Nothing to fence; an expectation we know to be true keeps our knowledge current.
-            fence = self._fences.get(key)
             if expected is not None:
-                known = fence is not None and fence.seq == expected
-                return Fenced(expected, fence.grant if known and fence is not None else None)
-            if fence is None or moved is not None:
+                return Fenced(expected, fence.grant if not unknown and fence is not None else None)
+            if moved is not None:
                 self._fences.pop(key, None)
-                return Fenced(None, None)
-            return Fenced(fence.seq, fence.grant)
+                return Fenced(moved, None)
+            return Fenced(None, None) if fence is None else Fenced(fence.seq, fence.grant)
         (token,) = tokens  # check() let through only the live lease's token
         path = next(f"$.events[{i}].fencing_token" for i, (_, t) in enumerate(events) if t is not None)
         known = self._fences.get(key)

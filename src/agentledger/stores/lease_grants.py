@@ -7,7 +7,8 @@ nothing outside the ledger can lower them, so no lease-table entry, hand-written
 expired, can make a later grant reuse a token: the next grant is simply a later message. It costs
 one append per grant and nothing per append. A grant waits until every append already accepted
 for the task is stored or refused before it picks its sequence (``GrantLedger.task_last_seq``),
-so no unfenced append lands after a grant.
+so no unfenced append of its writer lands after a grant; one that another writer accepted is
+committed with an expectation the grant makes fail (``lease_fencing``).
 
 Each writer's copy of the table may lag another writer's grant, so who gets a lease is decided by
 a compare-and-swap on the task's entry: a grant first writes a *pending* entry (token 0: the
