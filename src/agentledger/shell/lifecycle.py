@@ -48,6 +48,8 @@ HEARTBEAT_S = 1.0
 # A service not alive for this long exits non-zero (the supervisor restarts it).
 STUCK_EXIT_S = 5.0
 WAIT_RETRY_S = 1.0
+# What the ready file says while a part of the service still warms in the background.
+WARMING = "warming"
 
 # Errors that mean a server (NATS, PostgreSQL) is away, not that the work is bad: a start
 # failing with one is retried in-process, and the projector's loop waits them out uncounted.
@@ -156,6 +158,14 @@ async def _heartbeat(service: Service, ready_file: Path | None) -> None:
         elif now - stuck_since >= STUCK_EXIT_S:
             log.error("service.stuck", name=service.name, seconds=round(now - stuck_since, 1))
             raise ServiceStuckError(f"{service.name} could not make progress for {STUCK_EXIT_S} s")
+
+
+def warming(ready_file: Path) -> bool:
+    """Whether the service of ``ready_file`` serves but still warms a part (what it says)."""
+    try:
+        return ready_file.read_text().startswith(WARMING)
+    except OSError:
+        return False
 
 
 def _touch(path: Path) -> None:
