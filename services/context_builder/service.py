@@ -34,6 +34,8 @@ import structlog
 from agentledger.config import Settings
 from agentledger.contracts import context_api as api
 from agentledger.erasure import evict
+from agentledger.models import tokens
+from agentledger.models.embedding import WordLlamaEmbedder
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
 from agentledger.services.context_builder.documents import DocumentIndex
@@ -76,6 +78,10 @@ class ContextBuilder(Shell):
         self.store = ContextStore(self._pool)
         store = await artifacts.open(self._nc, s)
         self.documents = await parts.projection(DocumentIndex(s, self._nc, self._pool))
+        # Loaded once the endpoints answer (Parts.warm): builds count tokens, queries embed.
+        parts.warm("tokenizer", tokens.encoding)
+        if isinstance(self.documents.vectors.embedder, WordLlamaEmbedder):
+            parts.warm("embedding model", self.documents.vectors.embedder.load)
         self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
                                documents=self.documents, compactors=self._extra_compactors)
         self.committer = Committer(s, self._nc, self.store, self.builder, key)

@@ -49,6 +49,7 @@ from agentledger.contracts.codec import (
 )
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
 from agentledger.core.detect import redact_event
+from agentledger.core.detect import secrets as secret_detectors
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
 from agentledger.erasure import evict
 from agentledger.errors import (
@@ -66,7 +67,7 @@ from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 from agentledger.services.ledger_writer.quotas import Quotas
 from agentledger.shell.endpoints import RawEndpoint, failed
-from agentledger.shell.parts import Parts
+from agentledger.shell.parts import Parts, Warming
 from agentledger.shell.service import Shape, Shell
 from agentledger.stores import artifacts
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
@@ -114,6 +115,7 @@ class LedgerWriter(Shell):
     _keyring: Keyring | None = None
     _artifacts: artifacts.ArtifactStore | None = None
     _leases: LeaseTable | None = None
+    _warming: Warming | None = None
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -153,17 +155,35 @@ class LedgerWriter(Shell):
         parts.on_stop(self._drain)
         self._artifact_endpoints = artifact_endpoints.endpoints(nc, s, self._artifacts, self._tenants,
                                                                 tasks=self._handlers, quotas=self._quotas)
+        if s.redact_secrets:
+            # detect-secrets' patterns load once the endpoints answer, not on the first append.
+            parts.warm("secret detectors", secret_detectors.warm)
+        self._warming = parts.warming
 
     def endpoints(self) -> list[RawEndpoint]:
         # Their own wire form: appends are group-committed and answered by the committer.
         p = self.settings.prefix
-        return [RawEndpoint("append", append_subject(p), self._on_request),
+        return [RawEndpoint("append", append_subject(p), self._on_append),
                 *(RawEndpoint(f"lease-{action}", lease_subject(p, action), self._lease_handler(action))
                   for action in ("acquire", "renew", "release")),
                 *self._artifact_endpoints]
 
     def evictor(self) -> evict.Evictor:
         return self._evict
+
+    async def _on_append(self, req: Request) -> None:
+        """An append, once the secret detectors are warm: while they warm, appends wait for
+        them (one at a time, as they arrive: their order stays arrival order), for at most
+        ``parts.WARM_WAIT_S`` after the warm-up began; past that they are answered retryable
+        ``unavailable`` ("warming: secret detectors") until the detectors are ready. Never
+        stored unredacted."""
+        if self._warming is not None and self._warming.pending is not None:
+            try:
+                await self._warming.wait()
+            except UnavailableError as exc:
+                await req.respond(error_reply(exc))
+                return
+        await self._on_request(req)
 
     async def _drain(self) -> None:
         if self._handlers:

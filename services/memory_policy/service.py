@@ -29,9 +29,10 @@ import asyncio
 import structlog
 
 from agentledger.contracts import memory_api as api
+from agentledger.core import detect
 from agentledger.erasure import evict
 from agentledger.models import tokens
-from agentledger.models.embedding import load_embedder
+from agentledger.models.embedding import WordLlamaEmbedder, load_embedder
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.propose import Decider
@@ -66,9 +67,12 @@ class MemoryPolicy(Shell):
         s = self.settings
         assert self._nc is not None and self._pool is not None
         vectors = self._vectors = Vectors(load_embedder(s))
-        # Load the model and the default encoding now, so the first read does not pay for them.
-        await vectors.embedder.embed(["warm up"])
-        tokens.encoding(tokens.DEFAULT_ENCODING)
+        # Loaded once the endpoints answer, so that neither the start nor the first request
+        # pays for them: requests wait for them briefly, then answer `unavailable` (Parts.warm).
+        parts.warm("tokenizer", tokens.encoding)
+        if isinstance(vectors.embedder, WordLlamaEmbedder):
+            parts.warm("embedding model", vectors.embedder.load)
+        parts.warm("detectors", detect.warm)
         self.projection = await parts.projection(MemoryProjection(s, self._nc, self._pool, vectors))
         self.decider = Decider(s, self._nc, self._pool, self.projection, bindings=self._bindings,
                                artifacts=await artifacts.open(self._nc, s))

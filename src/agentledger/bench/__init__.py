@@ -27,6 +27,7 @@ from agentledger.bench import (
     projection,
     quotas,
     scaleout,
+    starts,
     sustained,
 )
 from agentledger.bench.common import PROFILES, Stack, bench_stack
@@ -47,6 +48,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "memory": memory.bench_memory,
     "forget": forget.bench_forget,
     "quotas": quotas.bench_quotas,
+    "starts": starts.bench_starts,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster).
 NAMES = [*BENCHES, "reducer", "context", "scaleout"]

@@ -155,7 +155,8 @@ class Instances:
         return self.known
 
     async def start(self) -> None:
-        await self.refresh()
+        # The first ping (GATHER_S) is not waited for: until it is answered, ``known`` is empty
+        # and ``broadcast`` asks itself; a service that starts need not wait half a second.
         self._task = asyncio.create_task(self._loop(), name="evict-instances")
 
     async def stop(self) -> None:
@@ -165,9 +166,9 @@ class Instances:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.REFRESH_S)
             with contextlib.suppress(Exception):  # NATS away: keep the last answer
                 await self.refresh()
+            await asyncio.sleep(self.REFRESH_S)
 
 
 async def broadcast(nc: Client, prefix: str, eviction: Eviction, instances: Instances) -> list[EvictionAck]:

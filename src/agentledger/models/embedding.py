@@ -19,13 +19,14 @@ import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError, ContractError, UnavailableError
 from agentledger.models.http_json import JsonEndpoint, read_key
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class EmbedderError(AgentLedgerError):
@@ -66,23 +67,38 @@ class WordLlamaEmbedder:
     chunk = 256
 
     def __init__(self) -> None:
-        import wordllama  # noqa: PLC0415 - a 0.2 s import, paid only by processes that embed
-
-        self._model = wordllama.WordLlama.load(config="l2_supercat", dim=self.dims,
-                                               cache_dir=Path(wordllama.__file__).parent,
-                                               disable_download=True)
-        # The model keeps numpy buffers it reuses per call; one caller at a time.
+        self._model: Any = None
+        # The model keeps numpy buffers it reuses per call; one caller at a time. The same lock
+        # keeps two threads from each loading it.
         self._lock = threading.Lock()
+        self._loading: asyncio.Future[None] | None = None
+
+    def load(self) -> None:
+        """Load the model now (~0.2-1 s: the import, then the weights), if it is not loaded: a
+        service does it in a worker thread once its endpoints answer (``Parts.warm``)."""
+        with self._lock:
+            if self._model is None:
+                import wordllama  # noqa: PLC0415 - paid only by processes that embed
+
+                self._model = wordllama.WordLlama.load(config="l2_supercat", dim=self.dims,
+                                                       cache_dir=Path(wordllama.__file__).parent,
+                                                       disable_download=True)
 
     def embed_sync(self, texts: Sequence[str]) -> list[list[float]]:
         """The vectors of ``texts``, computed in the calling thread (for replay and benchmarks)."""
         if not texts:
             return []
+        self.load()
         with self._lock:
             raw = self._model.embed(list(texts), norm=False)
         return cast(list[list[float]], _unit_rows(raw).tolist())
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self._model is None:
+            # Loaded in a worker thread (once, however many callers wait): the loop keeps serving.
+            if self._loading is None:
+                self._loading = asyncio.ensure_future(asyncio.to_thread(self.load))
+            await asyncio.shield(self._loading)
         out: list[list[float]] = []
         for start in range(0, len(texts), self.chunk):
             if start:
@@ -164,6 +180,8 @@ class OpenAIEmbedder:
                 raise EmbedderError(f"embedding {i} has {len(vector)} dimensions, expected {dims}",
                                     code="embedder_wrong_dims")
         self.dims = dims
+        import numpy as np  # noqa: PLC0415 - see _unit_rows
+
         return cast(list[list[float]], _unit_rows(np.asarray(vectors, dtype=np.float64)).tolist())
 
 
@@ -186,7 +204,12 @@ def _is_number(x: object) -> bool:
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length; a zero row (a text with no token) stays zero."""
+    """Rows scaled to unit length; a zero row (a text with no token) stays zero.
+
+    numpy is imported here, not by the module: a process that never embeds (and one that has
+    not yet) does not pay for it (~0.1 s)."""
+    import numpy as np  # noqa: PLC0415
+
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     unit: np.ndarray = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
     return unit

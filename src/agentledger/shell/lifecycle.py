@@ -14,6 +14,9 @@ Three things keep a supervised service honest:
   is not there (yet) is retried in-process every ``WAIT_RETRY_S`` at most, with one
   log line per change of reason, so a service is serving again within a fraction
   of a second of its server's return instead of sitting out a restart backoff.
+* **Serving before warm.** The ready file appears once the service serves (its
+  endpoints answer); it says ``warming`` while parts load in the background
+  (``Parts.warm``) and is emptied once they are ready (``warming(path)`` reads it).
 * **A heartbeat the supervisor can see.** Once ready, the ready file's mtime is
   refreshed every ``HEARTBEAT_S`` while ``alive()`` says the service can make
   progress. A process whose event loop is frozen (SIGSTOP, a blocking call) stops
@@ -28,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -48,6 +51,8 @@ HEARTBEAT_S = 1.0
 # A service not alive for this long exits non-zero (the supervisor restarts it).
 STUCK_EXIT_S = 5.0
 WAIT_RETRY_S = 1.0
+# What the ready file says while a part of the service still warms in the background.
+WARMING = "warming"
 
 # Errors that mean a server (NATS, PostgreSQL) is away, not that the work is bad: a start
 # failing with one is retried in-process, and the projector's loop waits them out uncounted.
@@ -94,10 +99,13 @@ async def serve(factory: Callable[[], Service], ready_file: Path | None = None) 
     if service is None:
         return
     log.info("service.ready", name=service.name)
+    warmed = getattr(service, "warmed", None)
     if ready_file is not None:
-        _touch(ready_file)
+        _say(ready_file, WARMING if warmed is not None else "")
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(service.wait_failed()),
                asyncio.create_task(_heartbeat(service, ready_file))]
+    if warmed is not None:
+        waiters.append(asyncio.create_task(_warm(service.name, warmed, ready_file)))
     try:
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -139,6 +147,16 @@ async def _start_when_possible(factory: Callable[[], Service], stop: asyncio.Eve
     return None
 
 
+async def _warm(name: str, warmed: Callable[[], Awaitable[None]], ready_file: Path | None) -> None:
+    """Once the service's warming parts are ready, say so in the ready file; then wait forever
+    (a waiter of ``serve`` that ends only by being cancelled)."""
+    await warmed()
+    log.info("service.warm", name=name)
+    if ready_file is not None:
+        _say(ready_file, "")
+    await asyncio.Event().wait()
+
+
 async def _heartbeat(service: Service, ready_file: Path | None) -> None:
     """Refresh ``ready_file`` while the service is alive; raise once it has not been for a while."""
     stuck_since: float | None = None
@@ -156,6 +174,20 @@ async def _heartbeat(service: Service, ready_file: Path | None) -> None:
         elif now - stuck_since >= STUCK_EXIT_S:
             log.error("service.stuck", name=service.name, seconds=round(now - stuck_since, 1))
             raise ServiceStuckError(f"{service.name} could not make progress for {STUCK_EXIT_S} s")
+
+
+def warming(ready_file: Path) -> bool:
+    """Whether the service of ``ready_file`` serves but still warms a part (what it says)."""
+    try:
+        return ready_file.read_text().startswith(WARMING)
+    except OSError:
+        return False
+
+
+def _say(path: Path, what: str) -> None:
+    """Write the ready file: ``WARMING`` while a part warms, empty once the service is warm."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(what)
 
 
 def _touch(path: Path) -> None:

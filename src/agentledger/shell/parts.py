@@ -9,6 +9,14 @@ process (a projection's ``failed``, a vital task ending).
 
 A release that fails is logged and the unwinding goes on: one part that cannot be
 released must not keep the others open.
+
+Heavy parts that take long to load and that only requests need (a tokenizer, an embedding
+model, the secret detectors) are not opened before the endpoints answer: ``warm(what,
+load)`` names them, and ``Warming`` loads them in a worker thread once the endpoints
+answer (the event loop keeps answering meanwhile). A request that needs them waits for
+them, but only within ``WARM_WAIT_S`` of the start of the warm-up; after that it gets a
+retryable ``unavailable`` naming the part ("warming: tokenizer") until the part is ready.
+A part that fails to load ends the process, as a failed start would have.
 """
 
 from __future__ import annotations
@@ -24,7 +32,13 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
+from agentledger.errors import UnavailableError
+
 log = structlog.get_logger()
+
+# How long after its warm-up began a request waits for a warming part rather than being
+# answered ``unavailable`` (a part loads in well under a second on an idle machine).
+WARM_WAIT_S = 10.0
 
 
 class Part(Protocol):
@@ -66,6 +80,7 @@ class Parts:
         self._fail = fail
         self._checks: list[Callable[[], bool]] = []
         self.watched: list[asyncio.Future[None]] = []
+        self.warming = Warming(log_name)
         self._closing = False
 
     # ---- entering --------------------------------------------------------------------
@@ -119,6 +134,15 @@ class Parts:
         self.on_stop(sub.unsubscribe)
         return sub
 
+    def warm(self, what: str, load: Callable[[], object]) -> None:
+        """Load ``load()`` in a worker thread once the endpoints answer (see the module
+        docstring); ``what`` names it in the ``unavailable`` reply ("tokenizer")."""
+        self.warming.add(what, load)
+
+    def start_warming(self) -> None:
+        """Begin the warm-up (the shell calls it once the endpoints answer)."""
+        self.task(self.warming.run(self._fail), name=f"{self._log_name}-warm-up")
+
     def liveness(self, check: Callable[[], bool]) -> None:
         """Count ``check()`` in the service's liveness (cheap; called every second)."""
         self._checks.append(check)
@@ -150,3 +174,58 @@ class Parts:
 async def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+class Warming:
+    """The parts of a service that load after its endpoints answer; see the module docstring."""
+
+    def __init__(self, log_name: str) -> None:
+        self._log_name = log_name
+        self._loads: list[tuple[str, Callable[[], object]]] = []
+        self._pending: list[str] = []
+        self._began: float | None = None
+        self._done = asyncio.Event()
+
+    def add(self, what: str, load: Callable[[], object]) -> None:
+        self._loads.append((what, load))
+        self._pending.append(what)
+
+    @property
+    def pending(self) -> str | None:
+        """The first part not loaded yet (None: every part is ready)."""
+        return self._pending[0] if self._pending else None
+
+    async def wait(self) -> None:
+        """Return once every part is ready; ``UnavailableError`` ("warming: <part>") if that
+        does not happen within ``WARM_WAIT_S`` of the warm-up's start."""
+        if not self._pending:
+            return
+        loop = asyncio.get_running_loop()
+        began = self._began if self._began is not None else loop.time()
+        left = began + WARM_WAIT_S - loop.time()
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._done.wait(), left)
+        what = self.pending
+        if what is not None:
+            raise UnavailableError(f"warming: {what}; retry")
+
+    async def ready(self) -> None:
+        """Return once every part is ready, however long that takes."""
+        await self._done.wait()
+
+    async def run(self, fail: Callable[[BaseException], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._began = loop.time()
+        try:
+            for what, load in self._loads:
+                started = loop.time()
+                await asyncio.to_thread(load)
+                self._pending.remove(what)
+                log.info(f"{self._log_name}.warm", part=what, s=round(loop.time() - started, 3))
+        except Exception as exc:  # noqa: BLE001 - a part that cannot load ends the process
+            log.error(f"{self._log_name}.warm_failed", part=self.pending, error=type(exc).__name__,
+                      detail=str(exc)[:300])
+            fail(exc)
+            return
+        self._done.set()

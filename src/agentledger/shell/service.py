@@ -8,6 +8,8 @@ A service is a ``Shell`` subclass that declares
 * ``open(parts)``: the parts it builds on what the shell opened (``self._nc``,
   ``self._pool``, ``self._tenants``, ``self._bindings``) — projections, loops,
   background tasks, subscriptions — each entered on ``parts`` as it is started;
+  what is heavy to load and only requests need (a tokenizer, an embedding model, the
+  detectors) it names with ``parts.warm`` instead of loading it there;
 * ``endpoints()``: its endpoints (``Endpoint``: subject, request and reply types,
   handler; or ``RawEndpoint``), adding one is one line there plus its handler;
 * ``evictor()``: what drops the tenant data it caches, if it caches any;
@@ -18,7 +20,10 @@ The shell does the rest, the same way for every service: connect to NATS with th
 service's role, start the tenant registry (and the bindings mirror), migrate and
 open the pool, ``open``, add the micro service and its endpoints (typed ones answer
 through ``Endpoints``: decoded, the caller held to the body's tenant, typed errors),
-answer cache evictions, ``serving``, flush. Every resource goes on one
+answer cache evictions, ``serving``, flush, then warm the parts named with
+``parts.warm`` in a worker thread: the endpoints answer from the moment they are added
+(``$SRV.PING`` too), and a typed request that needs a part still warming waits for it
+briefly, then gets a retryable ``unavailable`` ("warming: tokenizer"). Every resource goes on one
 ``contextlib.AsyncExitStack`` (``Parts``) as it is opened, so ``stop()`` is that
 stack unwinding in reverse: what ``serving`` entered, the eviction listener and the
 endpoints, the requests in flight drained, then the service's parts, the pool, the
@@ -33,8 +38,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import asyncpg
 import structlog
@@ -46,9 +51,9 @@ from agentledger.config import Settings
 from agentledger.erasure import evict
 from agentledger.security import auth
 from agentledger.security.bindings import BindingRegistry
-from agentledger.security.identity import TenantRegistry
+from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.shell import lifecycle
-from agentledger.shell.endpoints import Endpoint, Endpoints, RawEndpoint
+from agentledger.shell.endpoints import Endpoint, Endpoints, Handler, RawEndpoint
 from agentledger.shell.parts import Parts
 from agentledger.stores import db
 from agentledger.stores.natsclient import reader_alive
@@ -180,11 +185,15 @@ class Shell:
                                    bind_task=shape.bind_task, unavailable=shape.unavailable)
         # Registered before the micro service, so released after it: its requests in flight finish.
         parts.on_stop(self._requests.drain)
+        # `$SRV.PING` answers from here: the service serves (its warming parts answer `unavailable`).
         self._micro = micro = await add_service(nc, name=shape.micro, version=shape.version,
                                                 description=shape.description)
         parts.on_stop(micro.stop)
         for endpoint in self.endpoints():
-            handler = endpoint.handle if isinstance(endpoint, RawEndpoint) else self._requests.handler(endpoint)
+            if isinstance(endpoint, RawEndpoint):
+                handler = endpoint.handle
+            else:
+                handler = self._requests.handler(replace(endpoint, handle=self._warm_first(endpoint.handle)))
             await micro.add_endpoint(name=endpoint.name, subject=endpoint.subject, handler=handler)
         evictor = self.evictor()
         if evictor is not None:
@@ -192,6 +201,26 @@ class Shell:
             parts.on_stop(evictions.unsubscribe)
         await self.serving(parts)
         await nc.flush()
+        parts.start_warming()
+
+    def _warm_first(self, handle: Handler) -> Handler:
+        """``handle`` behind the service's warming parts (``Parts.warm``): it waits for them
+        briefly, then answers ``unavailable`` naming the part still warming."""
+        assert self._parts is not None
+        warming = self._parts.warming
+        if warming.pending is None:
+            return handle
+
+        async def warm_first(caller: Caller, body: Any) -> Any:
+            await warming.wait()
+            return await handle(caller, body)
+
+        return warm_first
+
+    async def warmed(self) -> None:
+        """Return once every part that warms after the endpoints answer is ready."""
+        assert self._parts is not None
+        await self._parts.warming.ready()
 
     async def stop(self) -> None:
         """Release everything entered, in reverse order; idempotent."""

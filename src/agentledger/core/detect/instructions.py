@@ -163,8 +163,15 @@ _PATTERNS: dict[str, list[str]] = {
     ],
 }
 
-_COMPILED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(p, _I | re.MULTILINE)) for kind, ps in _PATTERNS.items() for p in ps)
+@functools.cache
+def _compiled() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The patterns, compiled on first use (~0.1 s: not in the import of every service)."""
+    return tuple((kind, re.compile(p, _I | re.MULTILINE)) for kind, ps in _PATTERNS.items() for p in ps)
+
+
+def warm() -> None:
+    """Compile the patterns now (a service does it in a worker thread once it answers)."""
+    _compiled()
 
 
 # Removed before matching: zero-width and invisible characters, soft hyphen, direction
@@ -242,7 +249,7 @@ def find_instructions(text: str) -> list[Finding]:
         return []
     by_kind: dict[str, list[Finding]] = {}
     for view, index in _views(text):
-        for kind, pattern in _COMPILED:
+        for kind, pattern in _compiled():
             for m in pattern.finditer(view):
                 start, end = m.span()
                 if index is not None:

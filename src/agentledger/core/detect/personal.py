@@ -7,22 +7,17 @@ way people write phone numbers (a leading ``+``, separators, or a phone word
 nearby); a card passes Luhn with a known issuer prefix; an IBAN, an SSN or a
 national id passes its python-stdnum check, and the ids that are bare digits
 with a weak check need a word naming them nearby.
+
+phonenumbers and python-stdnum are imported on the first scan that needs them (``_Checks``),
+or by ``warm()``: ~0.1 s that a service's start must not wait for.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator, Sequence
-
-import phonenumbers
-from stdnum import iban, luhn
-from stdnum.br import cpf
-from stdnum.cn import ric
-from stdnum.de import idnr
-from stdnum.es import dni, nie
-from stdnum.fr import nir
-from stdnum.in_ import aadhaar
-from stdnum.us import ssn
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
 
 from agentledger.core.detect.finding import Finding, non_overlapping
 
@@ -82,6 +77,44 @@ def _digits(s: str) -> str:
     return re.sub(r"\D", "", s)
 
 
+class _Checks:
+    """The libraries' checks, imported once, on first use."""
+
+    def __init__(self) -> None:
+        import phonenumbers  # noqa: PLC0415 - see the module docstring
+        from stdnum import iban, luhn  # noqa: PLC0415
+        from stdnum.br import cpf  # noqa: PLC0415
+        from stdnum.cn import ric  # noqa: PLC0415
+        from stdnum.de import idnr  # noqa: PLC0415
+        from stdnum.es import dni, nie  # noqa: PLC0415
+        from stdnum.fr import nir  # noqa: PLC0415
+        from stdnum.in_ import aadhaar  # noqa: PLC0415
+        from stdnum.us import ssn  # noqa: PLC0415
+
+        self.phonenumbers: ModuleType = phonenumbers
+        self.luhn: Callable[[str], bool] = luhn.is_valid
+        self.iban: Callable[[str], bool] = iban.is_valid
+        self.ids: tuple[tuple[re.Pattern[str], Callable[[str], bool], str, re.Pattern[str] | None], ...] = (
+            (_SSN, ssn.is_valid, "stdnum.us.ssn", None),
+            (_CN_RIC, ric.is_valid, "stdnum.cn.ric", None),
+            (_ES_ID, lambda v: dni.is_valid(v) or nie.is_valid(v), "stdnum.es.dni", None),
+            (_BR_CPF, cpf.is_valid, "stdnum.br.cpf", None),
+            (_AADHAAR, aadhaar.is_valid, "stdnum.in.aadhaar", None),
+            (_FR_NIR, nir.is_valid, "stdnum.fr.nir", _ID_WORDS),
+            (_DE_IDNR, idnr.is_valid, "stdnum.de.idnr", _ID_WORDS),
+        )
+
+
+@functools.cache
+def _checks() -> _Checks:
+    return _Checks()
+
+
+def warm() -> None:
+    """Import the libraries now (a service does it in a worker thread once it answers)."""
+    _checks()
+
+
 def _named_nearby(text: str, start: int, words: re.Pattern[str]) -> bool:
     return words.search(text, max(0, start - _NEAR), start) is not None
 
@@ -95,6 +128,7 @@ def _phones(text: str, regions: Sequence[str]) -> Iterator[Finding]:
         international = raw.startswith("+")
         if not (international or _named_nearby(text, m.start(), _PHONE_WORDS) or _phone_shaped(raw)):
             continue
+        phonenumbers = _checks().phonenumbers
         for region in ([None] if international else regions):
             try:
                 number = phonenumbers.parse(raw, region)
@@ -121,7 +155,7 @@ def _phone_shaped(raw: str) -> bool:
 def _cards(text: str) -> Iterator[Finding]:
     for m in _CARD.finditer(text):
         digits = _digits(m.group(1))
-        if 13 <= len(digits) <= 19 and _CARD_PREFIX.match(digits) and luhn.is_valid(digits):
+        if 13 <= len(digits) <= 19 and _CARD_PREFIX.match(digits) and _checks().luhn(digits):
             sep = set(re.sub(r"\d", "", m.group(1)))
             if len(sep) <= 1:  # one kind of separator, or none
                 yield Finding("card", *m.span(1), "stdnum.luhn")
@@ -130,22 +164,13 @@ def _cards(text: str) -> Iterator[Finding]:
 def _ibans(text: str) -> Iterator[Finding]:
     for m in _IBAN.finditer(text):
         value = m.group(1).rstrip()
-        if iban.is_valid(value):
+        if _checks().iban(value):
             yield Finding("iban", m.start(1), m.start(1) + len(value), "stdnum.iban")
 
 
 def _ids(text: str) -> list[Finding]:
     out = []
-    checks = (
-        (_SSN, ssn.is_valid, "stdnum.us.ssn", None),
-        (_CN_RIC, ric.is_valid, "stdnum.cn.ric", None),
-        (_ES_ID, lambda v: dni.is_valid(v) or nie.is_valid(v), "stdnum.es.dni", None),
-        (_BR_CPF, cpf.is_valid, "stdnum.br.cpf", None),
-        (_AADHAAR, aadhaar.is_valid, "stdnum.in.aadhaar", None),
-        (_FR_NIR, nir.is_valid, "stdnum.fr.nir", _ID_WORDS),
-        (_DE_IDNR, idnr.is_valid, "stdnum.de.idnr", _ID_WORDS),
-    )
-    for pattern, valid, detector, words in checks:
+    for pattern, valid, detector, words in _checks().ids:
         for m in pattern.finditer(text):
             if words is not None and not _named_nearby(text, m.start(1), words):
                 continue

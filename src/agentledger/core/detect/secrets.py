@@ -39,36 +39,20 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import hashlib
 import hmac
+import importlib
 import itertools
 import math
 import os
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from urllib.parse import unquote
 
 import blake3
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.base import RegexBasedDetector
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 from agentledger.core.detect.finding import Finding, non_overlapping
 
@@ -80,29 +64,32 @@ from agentledger.core.detect.finding import Finding, non_overlapping
 # secrets), and the high-entropy and keyword plugins (replaced by tuned rules below).
 # Anchors of ``None``: the pattern needs a long token-like run (see ``_RUN``); it runs on
 # those runs only.
-_Plugin = tuple[type[RegexBasedDetector], str, tuple[str, ...] | None, dict[int, int]]
+# A plugin is named (module under ``detect_secrets.plugins``, class): importing detect-secrets costs
+# ~0.1-0.5 s (it pulls in ``requests``), paid once by ``warm()`` or the first scan, not by the import.
+_Plugin = tuple[str, str, str, tuple[str, ...] | None, dict[int, int]]
 _PLUGINS: tuple[_Plugin, ...] = (
-    (AWSKeyDetector, "aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws", "AWS", "Aws"), {1: 1}),
-    (AzureStorageKeyDetector, "azure_storage_key", ("AccountKey=",), {}),
-    (BasicAuthDetector, "url_credential", ("://",), {0: 1}),
-    (DiscordBotTokenDetector, "discord_token", None, {}),
-    (GitHubTokenDetector, "github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), {}),
-    (GitLabTokenDetector, "gitlab_token", ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941",
-                                           "glcbt-", "glimt-", "glptt-", "glagent-", "gloas-"), {}),
-    (JwtTokenDetector, "jwt", ("eyJ",), {}),
-    (MailchimpDetector, "mailchimp_key", ("-us",), {}),
-    (NpmDetector, "npm_token", ("_authToken",), {0: 1}),
-    (OpenAIDetector, "openai_key", ("T3BlbkFJ",), {}),
-    (PrivateKeyDetector, "private_key", ("PRIVATE KEY", "PuTTY"), {}),
-    (PypiTokenDetector, "pypi_token", ("pypi-",), {}),
-    (SendGridDetector, "sendgrid_key", ("SG.",), {}),
-    (SlackDetector, "slack_token", ("xox", "hooks.slack.com"), {}),
-    (SquareOAuthDetector, "square_secret", ("sq0csp-",), {}),
-    (StripeDetector, "stripe_key", ("_live_",), {}),
-    (TelegramBotTokenDetector, "telegram_token", None, {}),
-    (TwilioKeyDetector, "twilio_key", None, {}),
+    ("aws", "AWSKeyDetector", "aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws", "AWS", "Aws"), {1: 1}),
+    ("azure_storage_key", "AzureStorageKeyDetector", "azure_storage_key", ("AccountKey=",), {}),
+    ("basic_auth", "BasicAuthDetector", "url_credential", ("://",), {0: 1}),
+    ("discord", "DiscordBotTokenDetector", "discord_token", None, {}),
+    ("github_token", "GitHubTokenDetector", "github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), {}),
+    ("gitlab_token", "GitLabTokenDetector", "gitlab_token",
+     ("glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "GR1348941", "glcbt-", "glimt-", "glptt-", "glagent-",
+      "gloas-"), {}),
+    ("jwt", "JwtTokenDetector", "jwt", ("eyJ",), {}),
+    ("mailchimp", "MailchimpDetector", "mailchimp_key", ("-us",), {}),
+    ("npm", "NpmDetector", "npm_token", ("_authToken",), {0: 1}),
+    ("openai", "OpenAIDetector", "openai_key", ("T3BlbkFJ",), {}),
+    ("private_key", "PrivateKeyDetector", "private_key", ("PRIVATE KEY", "PuTTY"), {}),
+    ("pypi_token", "PypiTokenDetector", "pypi_token", ("pypi-",), {}),
+    ("sendgrid", "SendGridDetector", "sendgrid_key", ("SG.",), {}),
+    ("slack", "SlackDetector", "slack_token", ("xox", "hooks.slack.com"), {}),
+    ("square_oauth", "SquareOAuthDetector", "square_secret", ("sq0csp-",), {}),
+    ("stripe", "StripeDetector", "stripe_key", ("_live_",), {}),
+    ("telegram_token", "TelegramBotTokenDetector", "telegram_token", None, {}),
+    ("twilio", "TwilioKeyDetector", "twilio_key", None, {}),
 )
-_PLUGIN_KIND_OVERRIDE = {(AWSKeyDetector, 1): "aws_secret_key", (SlackDetector, 1): "slack_webhook"}
+_PLUGIN_KIND_OVERRIDE = {("AWSKeyDetector", 1): "aws_secret_key", ("SlackDetector", 1): "slack_webhook"}
 
 _B = r"(?<![A-Za-z0-9_])"  # start of a token
 _E = r"(?![A-Za-z0-9_])"   # end of a token
@@ -206,30 +193,60 @@ _NOT_SECRET = re.compile(
     r"|(?<![A-Za-z0-9])sha(?:1|256|384|512)-[A-Za-z0-9+/]+={0,2}"
     r"|(?<![A-Za-z0-9])(?:(?:call|msg|toolu|run|thread|asst|resp|req|cus|pi|evt|ch)_|chatcmpl-)[A-Za-z0-9]{8,40}"
     r"(?![A-Za-z0-9])")
-# Every rule once: (kind, detector, pattern, secret group, runs only), and which anchors select it.
-_RULES: list[tuple[str, str, re.Pattern[str], int, bool]] = []
-_BY_ANCHOR: dict[str, list[int]] = {}
-_ON_RUNS: list[int] = []
-for _plugin, _kind, _anchors, _groups in _PLUGINS:
-    # A class attribute on each plugin (declared as an abstract property on the base class).
-    _denylist: list[re.Pattern[str]] = list(_plugin.denylist)  # type: ignore[call-overload]
-    for _i, _pattern in enumerate(_denylist):
-        _RULES.append((_PLUGIN_KIND_OVERRIDE.get((_plugin, _i), _kind), f"detect_secrets.{_plugin.__name__}",
-                       _pattern, _groups.get(_i, 0), _anchors is None))
-        for _a in _anchors or ():
-            _BY_ANCHOR.setdefault(_a, []).append(len(_RULES) - 1)
-        if _anchors is None:
-            _ON_RUNS.append(len(_RULES) - 1)
-for _kind, _anchors, _pattern, _g in _OWN:
-    _RULES.append((_kind, f"own.{_kind}", _pattern, _g, False))
-    for _a in _anchors:
-        _BY_ANCHOR.setdefault(_a, []).append(len(_RULES) - 1)
 # Anchors that may stand in a short word of the text (URL passwords, PEM headers, bearer
 # tokens, "aws … key"); every other anchor is part of a 20-character run.
 _SHORT_ANCHORS = frozenset({"://", "PRIVATE KEY", "PuTTY", "uthorization", "UTHORIZATION", "earer", "EARER",
                             "aws", "AWS", "Aws"})
-# A lookahead, so that anchors overlapping one another are all found.
-_RUN_ANCHOR = re.compile("(?=(" + "|".join(re.escape(a) for a in sorted(set(_BY_ANCHOR) - _SHORT_ANCHORS)) + "))")
+_Rule = tuple[str, str, re.Pattern[str], int, bool]
+
+
+class _Rules:
+    """Every rule once: (kind, detector, pattern, secret group, runs only), which anchors select
+    it, and the lookahead that finds the anchors of the long runs (so that anchors overlapping
+    one another are all found)."""
+
+    def __init__(self) -> None:
+        self.rules: list[_Rule] = []
+        self.by_anchor: dict[str, list[int]] = {}
+        self.on_runs: list[int] = []
+        for module, name, kind, anchors, groups in _PLUGINS:
+            plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)
+            # A class attribute on each plugin (declared as an abstract property on the base class).
+            for i, pattern in enumerate(plugin.denylist):
+                self._add(_PLUGIN_KIND_OVERRIDE.get((name, i), kind), f"detect_secrets.{name}",
+                          pattern, groups.get(i, 0), anchors)
+        for kind, own_anchors, pattern, g in _OWN:
+            self._add(kind, f"own.{kind}", pattern, g, own_anchors)
+        self.run_anchor = re.compile(
+            "(?=(" + "|".join(re.escape(a) for a in sorted(set(self.by_anchor) - _SHORT_ANCHORS)) + "))")
+
+    def _add(self, kind: str, detector: str, pattern: re.Pattern[str], group: int,
+             anchors: tuple[str, ...] | None) -> None:
+        self.rules.append((kind, detector, pattern, group, anchors is None))
+        for a in anchors or ():
+            self.by_anchor.setdefault(a, []).append(len(self.rules) - 1)
+        if anchors is None:
+            self.on_runs.append(len(self.rules) - 1)
+
+
+_RULES_LOCK = threading.Lock()
+
+
+@functools.cache
+def _built() -> _Rules:
+    return _Rules()
+
+
+def _rules() -> _Rules:
+    """The rule table, built on first use (a thread warming it and a scan never build it twice)."""
+    with _RULES_LOCK:
+        return _built()
+
+
+def warm() -> None:
+    """Build the rule table now (imports detect-secrets): a service calls it in a worker thread
+    right after its endpoints answer, so that its first scan does not pay for it."""
+    _rules()
 
 
 # Markers made without an installation key (``key=None``): a key drawn once per process, so
@@ -431,17 +448,18 @@ def _base64_text(run: str) -> str | None:
 
 
 def _specific(text: str, joined: _Joined | None) -> Iterator[Finding]:
+    table = _rules()
     rules: set[int] = set()
     for anchor in _SHORT_ANCHORS:
         if anchor in text:
-            rules.update(_BY_ANCHOR.get(anchor, ()))
+            rules.update(table.by_anchor.get(anchor, ()))
     if joined is not None:
         # The other anchors are inside the long runs: look for them there, a fraction of the text.
-        for anchor in set(_RUN_ANCHOR.findall(joined.text)):
-            rules.update(_BY_ANCHOR[anchor])
-        rules.update(_ON_RUNS)
+        for anchor in set(table.run_anchor.findall(joined.text)):
+            rules.update(table.by_anchor[anchor])
+        rules.update(table.on_runs)
     for i in sorted(rules):
-        kind, detector, pattern, g, on_runs = _RULES[i]
+        kind, detector, pattern, g, on_runs = table.rules[i]
         if on_runs:
             assert joined is not None
             for m in pattern.finditer(joined.text):
