@@ -37,6 +37,7 @@ from agentledger.erasure import evict
 from agentledger.security.bindings import bindings_bucket
 from agentledger.security.identity import tenants_bucket
 from agentledger.security.sealing import Keyring
+from agentledger.stores import numbering
 from agentledger.stores.artifacts import ArtifactStore, artifacts_bucket
 
 
@@ -105,6 +106,7 @@ NOT_CONTENT: dict[str, str] = {
 NOT_CONTENT_STORES: dict[str, str] = {
     "tenants": "the tenant registry: account keys and status (revoking a tenant is `agentledger tenant revoke`)",
     "usage": "the writer's quota counters: bytes per tenant, no content",
+    "numbering": "the ledger's numbering mark: one sequence, no tenant's anything",
 }
 
 
@@ -113,4 +115,5 @@ def stores_of(settings: Settings) -> dict[str, str]:
     return {"ledger": settings.stream, "keys": f"KV_{settings.keys_bucket}",
             "leases": f"KV_{settings.leases_bucket}", "artifacts": f"OBJ_{artifacts_bucket(settings)}",
             "bindings": f"KV_{bindings_bucket(settings.prefix)}",
-            "tenants": f"KV_{tenants_bucket(settings.prefix)}", "usage": f"KV_{settings.usage_bucket}"}
+            "tenants": f"KV_{tenants_bucket(settings.prefix)}", "usage": f"KV_{settings.usage_bucket}",
+            "numbering": f"KV_{numbering.bucket(settings)}"}
