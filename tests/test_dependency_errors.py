@@ -51,6 +51,11 @@ CALLS: dict[str, Call] = {
     "forget.receipt": lambda c: c.forget_receipts(TENANT, request_id="r-none"),
     "resume": lambda c: c.resume(TENANT, "t-none", "agent-1"),
 }
+# The table each of those requests reads first: what its query waits on while it is locked.
+READS = {"memory.get": "memory_records", "context.get": "context_generations",
+         "forget.receipt": "forget_requests", "resume": "checkpoint_pointer"}
+# The prepared transaction holding the tables (it outlives its session and the server's stop).
+LOCKER = "deperr-lock-every-table"
 
 
 class Services:
@@ -123,9 +128,17 @@ def served(result: tuple[str, bool, str]) -> bool:
 @pytest.fixture
 async def own_postgres(settings: Settings, tmp_path: Path, server_root: Path) -> AsyncIterator[
         tuple[Settings, EmbeddedPostgres]]:
-    """A PostgreSQL server of this test alone, and ``settings`` pointing at it."""
+    """A PostgreSQL server of this test alone, and ``settings`` pointing at it; it allows
+    prepared transactions (``_lock_every_table``)."""
     pg = EmbeddedPostgres(tmp_path / "pg", server_root=server_root).start()
     try:
+        conn = await asyncpg.connect(pg.url)
+        try:
+            await conn.execute("ALTER SYSTEM SET max_prepared_transactions = 2")
+        finally:
+            await conn.close()
+        pg.stop()
+        pg.start()
         url = pg.provision("agentledger")
         yield msgspec.structs.replace(settings, database_url=url, data_dir=tmp_path / "data"), pg
     finally:
@@ -133,13 +146,37 @@ async def own_postgres(settings: Settings, tmp_path: Path, server_root: Path) ->
 
 
 async def _lock_every_table(super_url: str) -> asyncpg.Connection:
-    """A superuser session holding every table of the services' database: requests wait on it."""
+    """Every table of the services' database held by a prepared transaction (``LOCKER``):
+    requests wait on it; returns the superuser session that prepared it.
+
+    Not a session's open transaction: a fast shutdown terminates every session at once, and
+    the holder's rollback could grant a waiter its lock before that waiter's own termination,
+    so it read the table and answered (``not_found``) while the server stopped. A prepared
+    transaction's locks outlive the stop (and the restart: ``_unlock_every_table``)."""
     conn = await asyncpg.connect(super_url)
     tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     await conn.execute("BEGIN")
     await conn.execute("LOCK TABLE " + ", ".join(f'public."{t["tablename"]}"' for t in tables)
                        + " IN ACCESS EXCLUSIVE MODE")
+    await conn.execute(f"PREPARE TRANSACTION '{LOCKER}'")
     return conn
+
+
+async def _unlock_every_table(super_url: str) -> None:
+    """Roll ``_lock_every_table``'s prepared transaction back (it came back with the server)."""
+    conn = await asyncpg.connect(super_url)
+    try:
+        await conn.execute(f"ROLLBACK PREPARED '{LOCKER}'")
+    finally:
+        await conn.close()
+
+
+async def _waiting_reads(locker: asyncpg.Connection) -> set[str]:
+    """The requests (``READS``) whose query waits on a lock now."""
+    queries = await locker.fetch("SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                 " AND datname = current_database()")
+    return {name for name, table in READS.items()
+            if any(f" FROM {table}" in r["query"] for r in queries)}
 
 
 async def test_postgresql_stopping_and_away_answers_unavailable_and_no_service_ends(
@@ -157,13 +194,13 @@ async def test_postgresql_stopping_and_away_answers_unavailable_and_no_service_e
         for name, call in CALLS.items():
             assert served(await outcome(call, client)), name
 
-        locker = await _lock_every_table(database_url(pg.url, "agentledger"))
+        super_url = database_url(pg.url, "agentledger")
+        locker = await _lock_every_table(super_url)
         caught = {name: asyncio.create_task(outcome(call, client)) for name, call in CALLS.items()}
 
         async def all_waiting() -> bool:
-            waiting = await locker.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            return waiting >= len(CALLS)
+            # Each request's own query, not a count (a background loop may wait on a lock too).
+            return await _waiting_reads(locker) == set(CALLS)
 
         await assert_eventually(all_waiting, timeout=60, interval=0.1,
                                 message="the requests never reached the locked tables")
@@ -180,6 +217,7 @@ async def test_postgresql_stopping_and_away_answers_unavailable_and_no_service_e
         services.assert_alive()
 
         await asyncio.to_thread(pg.start)
+        await _unlock_every_table(super_url)
         for name, call in CALLS.items():
             await assert_eventually(lambda c=call: _served_now(c, client), timeout=120, interval=0.5,
                                     message=f"{name} never answered again once PostgreSQL was back")
