@@ -55,6 +55,13 @@ _SKEW_S = 5.0
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 # "maximum bytes exceeded": the bucket is at its size limit and refuses new entries.
 _STORE_LIMIT = 10077
+# A read of one entry that finds the bucket's stream away (no responder, a timeout, or "JetStream
+# system temporarily unavailable" while a cluster elects a leader) is asked again every
+# ``READ_RETRY_PAUSE_S`` for ``READ_RETRY_WINDOW_S``: the same patience the writer gives a
+# publish (``group_commit.RETRY_WINDOW_S``), so an append whose fence needs this read is not
+# the one that answers ``unavailable`` while its publish would have waited.
+READ_RETRY_PAUSE_S = 0.2
+READ_RETRY_WINDOW_S = 4.0
 
 
 @dataclass
@@ -185,16 +192,10 @@ class LeaseBucket:
 
     async def _refresh(self, key: str) -> None:
         """Read the key's latest message from the bucket's stream (after a stale revision)."""
-        try:
-            msg = await self._js.get_msg(self._stream, subject=f"$KV.{self._bucket}.{key}")
-        except nats.js.errors.NotFoundError:
+        msg = await self._latest(key)
+        if msg is None:
             self._forget(key)
             return
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise UnavailableError("the lease bucket did not answer") from exc
-        except nats.js.errors.APIError as exc:
-            # E.g. its stream has no leader for a moment (a cluster electing one).
-            raise UnavailableError(f"the lease bucket could not be read: {exc.description}") from exc
         known = self._mirror.get(key)
         revision = int(msg.seq or 0)
         if known is not None and known.revision == revision:
@@ -203,6 +204,26 @@ class LeaseBucket:
         removed = headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
         lease = None if removed else decode_lease(msg.data)
         self._keep(key, Entry(lease, revision, None))
+
+    async def _latest(self, key: str) -> Any:
+        """The key's latest message, or None when it has none; retried within
+        ``READ_RETRY_WINDOW_S`` while the stream is away, then ``unavailable``."""
+        give_up = time.monotonic() + READ_RETRY_WINDOW_S
+        while True:
+            try:
+                return await self._js.get_msg(self._stream, subject=f"$KV.{self._bucket}.{key}")
+            except nats.js.errors.NotFoundError:
+                return None
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+                error = UnavailableError("the lease bucket did not answer")
+                cause: Exception = exc
+            except nats.js.errors.APIError as exc:
+                # E.g. its stream has no leader for a moment (a cluster electing one).
+                error = UnavailableError(f"the lease bucket could not be read: {exc.description}")
+                cause = exc
+            if time.monotonic() + READ_RETRY_PAUSE_S >= give_up:
+                raise error from cause
+            await asyncio.sleep(READ_RETRY_PAUSE_S)
 
     async def _write(self, key: str, lease: Lease, revision: int) -> int:
         """Compare-and-swap ``lease`` over ``revision``; the entry expires ``linger_s`` after it.
