@@ -126,6 +126,10 @@ class LedgerWriter(Shell):
         # Per task, the newest append that finishes in a task and is not yet handed to the
         # committer: later appends of the task wait for it (resolved once it is handed over).
         self._lanes: dict[Key, asyncio.Future[None]] = {}
+        # Per task, appends handed straight to the committer (no lane) whose commit has not
+        # settled: an append that takes the lane later waits for them too, since one refused
+        # because the task moved is checked again and committed in the place it was taken.
+        self._direct: dict[Key, set[asyncio.Future[None]]] = {}
 
     async def open(self, parts: Parts) -> None:
         s = self.settings
@@ -249,23 +253,34 @@ class LedgerWriter(Shell):
             subject = ledger_subject(self.settings.prefix, first.tenant, first.task_id)
             unit = make_unit(subject, events, events)
             unit.guard = True  # stored right after what this writer knows: see _answer
-            unit.on_settled = partial(self._answer, req, prepared, caller, unit)
+            settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._direct.setdefault(key, set()).add(settled)
+            unit.on_settled = partial(self._answer, req, prepared, caller, unit, settled=settled)
             try:
                 self._committer.submit_nowait(unit)
             except AgentLedgerError as exc:
+                self._handed(key, settled)
                 await req.respond(error_reply(exc))
             return
         self._in_lane(key, partial(self._finish, req, prepared, caller))
 
-    def _in_lane(self, key: Key, finish: Callable[[asyncio.Future[None] | None, asyncio.Future[None]],
+    def _in_lane(self, key: Key, finish: Callable[[asyncio.Future[Any] | None, asyncio.Future[None]],
                                                     Coroutine[Any, Any, None]]) -> None:
-        """Run ``finish(previous, handed)`` in a task, behind the task's earlier appends.
+        """Run ``finish(previous, handed)`` in a task, behind the task's earlier appends:
+        the lane's last one and those handed straight to the committer and not settled.
 
         The lane is taken now, so that later appends of the task queue behind this one.
         """
-        previous = self._lanes.get(key)
+        earlier: list[asyncio.Future[None]] = list(self._direct.get(key, ()))
+        if (last := self._lanes.get(key)) is not None:
+            earlier.append(last)
+        previous = asyncio.gather(*earlier) if earlier else None
         handed = self._lanes[key] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(finish(previous, handed))
+        self._run(finish(previous, handed))
+
+    def _run(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task the writer keeps until it ends."""
+        task = asyncio.create_task(work)
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
@@ -280,23 +295,28 @@ class LedgerWriter(Shell):
 
     async def _answer(self, req: Request,
                       prepared: tuple[list[EventBase], int | None, str | None], caller: Caller,
-                      unit: Unit, future: asyncio.Future[list[AppendResult]]) -> None:
+                      unit: Unit, future: asyncio.Future[list[AppendResult]], *,
+                      settled: asyncio.Future[None]) -> None:
         """Reply to an append handed over in the handler; the committer calls this once its
         commit settled (a publish into the connection's buffer: the replies of one batch
-        leave in one socket write).
+        leave in one socket write). ``settled`` is resolved when the append no longer holds
+        back the task's later lane appends.
 
         Refused because the task moved past what this writer knew (another writer appended
         to it, a lease grant perhaps, before our copy of the table showed it): checked again
-        against the lease table and committed after what came, in the task's lane
-        (``_commit_fenced``); later appends of the task wait behind it.
+        against the lease table and committed after what came (``_commit_fenced``), ahead of
+        every lane append of the task that came after it (they wait for ``settled``, resolved
+        once it is handed to the committer again). The lane's tail is no place for it: an
+        append taken after it may already wait there, and would be stored first.
         """
         exc = future.exception()
         key = (prepared[0][0].tenant, prepared[0][0].task_id)
         if isinstance(exc, ConflictError) and exc.code == "conflict" and exc.current_seq is not None:
             unit.future = asyncio.get_running_loop().create_future()
-            self._in_lane(key, partial(self._finish, req, prepared, caller, unit=unit,
-                                       moved=exc.current_seq))
+            self._run(self._finish(req, prepared, caller, None, settled, unit=unit,
+                                   moved=exc.current_seq))
             return
+        self._handed(key, settled)
         if exc is None:
             data = encode(AppendReply(ok=True, results=future.result()))
         elif isinstance(exc, AgentLedgerError):
@@ -316,6 +336,11 @@ class LedgerWriter(Shell):
             handed.set_result(None)
         if self._lanes.get(key) is handed:
             del self._lanes[key]
+        direct = self._direct.get(key)
+        if direct is not None:
+            direct.discard(handed)
+            if not direct:
+                del self._direct[key]
 
     def _prepare(self, data: bytes,
                  caller: Caller) -> tuple[list[EventBase], int | None, str | None]:
@@ -380,7 +405,7 @@ class LedgerWriter(Shell):
 
     async def _finish(self, req: Request,
                       prepared: tuple[list[EventBase], int | None, str | None],
-                      caller: Caller, previous: asyncio.Future[None] | None,
+                      caller: Caller, previous: asyncio.Future[Any] | None,
                       handed: asyncio.Future[None], *, unit: Unit | None = None,
                       moved: int | None = None) -> None:
         """Check, seal and commit an append, then reply. ``unit``: the append as it was
