@@ -21,7 +21,6 @@ from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.security import auth
 from agentledger.security.sealing import Keyring, _seal, aad_for, kek_of, load_kek, unseal
-from agentledger.stores.buckets import open_kv
 
 AAD = aad_for("acme", "t1")
 
@@ -139,7 +138,8 @@ async def test_a_bucket_that_denies_deletes_is_purged_and_the_receipt_says_not_e
     makes the key read as gone, and its receipt does not claim the bytes were erased."""
     nc = await auth.connect(settings, auth.WRITER)
     try:
-        await open_kv(nc.jetstream(), settings.keys_bucket)  # the old way: deny_delete
+        # The old way (nats-py's create_key_value): deny_delete, as a bucket an older version made.
+        await nc.jetstream().create_key_value(bucket=settings.keys_bucket, history=1)
         keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
         sealed = await seal(keyring, "subj-old", "old")
         receipt = await keyring.destroy_subject("acme", "subj-old")

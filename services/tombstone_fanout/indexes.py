@@ -119,8 +119,9 @@ class KeysHandler:
         await ctx.evict(evict.Eviction(request_id=ctx.request.request_id, tenant=ctx.tenant,
                                        whole_tenant=sel.kind == "tenant", subject=sel.subject))
         if purged_only:
-            # A bucket made before keyrings made their own denies message deletes: the
-            # key reads as gone, but its bytes stay in the block file until compaction.
+            # A bucket that denies message deletes (one an older version made, not yet
+            # rebuilt by a start: stores/bucket_migration.py): the key reads as gone, but its
+            # bytes stay in the block file until compaction.
             return {"subjects": len(plan["subjects"]), "purged_not_erased": purged_only}
         return {"subjects": len(plan["subjects"])}
 

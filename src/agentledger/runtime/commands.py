@@ -192,6 +192,7 @@ async def _prepare(settings: Settings) -> None:
     # A cluster that restarts elects each stream's leader after its meta leader: until then the
     # stream API times out or answers 503, so these are retried for a while.
     await _until_streams_answer(lambda: ensure_stream(settings), deadline)
+    await _until_streams_answer(lambda: ensure_erasable_buckets(settings), deadline)
     if settings.stream_replicas > 1:
         await _until_streams_answer(lambda: ensure_bucket_replicas(settings), deadline)
     if auth.auth_store(settings).initialized:
@@ -278,6 +279,23 @@ async def _meta_state(nc: Client, size: int) -> str:
     return f"{len(reports)} of {size} servers answered, none is the meta leader"
 
 
+async def ensure_erasable_buckets(settings: Settings) -> None:
+    """Rebuild the buckets a forget erases entries of (tenants, bindings, data-subject keys,
+    leases) where an older version made them deny message deletes (``bucket_migration``)."""
+    # Imported here for the same reason as in _prepare.
+    from agentledger.security.bindings import bindings_bucket  # noqa: PLC0415
+    from agentledger.security.identity import tenants_bucket  # noqa: PLC0415
+    from agentledger.stores.bucket_migration import make_erasable  # noqa: PLC0415
+
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        for bucket in (tenants_bucket(settings.prefix), bindings_bucket(settings.prefix),
+                       settings.keys_bucket, settings.leases_bucket):
+            await make_erasable(nc.jetstream(), bucket)
+    finally:
+        await nc.close()
+
+
 async def ensure_bucket_replicas(settings: Settings) -> None:
     """Create the KV buckets and the object store with ``stream_replicas`` replicas, and bring
     existing ones (made R1 before) to that count, before any service opens them.
@@ -288,7 +306,6 @@ async def ensure_bucket_replicas(settings: Settings) -> None:
     # Imported here for the same reason as in _prepare.
     from agentledger.security.bindings import bindings_bucket  # noqa: PLC0415
     from agentledger.security.identity import tenants_bucket  # noqa: PLC0415
-    from agentledger.security.sealing import open_keys_bucket  # noqa: PLC0415
     from agentledger.stores import artifacts, leases  # noqa: PLC0415
     from agentledger.stores.buckets import open_kv  # noqa: PLC0415
 
@@ -298,7 +315,7 @@ async def ensure_bucket_replicas(settings: Settings) -> None:
         js = nc.jetstream()
         for bucket in (tenants_bucket(settings.prefix), bindings_bucket(settings.prefix)):
             await open_kv(js, bucket, replicas=replicas)
-        await open_keys_bucket(js, settings.keys_bucket, settings.max_keys_bytes, replicas=replicas)
+        await open_kv(js, settings.keys_bucket, settings.max_keys_bytes, replicas=replicas)
         table = leases.LeaseTable(nc, settings.leases_bucket, _NO_GRANTS,
                                   max_bytes=settings.max_leases_bytes, replicas=replicas)
         await table.start()

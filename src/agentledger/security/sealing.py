@@ -38,15 +38,12 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.aio.client import Client
 from nats.js import api
-from nats.js.client import JetStreamContext
 from nats.js.errors import (
     APIError,
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
-from nats.js.kv import KeyValue
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -55,6 +52,7 @@ from agentledger.core.validate import has_personal_content
 from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
 from agentledger.shell.bounded import ByteLRU
+from agentledger.stores.buckets import open_kv
 
 _b64 = base64.b64encode
 _unb64 = base64.b64decode
@@ -174,7 +172,7 @@ class Keyring:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            self._kv = await open_keys_bucket(self._js, self._bucket, self._max_bytes, self._replicas)
+            self._kv = await open_kv(self._js, self._bucket, self._max_bytes, self._replicas)
         return self._kv
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
@@ -325,24 +323,6 @@ class Keyring:
 def key_name(tenant: str, subject: str) -> str:
     """The KV key of a tenant's data subject (both are tokens: no dots inside)."""
     return f"{tenant}.{subject}"
-
-
-async def open_keys_bucket(js: JetStreamContext, bucket: str, max_bytes: int = 0,
-                           replicas: int = 1) -> KeyValue:
-    """The bucket of wrapped keys, created on first use as ``buckets.open_kv`` does, except that
-    its stream allows message deletes: ``Keyring.destroy`` erases through them (a KV bucket
-    made by the client denies them, and a stream's deny_delete cannot be lifted later)."""
-    try:
-        return await js.key_value(bucket)
-    except BucketNotFoundError:
-        pass
-    await js.add_stream(api.StreamConfig(
-        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"],
-        allow_rollup_hdrs=True, deny_delete=False, deny_purge=False,
-        discard=api.DiscardPolicy.NEW, duplicate_window=120, max_bytes=max_bytes or -1,
-        max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1, num_replicas=replicas,
-        storage=api.StorageType.FILE))
-    return await js.key_value(bucket)
 
 
 def aad_for(tenant: str, task_id: str) -> bytes:

@@ -8,11 +8,14 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 from nats.aio.client import Client
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 T = TypeVar("T")
+# As nats-py's create_key_value (its default: two minutes).
+KV_DUPLICATE_WINDOW_S = 120.0
 
 
 async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0, replicas: int = 1) -> KeyValue:
@@ -21,8 +24,24 @@ async def open_kv(js: JetStreamContext, bucket: str, max_bytes: int = 0, replica
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
-        return await js.create_key_value(bucket=bucket, history=1, max_bytes=max_bytes or -1,
-                                         replicas=replicas)
+        await js.add_stream(kv_stream_config(bucket, max_bytes=max_bytes, replicas=replicas))
+        return await js.key_value(bucket)
+
+
+def kv_stream_config(bucket: str, *, max_bytes: int = 0, replicas: int = 1,
+                     marker_ttl_s: float | None = None) -> StreamConfig:
+    """The stream of a KV bucket as nats-py's ``create_key_value`` makes it, but for one thing:
+    message deletes are allowed, so a forget can erase an entry's bytes (a purge or a KV delete
+    leaves them in the block file), and a stream's ``deny_delete`` cannot be lifted later
+    (``bucket_migration`` rebuilds a bucket made with it). ``marker_ttl_s``: how long the
+    removal marker of an entry whose TTL ended stays (per-key TTLs are always allowed)."""
+    return StreamConfig(
+        name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"], allow_direct=True,
+        allow_rollup_hdrs=True, allow_msg_ttl=True, deny_delete=False, deny_purge=False,
+        discard=DiscardPolicy.NEW, duplicate_window=KV_DUPLICATE_WINDOW_S,
+        max_bytes=max_bytes or -1, max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1,
+        num_replicas=replicas, storage=StorageType.FILE,
+        subject_delete_marker_ttl=marker_ttl_s or None)
 
 
 class KVMirror(Generic[T]):

@@ -38,6 +38,7 @@ from nats.js.errors import BucketNotFoundError
 
 from agentledger.contracts.api import MAX_LEASE_TTL_S
 from agentledger.errors import UnavailableError
+from agentledger.stores.buckets import kv_stream_config
 from agentledger.stores.lease_state import PENDING, Fence, GrantLedger, Lease, LeaseError, decode_lease
 
 log = structlog.get_logger()
@@ -128,9 +129,10 @@ class LeaseBucket:
             try:
                 self._kv = await self._js.key_value(self._bucket)
             except BucketNotFoundError:
-                self._kv = await self._js.create_key_value(
-                    bucket=self._bucket, history=1, limit_marker_ttl=self._marker_ttl_s,
-                    max_bytes=self._max_bytes or -1, replicas=self._replicas)
+                await self._js.add_stream(kv_stream_config(
+                    self._bucket, max_bytes=self._max_bytes, replicas=self._replicas,
+                    marker_ttl_s=self._marker_ttl_s))
+                self._kv = await self._js.key_value(self._bucket)
             info = await self._js.stream_info(self._stream)
             if not info.config.allow_msg_ttl or not info.config.subject_delete_marker_ttl:
                 # A bucket from before per-key TTLs: turn them (and removal markers) on.
