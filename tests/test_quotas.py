@@ -13,14 +13,19 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
+import structlog
+from nats.errors import TimeoutError as NatsTimeout
 
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.security import auth
+from agentledger.services.ledger_writer import quotas as quota_module
+from agentledger.services.ledger_writer.quotas import Quotas
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agents import agent_client
 from ckpt_support import Stack, created, variable
+from helpers import assert_eventually
 from test_memory_service import proposal
 from writer_support import running_writer
 
@@ -243,3 +248,31 @@ def _forget_requested(tenant: str) -> dict[str, object]:
             "producer": "tombstone-fanout", "occurred_at": "2026-12-01T10:00:00Z", "schema_version": 1,
             "payload": {"request_id": "r1", "selector": {"kind": "subject", "subject": "s1"},
                         "requested_by": "operator/test"}}
+
+
+async def test_a_usage_poll_failing_on_an_outage_logs_one_line_and_a_bug_its_traceback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects the operators' log pipeline: while JetStream is away every usage poll fails, so
+    that is a warning naming the dependency, without a traceback; anything else is a bug and
+    keeps its traceback."""
+    quotas = Quotas(from_env({}))
+    monkeypatch.setattr(quota_module, "POLL_S", 0.01)
+    raised: list[BaseException] = [NatsTimeout(), ValueError("a bug")]
+
+    async def flush() -> None:
+        raise raised[0] if len(raised) == 1 else raised.pop(0)
+
+    monkeypatch.setattr(quotas, "_flush", flush)
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(quotas._run())
+        try:
+            await assert_eventually(lambda: sum(e["event"] == "quotas.poll_failed" for e in logs) >= 2,
+                                    timeout=30, message="the poll never failed twice")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    outage, bug = [e for e in logs if e["event"] == "quotas.poll_failed"][:2]
+    assert outage["log_level"] == "warning" and outage["dependency"] == "NATS", outage
+    assert "exc_info" not in outage
+    assert bug["log_level"] == "error" and bug["error"] == "ValueError" and "exc_info" in bug, bug

@@ -69,6 +69,7 @@ from agentledger.contracts import events as ev
 from agentledger.errors import QuotaExceededError, RateLimitedError, StorageFullError
 from agentledger.security.identity import Caller
 from agentledger.stores.buckets import open_kv
+from agentledger.stores.outages import dependency
 
 if TYPE_CHECKING:
     from agentledger.services.ledger_writer.group_commit import Unit
@@ -294,8 +295,12 @@ class Quotas:
             try:
                 await self._flush()
                 await self._poll()
-            except Exception:  # JetStream away: keep the last known figures
-                log.warning("quotas.poll_failed", exc_info=True)
+            except Exception as exc:  # JetStream away: keep the last known figures
+                if (what := dependency(exc)) is not None:  # expected while it lasts: no traceback
+                    log.warning("quotas.poll_failed", error=type(exc).__name__, dependency=what,
+                                detail=str(exc)[:300])
+                else:
+                    log.error("quotas.poll_failed", error=type(exc).__name__, exc_info=exc)
 
     async def _flush(self) -> None:
         assert self._kv is not None
