@@ -165,3 +165,30 @@ async def test_forget_a_subject_destroys_its_key_and_its_values_read_erased(sett
     latest = (await stack.c.working_memory(TENANT, "t1", reveal_personal=True)).state
     assert latest["transcript"][2]["content"] == "new address"
     assert latest["transcript"][0].get("erased") is True
+
+
+async def test_a_key_sealed_after_a_tenant_forget_planned_is_found_again_and_destroyed(
+        settings: Settings, stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protects a receipt's truth: a tenant forget plans its keys step (subject s1), and before
+    that step is applied an append seals a value of a new subject s2 (the race an outside
+    probe met once in 21 tenant forgets: the receipt said the keys step done while a key was
+    left). The step asks the keys bucket again after its apply, destroys s2's key too and
+    counts it ``found_again``; afterwards the tenant holds no key at all."""
+    await stack.append([created("t1"), personal_turn("t1", 1, "I live at 12 Rue Oberkampf", "s1")])
+    await stack.projected()
+    keys_handler = next(h for h in OWN if isinstance(h, indexes.KeysHandler))
+    planned = keys_handler.plan
+
+    async def plan_then_seal(ctx: Any) -> Any:
+        found = await planned(ctx)
+        await stack.append([personal_turn("t1", 2, "my phone is 0612345678", "s2")])
+        return found
+
+    monkeypatch.setattr(keys_handler, "plan", plan_then_seal)
+    async with Fanout(settings, stack) as f:
+        receipt = await f.forget("fg-tenant-race", kind="tenant")
+        keys = next(i for i in receipt.indexes if i.index == "keys")
+        assert keys.status == "done" and keys.counts["subjects"] == 1, keys
+        assert keys.counts.get("found_again") == 1, keys
+        assert await Keyring(f.nc, settings.keys_bucket, load_kek(settings.kek_path)).subjects(TENANT) == []
+        assert verify_receipt(receipt)

@@ -108,6 +108,14 @@ class KeysHandler:
             return {"subjects": await ctx.keyring.subjects(ctx.tenant)}
         return None
 
+    async def remaining(self, ctx: ForgetContext) -> Any | None:
+        """The selected subjects that still hold a key (one sealed for after the plan)."""
+        sel = ctx.selector
+        if sel.kind not in ("subject", "tenant"):
+            return None
+        left = await ctx.keyring.subjects(ctx.tenant, sel.subject if sel.kind == "subject" else None)
+        return {"subjects": left} if left else None
+
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         purged_only = 0
         for subject in plan["subjects"]:
@@ -276,6 +284,11 @@ async def _kv_plan(ctx: ForgetContext, bucket: str, keys_filter: str) -> dict[st
     return {"filter": keys_filter, "keys": sorted(keys)}
 
 
+def _left(plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A KV plan made again, when it still finds keys holding a value."""
+    return plan if plan is not None and plan["keys"] else None
+
+
 async def _kv_apply(ctx: ForgetContext, bucket: str, plan: dict[str, Any]) -> dict[str, int]:
     _, erased = await _kv_erase(ctx, bucket, plan["filter"])
     counts = {"keys": len(plan["keys"])}
@@ -296,6 +309,9 @@ class LeasesHandler:
         if sel.kind == "tenant":
             return await _kv_plan(ctx, ctx.settings.leases_bucket, f"{ctx.tenant}.*")
         return None
+
+    async def remaining(self, ctx: ForgetContext) -> Any | None:
+        return _left(await self.plan(ctx))
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         return await _kv_apply(ctx, ctx.settings.leases_bucket, plan)
@@ -331,6 +347,14 @@ class ArtifactsHandler:
             return {"uris": sorted(uris)}
         return None
 
+    async def remaining(self, ctx: ForgetContext) -> Any | None:
+        """A tenant's artifacts still stored (one put after the plan); the artifacts of a task
+        or a data subject are found through the ledger, which the ledger step erased."""
+        if ctx.selector.kind != "tenant":
+            return None
+        uris = await ctx.artifacts.names(ctx.tenant)
+        return {"uris": uris} if uris else None
+
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         gate = asyncio.Semaphore(ARTIFACTS_IN_FLIGHT)
 
@@ -353,6 +377,9 @@ class BindingsHandler:
         if ctx.selector.kind != "tenant":
             return None
         return await _kv_plan(ctx, bindings_bucket(ctx.settings.prefix), f"{ctx.tenant}.*")
+
+    async def remaining(self, ctx: ForgetContext) -> Any | None:
+        return _left(await self.plan(ctx))
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         return await _kv_apply(ctx, bindings_bucket(ctx.settings.prefix), plan)

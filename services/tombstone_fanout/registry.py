@@ -20,13 +20,19 @@ A handler is a saga step in two halves, each safe to run again:
 
 ``ctx.plans`` holds the plans of the steps before (the memory step's records
 reach the context step's generations).
+
+A handler that can ask its index again what the selector still reaches there has a third
+half, ``remaining(ctx)``: a plan of what is left (something written after the plan was made,
+or a listing that came back short), or None when nothing is. The saga asks it after
+``apply``, applies what it found, and asks again; the step is done only when the answer is
+None (``Saga.recheck``), so a receipt never says done while the index still holds the data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import asyncpg
 from nats.aio.client import Client
@@ -88,6 +94,13 @@ class Handler(Protocol):
     async def plan(self, ctx: ForgetContext) -> Any | None: ...
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class Rechecked(Handler, Protocol):
+    """A handler whose index can be asked again (see the module docstring)."""
+
+    async def remaining(self, ctx: ForgetContext) -> Any | None: ...
 
 
 # Tables that hold no tenant content, with the reason.

@@ -40,7 +40,7 @@ from agentledger.erasure.erase import erase_seqs
 from agentledger.errors import UnavailableError
 from agentledger.projection.live import LedgerProjection
 from agentledger.security.sealing import Keyring
-from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler
+from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler, Rechecked
 from agentledger.services.tombstone_fanout.store import ForgetStore, RequestRow
 from agentledger.stores.artifacts import ArtifactStore
 
@@ -49,6 +49,8 @@ log = structlog.get_logger()
 DURABLE = "tombstone-fanout"
 # How long a handler waits for a projection to commit what it had been delivered.
 PROJECTION_WAIT_S = 60.0
+# Times a step's index is asked again and what it still holds forgotten (``Saga.recheck``).
+RECHECK_ROUNDS = 3
 _append_reply = msgspec.json.Decoder(AppendReply)
 
 
@@ -188,6 +190,7 @@ class Saga:
                                                  completed_at=datetime.now(UTC))
                     else:
                         counts = await handler.apply(ctx, step.plan)
+                        counts = await self.recheck(handler, ctx, counts)
                         result = ev.IndexReceipt(index=index, status="done", completed_at=datetime.now(UTC),
                                                  counts=counts)
                     await self.store.save_result(self._pool, tenant, rid, result)
@@ -205,6 +208,29 @@ class Saga:
             await self._log.wait_for(max(seqs), PROJECTION_WAIT_S)
             log.info("forget.completed", digest=receipt.digest)
         return receipt
+
+    async def recheck(self, handler: Handler, ctx: ForgetContext,
+                      counts: dict[str, int]) -> dict[str, int]:
+        """Ask a ``Rechecked`` handler's index again after its apply, forgetting what it still
+        finds, until it finds nothing; ``counts`` gain ``found_again`` (what the plan missed).
+
+        Still finding something after ``RECHECK_ROUNDS`` (the tenant is being written to
+        faster than it is forgotten) raises ``unavailable``: the step is not done, and the
+        worker runs the request again.
+        """
+        if not isinstance(handler, Rechecked):
+            return counts
+        for _ in range(RECHECK_ROUNDS):
+            left = await handler.remaining(ctx)
+            if left is None:
+                return counts
+            found = await handler.apply(ctx, left)
+            log.warning("forget.found_again", index=handler.index, **found)
+            counts = {**counts, "found_again": counts.get("found_again", 0) + sum(found.values())}
+        if await handler.remaining(ctx) is None:
+            return counts
+        raise UnavailableError(f"the {handler.index} index still holds data of the request after "
+                               f"{RECHECK_ROUNDS} rounds; it is run again", code="forget_incomplete")
 
     def _maybe_kill(self, point: str) -> None:
         if self.kill_at == point:

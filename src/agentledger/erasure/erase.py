@@ -20,6 +20,8 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
+from agentledger.errors import UnavailableError
+
 # JetStream's "message delete failed" (nats-server 2.15): its description says why, either
 # "message delete not permitted" (a stream made with deny_delete) or the message is not there
 # ("no message found", "stream store EOF"). 10037 / 10043: no message / sequence not found.
@@ -43,6 +45,10 @@ IN_FLIGHT = 64
 ROUNDS = 5
 # Messages one fetch of a scan asks for.
 SCAN_BATCH = 1000
+# A scan's fetch waits this long; after this many empty fetches in a row with messages still
+# pending it gives up (``unavailable``) rather than stop short.
+SCAN_FETCH_S = 5.0
+SCAN_STALLS = 3
 
 
 async def erase_seqs(js: JetStreamContext, stream: str, seqs: Iterable[int]) -> int:
@@ -78,11 +84,22 @@ async def scan_subject(js: JetStreamContext, stream: str, subject: str, *, after
     sub = await js.pull_subscribe(subject, stream=stream, config=config)
     try:
         pending = (await sub.consumer_info()).num_pending or 0
+        stalls = 0
         while pending > 0:
             try:
-                batch = await sub.fetch(min(pending, SCAN_BATCH), timeout=5.0)
+                batch = await sub.fetch(min(pending, SCAN_BATCH), timeout=SCAN_FETCH_S)
             except TimeoutError:
-                return
+                # Messages counted as pending and erased since never come; the consumer's own
+                # count says whether any are still there. A scan that would stop short of
+                # stored messages (a slow server) raises: a plan that missed them would
+                # make a receipt say done while they remain.
+                pending = (await sub.consumer_info()).num_pending or 0
+                stalls += 1
+                if pending and stalls >= SCAN_STALLS:
+                    raise UnavailableError(f"a scan of {subject!r} stalled with {pending} messages "
+                                           "left; retry") from None
+                continue
+            stalls = 0
             for msg in batch:
                 pending = msg.metadata.num_pending
                 yield msg

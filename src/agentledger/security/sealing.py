@@ -49,7 +49,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.core.validate import has_personal_content
-from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs
+from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, scan_subject
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
 from agentledger.shell.bounded import ByteLRU
 from agentledger.stores.buckets import open_kv
@@ -217,15 +217,24 @@ class Keyring:
         held = [k for k in self._cache.keys() if k.startswith(mark)]  # noqa: SIM118 - not a dict
         return sum(self._cache.pop(k) is not None for k in held)
 
-    async def subjects(self, tenant: str) -> list[str]:
-        """The data subjects of ``tenant`` that hold a key (for a tenant-wide forget)."""
-        kv = await self._store()
+    async def subjects(self, tenant: str, only: str | None = None) -> list[str]:
+        """The data subjects of ``tenant`` that hold a key (for a tenant-wide forget), or of
+        them just ``only``.
+
+        A scan of the tenant's own keys, each one's last operation deciding, rather than the
+        whole bucket's key list (every tenant's keys, through a watcher). A scan that cannot
+        finish raises ``unavailable``: a forget's plan never takes a short list for the list.
+        """
+        await self._store()
+        prefix = f"$KV.{self._bucket}.{tenant}."
+        live: dict[str, bool] = {}
         try:
-            names = await kv.keys()
-        except nats.js.errors.NoKeysError:
+            async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + (only or ">"),
+                                          headers_only=True):
+                live[msg.subject[len(prefix):]] = not (msg.headers or {}).get("KV-Operation")
+        except nats.js.errors.NotFoundError:
             return []
-        mark = f"{tenant}."
-        return sorted(n[len(mark):] for n in names if n.startswith(mark))
+        return sorted(name for name, held in live.items() if held)
 
     async def destroy_subject(self, tenant: str, subject: str) -> DestroyReceipt:
         """Destroy the tenant's key of ``subject`` and a key stored for it before keys were
