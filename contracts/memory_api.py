@@ -165,6 +165,9 @@ class ReadReceipt(Struct, frozen=True, omit_defaults=True):
     created_at: datetime
     expires_at: datetime
     task_id: str | None = None
+    # Candidates taken out by forget requests (the request's query and key went with them:
+    # they may quote what was forgotten); 0 for a receipt as the read wrote it.
+    forgotten: int = 0
 
 
 class MemoryItem(Struct, frozen=True, omit_defaults=True):

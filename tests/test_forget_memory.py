@@ -305,6 +305,18 @@ async def test_forget_one_record(env: Env) -> None:
     assert not [h for h in history.history if h.proposal_id == "a2"]
     receipts = await env.c.memory_receipts(TENANT, record_id=ids["a2"])
     assert receipts.receipts == []
+    # The read that found a2 and a1 keeps its receipt, redacted: a1's candidate stays, a2's and
+    # the query that found it (it quoted "merge queue") are gone.
+    assert plans["read_receipts"]["redacted_ids"] == [read.receipt.receipt_id]
+    assert plans["read_receipts:counts"]["receipts_redacted"] == 1
+    kept = (await env.c.memory_receipts(TENANT, task_id="t-read")).receipts
+    redacted = next(r for r in kept if r.receipt_id == read.receipt.receipt_id)
+    assert ids["a1"] in {c.record_id for c in redacted.candidates}
+    assert ids["a2"] not in {c.record_id for c in redacted.candidates} | set(redacted.selected)
+    assert redacted.forgotten == 1 and "query" not in redacted.request and "key" not in redacted.request
+    raw = await env.db.fetchval("SELECT receipt FROM memory_receipts WHERE receipt_id = $1",
+                                read.receipt.receipt_id)
+    assert b"merge queue" not in raw and ids["a2"].encode() not in raw
     # The receipt of the other read stays; so do the other key's rows and the other tenant.
     assert [r.receipt_id for r in (await env.c.memory_receipts(TENANT, record_id=ids["l2"])).receipts] == [
         other_read.receipt.receipt_id]
@@ -385,7 +397,8 @@ async def test_forget_a_data_subject(env: Env) -> None:
     await env.keyring.destroy_subject(TENANT, "u1")
     ctx, plans = await env.forget(selector("subject", subject="u1"))
     assert sorted(plans["memory"]["record_ids"]) == sorted([ids["u1-phone"], ids["u1-mail"]])
-    assert plans["read_receipts:counts"] == {"receipts": 1, "usage": 1}
+    # The read also saw u1's preference (not the subject's data): its receipt is redacted, not deleted.
+    assert plans["read_receipts:counts"] == {"receipts": 0, "receipts_redacted": 1, "usage": 1}
     # Their messages hold the values sealed under the destroyed key: left in place, unreadable.
     assert plans["memory"]["erase"] is False and plans["memory"]["seqs"]
     for seq in plans["memory"]["seqs"]:

@@ -16,9 +16,12 @@ Two indexes of ``services/tombstone_fanout/registry.py`` (see ``docs/memory.md``
   point. For a tenant the ledger step has erased the tenant's ``_memory``
   already; the apply waits until the projection has committed what its
   consumer was delivered, then deletes every row of the tenant.
-* ``ReadReceiptsHandler`` (``read_receipts``): receipts and usage rows that name
-  a reached record (the memory step's plan), every receipt of a forgotten task,
-  everything of a forgotten tenant.
+* ``ReadReceiptsHandler`` (``read_receipts``): every receipt of a forgotten task
+  and everything of a forgotten tenant are deleted; a receipt of another task that
+  names a reached record (the memory step's plan) is **redacted**: the reached
+  candidates, and the request's query and key (which may quote them), are taken out
+  and the rest of what that read saw stays (``ReadReceipt.forgotten`` counts what
+  went); one that named nothing else is deleted. Usage rows of reached records go.
 
 Both are idempotent: a plan names ids and sequences only, a repeated append is
 a duplicate, an erased message is not found again, a deleted row deletes
@@ -37,6 +40,7 @@ import msgspec
 import nats.js.errors
 
 from agentledger.contracts import events as ev
+from agentledger.contracts.memory_api import ReadReceipt
 from agentledger.core.memory.authority import parse_scope_key
 from agentledger.core.memory.keys import normalise_key
 from agentledger.core.memory.state import FORGET_PRODUCER
@@ -72,14 +76,18 @@ _HISTORY_SEQS = (
 _COUNT = {t: f"SELECT count(*) FROM {t} WHERE tenant = $1" for t in PROJECTION_TABLES}  # noqa: S608 - names
 _DELETE = {t: f"DELETE FROM {t} WHERE tenant = $1" for t in PROJECTION_TABLES}  # noqa: S608 - names
 
-_RECEIPTS = ("SELECT receipt_id FROM memory_receipts WHERE tenant = $1"
+_RECEIPTS = ("SELECT receipt_id, coalesce(task_id = $3, false) OR record_ids <@ $2::text[] AS whole"
+             " FROM memory_receipts WHERE tenant = $1"
              " AND (record_ids && $2::text[] OR task_id = $3) ORDER BY receipt_id")
+_REDACTED = "SELECT receipt FROM memory_receipts WHERE tenant = $1 AND receipt_id = $2"
+_REDACT = ("UPDATE memory_receipts SET receipt = $3, record_ids = array(SELECT unnest(record_ids)"
+           " EXCEPT SELECT unnest($4::text[])) WHERE tenant = $1 AND receipt_id = $2")
 _USAGE = "SELECT record_id FROM memory_usage WHERE tenant = $1 AND record_id = ANY($2::text[]) ORDER BY record_id"
-_DELETE_RECEIPTS = ("DELETE FROM memory_receipts WHERE tenant = $1 AND (receipt_id = ANY($2::text[])"
-                    " OR record_ids && $3::text[] OR task_id = $4)")
+_DELETE_RECEIPTS = "DELETE FROM memory_receipts WHERE tenant = $1 AND receipt_id = ANY($2::text[])"
 _DELETE_USAGE = "DELETE FROM memory_usage WHERE tenant = $1 AND record_id = ANY($2::text[])"
 _COUNT_RECEIPTS = "SELECT count(*) FROM memory_receipts WHERE tenant = $1"
 _COUNT_USAGE = "SELECT count(*) FROM memory_usage WHERE tenant = $1"
+_receipts = msgspec.json.Decoder(ReadReceipt)
 
 
 def forgotten_events(ctx: ForgetContext, plan: dict[str, Any]) -> list[ev.MemoryForgottenEvent]:
@@ -224,9 +232,10 @@ class ReadReceiptsHandler:
             memory = await MemoryHandler().plan(ctx) or {}
         ids = list(memory.get("record_ids", []))
         task = sel.task_id if sel.kind == "task" else None
-        receipts = [r[0] for r in await ctx.pool.fetch(_RECEIPTS, tenant, ids, task)]
+        found = await ctx.pool.fetch(_RECEIPTS, tenant, ids, task)
         usage = [r[0] for r in await ctx.pool.fetch(_USAGE, tenant, ids)] if ids else []
-        return {"kind": sel.kind, "record_ids": ids, "task_id": task, "receipt_ids": receipts,
+        return {"kind": sel.kind, "record_ids": ids, "task_id": task,
+                "receipt_ids": [r[0] for r in found], "redacted_ids": [r[0] for r in found if not r[1]],
                 "usage_ids": usage}
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
@@ -237,10 +246,32 @@ class ReadReceiptsHandler:
                 await conn.execute("DELETE FROM memory_usage WHERE tenant = $1", tenant)
             return {"receipts": int(plan["receipts"]), "usage": int(plan["usage"])}
         ids = list(plan["record_ids"])
+        redacted = list(plan.get("redacted_ids", []))
+        whole = sorted(set(plan["receipt_ids"]) - set(redacted))
         async with ctx.pool.acquire() as conn, conn.transaction():
-            await conn.execute(_DELETE_RECEIPTS, tenant, list(plan["receipt_ids"]), ids, plan["task_id"])
+            await conn.execute(_DELETE_RECEIPTS, tenant, whole)
+            for receipt_id in redacted:
+                raw = await conn.fetchval(_REDACTED, tenant, receipt_id)
+                if raw is not None:
+                    await conn.execute(_REDACT, tenant, receipt_id,
+                                       msgspec.json.encode(redact_receipt(_receipts.decode(raw), ids)), ids)
             await conn.execute(_DELETE_USAGE, tenant, sorted({*ids, *plan["usage_ids"]}))
-        return {"receipts": len(plan["receipt_ids"]), "usage": len(plan["usage_ids"])}
+        counts = {"receipts": len(whole), "usage": len(plan["usage_ids"])}
+        return {**counts, "receipts_redacted": len(redacted)} if redacted else counts
+
+
+def redact_receipt(receipt: ReadReceipt, forgotten: list[str]) -> ReadReceipt:
+    """``receipt`` without the candidates of ``forgotten`` records and without the request's
+    query and key (the words that found them); the same receipt again when it names none
+    of them, so a step run twice redacts once."""
+    gone = set(forgotten)
+    kept = [c for c in receipt.candidates if c.record_id not in gone]
+    if len(kept) == len(receipt.candidates):
+        return receipt
+    request = {k: v for k, v in receipt.request.items() if k not in ("query", "key")}
+    return msgspec.structs.replace(
+        receipt, candidates=kept, selected=[r for r in receipt.selected if r not in gone],
+        request=request, forgotten=receipt.forgotten + len(receipt.candidates) - len(kept))
 
 
 HANDLERS = (MemoryHandler(), ReadReceiptsHandler())
