@@ -109,7 +109,9 @@ class ReadRequest(_Req, frozen=True):
     candidates. ``max_sensitivity``: the most sensitive record this call may
     receive; ``min_authority``: the least trusted source it accepts (1-6).
     ``budget_tokens``: the read projects its winners into this many tokens of
-    ``encoding`` (counted with the real tokenizer).
+    ``encoding`` (counted with the real tokenizer), best first, until spent.
+    ``k``: at most this many items when set; unset (the default), the budget alone
+    bounds the read (``core.memory.read.candidate_cap``).
     """
 
     tenant: Token
@@ -120,7 +122,7 @@ class ReadRequest(_Req, frozen=True):
     session_id: Token | None = None
     user_id: Token | None = None
     project_id: Token | None = None
-    k: Annotated[int, Meta(ge=1, le=100)] = 10
+    k: Annotated[int, Meta(ge=1, le=100)] | None = None
     budget_tokens: Annotated[int, Meta(ge=1, le=200_000)] = 2000
     encoding: Name = "cl100k_base"
     max_sensitivity: Sensitivity = "internal"

@@ -7,6 +7,7 @@ operator (isolation between tenants is ``test_memory_isolation.py``).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,11 @@ import pytest
 
 from agentledger.client import Client
 from agentledger.config import Settings
+from agentledger.contracts import events as ev
+from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
+from agentledger.services.memory_policy.reads import TEXT_SQL
 from agentledger.services.memory_policy.service import MemoryPolicy
+from agentledger.services.memory_policy.store import decode_row
 from agentledger.services.projector.rebuild import replace_live, verify
 from ckpt_support import Stack
 
@@ -288,3 +293,103 @@ async def test_bad_input_gets_a_typed_error_with_its_path_and_writes_nothing(
     assert (reply["error"]["code"], reply["error"].get("path")) == (code, path), reply
     assert await _stream_last(mem) == before
     assert await mem.stack.db.fetchval("SELECT count(*) FROM memory_history") == 0
+
+
+# ---- retrieval: BM25 over the gated records, RRF, budget filling -----------------------------
+
+async def test_a_question_finds_a_record_holding_only_some_of_its_words(mem: Mem) -> None:
+    """Full text matches any word of the question (an AND of every word found nothing here: the
+    record has neither ``where``, ``does``, ``it`` nor ``builds``)."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("w", "The nightly pipeline publishes wheels to the internal index", source="tool_output")])
+    [d] = reply.decisions
+    read = await mem.c.memory_read(TENANT, "where does the pipeline publish the wheels it builds?",
+                                   project_id="p1")
+    assert [i.record_id for i in read.items] == [d.record_id]
+    [cand] = [c for c in read.receipt.candidates if c.record_id == d.record_id]
+    assert "text" in cand.found_by and "vector" in cand.found_by, cand
+
+
+async def _bm25_oracle(db: Any, ids: list[str], query: str) -> dict[str, float]:
+    """BM25 (k1 1.2, b 0.75) in Python over exactly ``ids``, from their stored lexemes."""
+    terms = {r[0] for r in await db.fetch("SELECT lexeme FROM unnest(to_tsvector('simple', $1))", query)}
+    docs: dict[str, dict[str, int]] = {rid: {} for rid in ids}
+    for r in await db.fetch("SELECT record_id, (unnest(tsv)).lexeme, cardinality((unnest(tsv)).positions)"
+                            " FROM memory_records WHERE record_id = ANY($1::text[])", ids):
+        docs[r[0]][r[1]] = max(r[2], 1)
+    avg = sum(sum(d.values()) for d in docs.values()) / len(docs)
+    df = {t: sum(t in d for d in docs.values()) for t in terms}
+    out = {}
+    for rid, d in docs.items():
+        s = 0.0
+        for t in terms & d.keys():
+            idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
+            s += idf * d[t] * 2.2 / (d[t] + 1.2 * (0.25 + 0.75 * sum(d.values()) / avg))
+        if s:
+            out[rid] = s
+    return out
+
+
+async def test_bm25_counts_only_the_gated_records_and_prefers_the_rare_word(mem: Mem) -> None:
+    """The full-text statement scores by BM25 with document frequencies and lengths over the
+    caller's allowed records only: another project's records and a record below the read's least
+    authority, full of the word that is rare among the allowed ones, are never returned and do not
+    change one allowed score (they equal a BM25 computed over the allowed records alone)."""
+    allowed = [proposal("rare", "release jobs run on arm64 runners", source="tool_output")]
+    allowed += [proposal(f"c{i}", f"the nightly job {w} step", source="tool_output")
+                for i, w in enumerate(("lint", "docs", "fuzz", "bench"))]
+    other = [proposal(f"o{i}", f"arm64 arm64 image {w} for arm64", scope_id="p2", source="tool_output")
+             for i, w in enumerate(("alpha", "beta", "gamma", "delta", "epsilon", "zeta"))]
+    weak = [proposal("weak", "arm64 arm64 arm64 nightly guess", source="model_inference")]
+    reply = await mem.c.memory_propose(TENANT, allowed + other + weak)
+    by = {d.proposal_id: d for d in reply.decisions}
+    assert all(d.action == "write" for d in by.values()), reply.decisions
+    allowed_ids = [by[p["proposal_id"]].record_id for p in allowed]
+    scopes = [scope_key(ev.Scope(level="tenant", tenant=TENANT)),
+              scope_key(ev.Scope(level="project", tenant=TENANT, id="p1"))]
+    query = "which nightly jobs run on arm64?"
+    gate_args = (TENANT, scopes, datetime.now(UTC), None, SENSITIVITY_RANK["internal"], 3, [])
+    rows = await mem.stack.db.fetch(TEXT_SQL, *gate_args, query, 30)
+    got = {decode_row(r[0]).record_id: float(r[1]) for r in rows}
+    assert set(got) == set(allowed_ids)
+    expected = await _bm25_oracle(mem.stack.db, allowed_ids, query)
+    assert got.keys() == expected.keys()
+    for rid, value in expected.items():
+        assert got[rid] == pytest.approx(value, rel=1e-9), rid
+    # ``arm64`` is in one allowed record, ``nightly`` in four: the rare word wins (among the
+    # ungated records ``arm64`` is the common one).
+    assert decode_row(rows[0][0]).record_id == by["rare"].record_id
+    # End to end: the gated records are not even candidates.
+    read = await mem.c.memory_read(TENANT, query, project_id="p1", min_authority=3)
+    seen = {c.record_id for c in read.receipt.candidates}
+    assert not seen & {d.record_id for p, d in by.items() if p.startswith("o") or p == "weak"}
+    # Query text is never tsquery syntax.
+    for hostile in ("arm64 & !nightly", "'arm64' | x:* <-> (", "\\' ''' \\\\", "!!!"):
+        await mem.stack.db.fetch(TEXT_SQL, *gate_args, hostile, 30)
+
+
+async def test_a_read_without_k_fills_its_budget_and_k_bounds_it_when_set(mem: Mem) -> None:
+    """Unset ``k``: winners fill the budget by value until spent (more than the old 10); a set
+    ``k`` is an upper bound; a small budget stops the read when spent. A derived key that only
+    repeats the value is not rendered; an explicit key is."""
+    words = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+             "juliett", "kilo", "lima", "mike", "november")
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal(f"r{i}", f"the cache warmer handles shard {w}", source="tool_output")
+        for i, w in enumerate(words)] + [
+        proposal("named", "the cache lives on volume seven", key="storage location", source="tool_output")])
+    assert all(d.action == "write" for d in reply.decisions), reply.decisions
+    full = await mem.c.memory_read(TENANT, "cache shard", project_id="p1", budget_tokens=4000)
+    assert len(full.items) == len(words) + 1
+    assert full.receipt.tokens <= 4000
+    assert "[fact] the cache warmer handles shard" in full.rendered
+    assert "[fact:storage_location] the cache lives on volume seven" in full.rendered
+    bounded = await mem.c.memory_read(TENANT, "cache shard", project_id="p1", budget_tokens=4000, k=3)
+    assert len(bounded.items) == 3
+    assert any(c.outcome == "below_k" for c in bounded.receipt.candidates)
+    assert [i.record_id for i in bounded.items] == [i.record_id for i in full.items][:3]
+    small = await mem.c.memory_read(TENANT, "cache shard", project_id="p1", budget_tokens=40)
+    assert 0 < len(small.items) < len(words)
+    assert small.receipt.tokens <= 40
+    assert not any(c.outcome == "below_k" for c in small.receipt.candidates)
+    assert any(c.outcome == "over_budget" for c in small.receipt.candidates)

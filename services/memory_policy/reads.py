@@ -13,10 +13,11 @@ by PostgreSQL, so the receipt says why they were not read; a forgotten record
 names it again. ``get`` and ``history`` show a tombstone as it is: status
 ``forgotten``, no value.
 
-Then, in Python with the core: score, merge across scopes, keep ``k``, pack
-into the token budget (tiktoken), open personal values (only when the request
-allows ``personal``), persist the receipt and the records' usage in one
-statement, and reply.
+Then, in Python with the core: fuse the sources' rankings (RRF) into each
+candidate's relevance, score, merge across scopes, keep ``k`` if the request set
+one, pack into the token budget (tiktoken) best first until it is spent, open
+personal values (only when the request allows ``personal``), persist the receipt
+and the records' usage in one statement, and reply.
 """
 
 from __future__ import annotations
@@ -48,13 +49,16 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.detect import redact_secrets
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
-from agentledger.core.memory.keys import lookup_keys, normalise_key
+from agentledger.core.memory.keys import key_repeats_value, lookup_keys, normalise_key
 from agentledger.core.memory.read import (
     Bindings,
     allowed_scopes,
+    candidate_cap,
+    fuse,
     idle,
     merge_candidates,
     needs_review,
+    read_order,
     score,
     select_within_budget,
 )
@@ -88,17 +92,50 @@ _GATED = {"{scope}": _SCOPE, "{gates}": _ALL_GATES, "{columns}": ", ".join(
     (_G_STATUS, _G_TTL, _G_VERSION, _G_PRIVACY, _G_SOURCE, _G_KIND))}
 
 
-def _sql(template: str) -> str:
-    for name, clause in _GATED.items():
+def _sql(template: str, parts: dict[str, str] | None = None) -> str:
+    for name, clause in (*_GATED.items(), *(parts or {}).items()):
         template = template.replace(name, clause)
     return template
 
 
 EXACT_SQL = _sql("SELECT row, {columns} FROM memory_records WHERE {scope} AND key = $8"
                  " AND status <> 'forgotten'")
-TEXT_SQL = _sql("SELECT row, ts_rank_cd(tsv, q, 32) AS rel FROM memory_records,"
-                " websearch_to_tsquery('simple', $8) AS q WHERE {scope} AND {gates} AND tsv @@ q"
-                " ORDER BY rel DESC, record_id LIMIT $9")
+# Full text: BM25 (k1 1.2, b 0.75) over the caller's gated records only. The query's words are
+# the lexemes PostgreSQL's ``simple`` configuration makes of it, each quoted as a tsquery lexeme
+# (a quote or backslash in one doubled) and OR-ed, so no text of the request is ever parsed as
+# tsquery syntax and a record needs only one of the words. ``hits``: the gated records holding
+# any of them (the gates in the WHERE clause of the match itself); ``stats``: the number of
+# gated records and their mean length (tokens); ``df``: per word, the hits holding it (every
+# gated record holding a word is a hit, so that is its document frequency over the gated set).
+# idf = ln(1 + (N - df + 0.5) / (df + 0.5)); a record's score is the sum over its query words of
+# idf · tf·(k1 + 1) / (tf + k1·(1 - b + b·len/avg_len)).
+_DOC_LEN = "(SELECT sum(greatest(cardinality(p.positions), 1)) FROM unnest(tsv) AS p)"
+_QUOTED = r"'''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''''"
+_TEXT = (
+    "WITH terms AS MATERIALIZED (SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('simple', {query})) AS t),"
+    " q AS (SELECT string_agg({quoted}, ' | ')::tsquery AS q FROM terms),"
+    " hits AS MATERIALIZED (SELECT record_id, row, tsv, {doc_len}::float8 AS dl FROM memory_records"
+    " WHERE {where} AND tsv @@ (SELECT q FROM q)),"
+    " stats AS (SELECT count(*)::float8 AS n, coalesce(avg({doc_len}), 1)::float8 AS avgdl"
+    " FROM memory_records WHERE {where} AND tsv IS NOT NULL),"
+    " tf AS (SELECT h.record_id, t.lexeme, greatest(cardinality(t.positions), 1)::float8 AS f, h.dl"
+    " FROM hits h CROSS JOIN LATERAL unnest(h.tsv) AS t WHERE t.lexeme IN (SELECT lexeme FROM terms)),"
+    " df AS (SELECT lexeme, count(*)::float8 AS df FROM tf GROUP BY lexeme),"
+    " bm AS (SELECT tf.record_id, sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5)) * tf.f * 2.2"
+    " / (tf.f + 1.2 * (0.25 + 0.75 * tf.dl / greatest(s.avgdl, 1)))) AS rel"
+    " FROM tf JOIN df USING (lexeme) CROSS JOIN stats s GROUP BY tf.record_id)"
+    " SELECT h.row, bm.rel FROM bm JOIN hits h USING (record_id) ORDER BY bm.rel DESC, h.record_id"
+    " LIMIT {limit}")
+
+
+def text_sql(where: str, query: str, limit: str) -> str:
+    """The BM25 statement over the records ``where`` selects (the bench runs it ungated, with
+    ``true``, as the baseline of the gated one); ``query`` and ``limit``: their parameters."""
+    return _sql(_TEXT, {"{where}": where, "{query}": query, "{limit}": limit, "{quoted}": _QUOTED,
+                        "{doc_len}": _DOC_LEN})
+
+
+TEXT_SQL = text_sql(_sql("{scope} AND {gates}"), "$8", "$9")
 # ``hnsw.iterative_scan`` (pgvector 0.8) is set for the pool's connections: the index scan goes on
 # until ``k`` rows passed the WHERE clause, so a selective filter still returns its ``k``.
 VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist FROM memory_records"
@@ -204,8 +241,12 @@ def render_value(value: Any) -> str:
 
 
 def render(c: Candidate) -> str:
+    """One item as the budget counts it and the reply renders it: ``[kind:key] value``, or
+    ``[kind] value`` when the key only repeats the value's words (a derived content key)."""
     if c.erased:
         return f"[{c.kind}:{c.key}] (erased)"
+    if key_repeats_value(c.key, c.value):
+        return f"[{c.kind}] {render_value(c.value)}"
     return f"[{c.kind}:{c.key}] {render_value(c.value)}"
 
 
@@ -257,7 +298,11 @@ class Reader:
         gate_args = (tenant, scopes, now, request.min_subject_version,
                      SENSITIVITY_RANK[request.max_sensitivity], request.min_authority, list(request.kinds))
         found: dict[str, Candidate] = {}
-        limit = request.k * OVERFETCH
+        # An explicit k overfetches (merging across scopes drops losers); filling the budget
+        # fetches the cap itself per source, every winner a budget candidate.
+        cap = candidate_cap(request.k, request.budget_tokens)
+        limit = cap * OVERFETCH if request.k is not None else cap
+        rankings: list[list[str]] = []
         query_vector = None
         if request.query.strip():
             query_vector = vector_text((await self._vectors.of([request.query]))[0])
@@ -268,22 +313,24 @@ class Reader:
                     c = found.setdefault(row.record_id, Candidate(row))
                     c.found_by.append("key")
                     c.gates = _exact_gates(r, request, row)
-                    c.relevance = 1.0
             if request.query.strip():
-                for r in await conn.fetch(TEXT_SQL, *gate_args, request.query, limit):
-                    self._found(found, decode_row(r[0]), "text", float(r[1]), request)
-                for r in await conn.fetch(VECTOR_SQL, *gate_args, query_vector, limit):
-                    self._found(found, decode_row(r[0]), "vector", max(0.0, 1.0 - float(r[1])), request)
+                for sql, arg, source in ((TEXT_SQL, request.query, "text"),
+                                         (VECTOR_SQL, query_vector, "vector")):
+                    rankings.append([self._found(found, decode_row(r[0]), source, request)
+                                     for r in await conn.fetch(sql, *gate_args, arg, limit)])
+            exact = [rid for rid, c in found.items() if "key" in c.found_by]
+            for rid, relevance in fuse(rankings, exact=exact).items():
+                found[rid].relevance = relevance
             return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),
                                       now=now, started=started)
 
-    def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, relevance: float,
-               request: ReadRequest) -> None:
+    def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, request: ReadRequest) -> str:
+        """Adds a search hit to ``found``; its id, for the source's ranking."""
         c = found.get(row.record_id)
         if c is None:
             c = found[row.record_id] = Candidate(row, gates=_passed_all(bool(request.kinds)))
         c.found_by.append(source)
-        c.relevance = max(c.relevance, relevance)
+        return row.record_id
 
     async def _finish(self, conn: asyncpg.Connection, caller: Caller, request: ReadRequest, *,
                       scopes: list[str], found: list[Candidate], now: datetime,
@@ -296,8 +343,9 @@ class Reader:
                 c.authority, body.confidence, last_read.get(c.record_id) or body.observed_at, now)
             c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now, review=c.review)
         winners, overridden = merge_candidates(passed)
-        winners.sort(key=lambda c: (-c.score, c.record_id))
-        chosen, below = winners[:request.k], winners[request.k:]
+        winners.sort(key=lambda c: read_order("key" in c.found_by, c.score, c.observed_at, c.record_id))
+        cap = request.k if request.k is not None else len(winners)
+        chosen, below = winners[:cap], winners[cap:]
         for c in chosen:
             c.value, c.erased = await self._open(c.row, request.tenant)
         selection = select_within_budget(chosen, request.budget_tokens,

@@ -41,7 +41,7 @@ from agentledger.client import Client
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import scope_key
 from agentledger.models.embedding import WordLlamaEmbedder
-from agentledger.services.memory_policy.reads import OVERFETCH, TEXT_SQL, VECTOR_SQL
+from agentledger.services.memory_policy.reads import OVERFETCH, TEXT_SQL, VECTOR_SQL, text_sql
 from agentledger.services.memory_policy.store import vector_text
 
 K = 10
@@ -49,10 +49,9 @@ RECALL_K = 10
 # The service's pool sets this for every read (services/memory_policy/service.py).
 POOL_SETTINGS = {"hnsw.iterative_scan": "relaxed_order"}
 
-# The ungated baseline: the same two searches over every record, no filter but the index's own.
-UNGATED_TEXT_SQL = ("SELECT row, ts_rank_cd(tsv, q, 32) AS rel FROM memory_records,"
-                    " websearch_to_tsquery('simple', $1) AS q WHERE tsv @@ q"
-                    " ORDER BY rel DESC, record_id LIMIT $2")
+# The ungated baseline: the same two searches (BM25 then over every record) with no filter but
+# the index's own.
+UNGATED_TEXT_SQL = text_sql("true", "$1", "$2")
 UNGATED_VECTOR_SQL = ("SELECT row, embedding <=> $1::vector AS dist FROM memory_records"
                       " WHERE embedding IS NOT NULL ORDER BY embedding <=> $1::vector LIMIT $2")
 # The service's vector statement returning ids only, with k as the limit (recall).

@@ -189,7 +189,7 @@ def add_memory_commands(sub: Any, connected: Connected) -> None:
     p.add_argument("--session", dest="session_id")
     p.add_argument("--user", dest="user_id")
     p.add_argument("--project", dest="project_id")
-    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--k", type=int, default=None, help="at most this many items (default: fill the budget)")
     p.add_argument("--budget", type=int, default=2000, help="token budget (cl100k_base)")
     p.add_argument("--allow-personal", action="store_true")
     for name, text in (("show", "the records of a key in one scope, active first"),

@@ -167,6 +167,15 @@ def lookup_keys(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for k in keys if k))
 
 
+def key_repeats_value(key: str, value: Any) -> bool:
+    """Whether every word of ``key`` is a word of the value's text: a key derived from the
+    content words (``build_python_uv`` of ``The build uses Python and uv``) adds nothing a
+    reader of the value does not see, so rendering it only spends tokens of the budget."""
+    parts = [p for p in key.split("_") if p]
+    words = set(_WORD.findall(normalise_text(text_of(value))))
+    return bool(parts) and all(p in words for p in parts)
+
+
 def content_key(text: str) -> str:
     """Content words of a text, stop words dropped, sorted and deduplicated."""
     words = sorted({w for w in _WORD.findall(normalise_text(text)) if w not in _STOP})

@@ -8,6 +8,12 @@ results, and as the oracle tests compare the SQL with.
 ``read(m, q) = I_scope·I_status·I_ttl·I_version·I_privacy·I_source ·
 (0.6·rel + 0.25·authority/6 + 0.15·fresh)``, ``fresh = exp(-age_days / half_life(kind))``,
 halved when the record is due for review. Similarity never passes a gate.
+
+``rel`` is the fusion of the search sources (``fuse``): each source (BM25 full text, vector)
+ranks its gated candidates, and reciprocal rank fusion adds ``1/(60 + rank)`` over the sources,
+divided by its best possible value (first in every source) so it lies in (0, 1]; an exact key
+match has ``rel = 1``. Ranks, not raw scores, are fused because BM25 and cosine distance are on
+scales that cannot be compared.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from agentledger.core.memory.authority import CONFIRMED_AUTHORITY, LOW_AUTHORITY
 from agentledger.errors import PermissionDeniedError
 
 W_RELEVANCE, W_AUTHORITY, W_FRESH = 0.6, 0.25, 0.15
+RRF_K = 60
+# A read without ``k`` fills its token budget: each search source then fetches this many
+# candidates per ``FILL_TOKENS_PER_ITEM`` tokens of budget, between ``FILL_MIN`` and ``FILL_MAX``.
+FILL_TOKENS_PER_ITEM = 40
+FILL_MIN, FILL_MAX = 10, 100
 HALF_LIFE_DAYS: dict[str, float] = {
     "diagnostic": 1.0, "task_result": 30.0, "procedure": 90.0, "fact": 180.0, "preference": 365.0, "rule": 365.0,
 }
@@ -165,6 +176,34 @@ def score(relevance: float, authority: int, observed_at: datetime, kind: str, no
     fresh = freshness(observed_at, kind, now) * (REVIEW_FACTOR if review else 1.0)
     rel = min(max(relevance, 0.0), 1.0)
     return W_RELEVANCE * rel + W_AUTHORITY * authority / CONFIRMED_AUTHORITY + W_FRESH * fresh
+
+
+def fuse(rankings: Sequence[Sequence[str]], *, exact: Collection[str] = (), k: int = RRF_K) -> dict[str, float]:
+    """Each candidate's relevance: reciprocal rank fusion of the sources' rankings (ids, best
+    first; an id's first place counts), ``sum(1/(k + rank)) / (len(rankings)/(k + 1))``, in (0, 1]
+    and 1 only for the first of every ranking; an id of ``exact`` (an exact key match) is 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, rid in enumerate(dict.fromkeys(ranking), start=1):
+            fused[rid] = fused.get(rid, 0.0) + 1.0 / (k + rank)
+    best = len(rankings) / (k + 1)
+    out = {rid: min(value / best, 1.0) for rid, value in fused.items()}
+    out.update(dict.fromkeys(exact, 1.0))
+    return out
+
+
+def read_order(exact: bool, score_: float, observed_at: datetime, record_id: str) -> tuple[bool, float, float, str]:
+    """Sort key of a read's winners, smaller first: exact key matches, then score, then the
+    newest observation (equal scores: what was seen last is likelier current), then id."""
+    return (not exact, -score_, -observed_at.timestamp(), record_id)
+
+
+def candidate_cap(k: int | None, budget_tokens: int) -> int:
+    """How many winners a read keeps at most: ``k`` when the caller set one; otherwise enough
+    to fill ``budget_tokens`` (``FILL_TOKENS_PER_ITEM`` each, within ``FILL_MIN``..``FILL_MAX``)."""
+    if k is not None:
+        return k
+    return min(FILL_MAX, max(FILL_MIN, budget_tokens // FILL_TOKENS_PER_ITEM))
 
 
 class Mergeable(Protocol):
