@@ -112,7 +112,11 @@ def test_a_value_said_again_merges_with_its_current_run_only() -> None:
     ("ich arbeite bei Siemens", "employer"),
     ("je travaille chez Renault", "employer"),
     ("I live in Berlin", "home_city"),
-    ("I moved to Porto", "home_city"),
+    ("I'm now based in Porto", "home_city"),
+    ("I'm working at Globex now", "employer"),
+    ("Name: Ana Ruiz", "name"),
+    ("our staging database is pg-2", "staging_database"),
+    ("Deploy target: prod-eu", "deploy_target"),
     ("j'habite à Lyon", "home_city"),
     ("我住在北京", "home_city"),
     ("I live at 12 Baker Street", "home_address"),
@@ -131,6 +135,12 @@ def test_statements_are_keyed_on_their_attribute(text: str, key: str) -> None:
     ("fact", "my employer is Acme\nmy city is Lyon", "acme_city_employer_lyon"),  # no single attribute
     ("preference", "my preferred language is French", "response_language"),  # the lexicon first
     ("fact", "call me on Monday", "call_monday"),
+    ("fact", "We moved to Kubernetes", "kubernetes_moved"),   # a project has no home city
+    ("fact", "I work at night", "night_work"),
+    ("fact", "Title: fix the bug", "bug_fix_title"),          # bare words that mean other things
+    ("fact", "name is required for signup", "name_required_signup"),
+    ("fact", "Step 1: run tests", "1_run_step_tests"),
+    ("fact", "Q: why is it slow", "q_slow_why"),                # one letter is no attribute
 ])
 def test_falls_back_when_no_single_attribute_is_set(kind: str, text: str, key: str) -> None:
     assert canonical_key(kind, None, text) == key

@@ -47,7 +47,7 @@ ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
          "je travaille chez {v}")),
     "home_city": (
         ("Berlin", "Lyon", "Osaka", "Porto", "Austin", "Leeds", "Krakow", "Valencia"),
-        ("I live in {v}", "my home city is {v}", "city: {v}", "I moved to {v}", "I'm based in {v}",
+        ("I live in {v}", "my home city is {v}", "city: {v}", "I'm now based in {v}", "I'm based in {v}",
          "ich wohne in {v}", "j'habite à {v}", "我住在{v}")),
     "email_address": (
         ("ana.ruiz@mail.test", "ana@work.test", "a.ruiz@home.test", "ruiz.ana@post.test",

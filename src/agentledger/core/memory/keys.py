@@ -12,7 +12,7 @@ derived from the value in a way each kind defines:
   its value, so that updates of one attribute meet in one group: ``my employer
   is Acme``, ``I now work at Globex`` and ``employer: Globex`` are all
   ``employer`` (``attribute_key``: ``my X is Y``, ``X: Y``, ``X is Y`` for a
-  known attribute, and verb phrases such as ``I live in`` / ``I work at``, in
+  known attribute, and verb phrases of one person such as ``I live in`` / ``I work at``, in
   English and a few words of German, French, Spanish and Chinese);
 - ``task_result``: the test / build / check identifier (``test:no19`` →
   ``test_no19``);
@@ -127,29 +127,38 @@ _MAX_STATEMENT = 240
 _POSSESSIVE = (r"(?:my|our|the user'?s|user'?s|his|her|their|mein|meine|meiner|unser|unsere|mon|ma|mes"
                r"|notre|mi|mis|nuestro|nuestra)")
 _COPULA = r"(?:is now|is|are|was|has changed to|changed to|ist|est|es|=)"
-_STATEMENTS: tuple[tuple[re.Pattern[str], bool], ...] = (
-    # (pattern with an ``attr`` group, whether an attribute outside the vocabulary is taken)
-    (re.compile(rf"^{_POSSESSIVE}\s+(?P<attr>[^\W\d][^:=]{{0,40}}?)\s+{_COPULA}\s+\S"), True),
-    (re.compile(r"^我的(?P<attr>[^\s是]{1,8})是\S"), True),
-    (re.compile(r"^(?:the\s+|user\s+)?(?P<attr>[^\W\d][\w' -]{0,40}?)\s*[:=：]\s*\S"), True),
-    (re.compile(rf"^(?:the\s+)?(?P<attr>[^\W\d][\w' -]{{0,40}}?)\s+{_COPULA}\s+\S"), False),
+# (pattern with an ``attr`` group, which attributes it may take: "open" any, "colon" / "copula"
+# the vocabulary's but the words that mean other things when they stand bare: "Title: fix
+# the bug", "name is required").
+_STATEMENTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"^{_POSSESSIVE}\s+(?P<attr>[^\W\d][^:=]{{0,40}}?)\s+{_COPULA}\s+\S"), "open"),
+    (re.compile(r"^我的(?P<attr>[^\s是]{1,8})是\S"), "open"),
+    (re.compile(r"^(?:the\s+|user\s+)?(?P<attr>[^\W\d][\w' -]{0,40}?)\s*(?:[:：]\s+|=\s*)\S"), "colon"),
+    (re.compile(rf"^(?:the\s+)?(?P<attr>[^\W\d][\w' -]{{0,40}}?)\s+{_COPULA}\s+\S"), "copula"),
 )
-_SUBJECT = r"(?:i|i'm|i am|we|we're|we are|user|the user|he|she|they|he's|she's|they're|ich|je|j'|yo|我)"
+_BARE_AMBIGUOUS = {
+    "colon": frozenset(("title", "role", "position", "job", "number", "cell", "residence")),
+    "copula": frozenset(("title", "role", "position", "job", "number", "cell", "residence", "name", "address",
+                         "city", "company", "mail", "mobile", "phone", "firma", "stadt", "nom", "nombre")),
+}
+# Who a verb phrase speaks of: one person ("we are based in" may be a company, not a home).
+_PERSON = r"(?:i|i'm|i am|user|the user|he|she|he's|she's|ich|je|yo)"
 _ADVERBS = r"(?:\s+(?:now|currently|still|recently|just|actually|no longer|also|jetzt|maintenant|ahora))*"
+_NOT_A_PLACE = r"(?!(?:night|nights|home|weekends?|the weekend|the moment|times|least|most|once|all|it)\b)"
 _VERB_PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("employer", re.compile(
-        rf"^{_SUBJECT}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:start(?:ed)?\s+)?"
-        r"(?:work(?:s|ing|ed)?\s+(?:at|for)|employed\s+(?:at|by)|joined|arbeite\s+(?:bei|für)"
-        r"|arbeitet\s+(?:bei|für)|travaille\s+(?:chez|pour)|trabajo\s+(?:en|para))\s+\S")),
+        rf"^{_PERSON}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:start(?:ed)?\s+)?"
+        r"(?:work(?:s|ing|ed)?\s+(?:at|for)|employed\s+(?:at|by)|arbeite\s+(?:bei|für)"
+        rf"|arbeitet\s+(?:bei|für)|travaille\s+(?:chez|pour)|trabajo\s+(?:en|para))\s+{_NOT_A_PLACE}\S")),
     ("employer", re.compile(r"^我(?:现在|目前)?(?:在\S+工作|就职于)")),
-    ("home_address", re.compile(rf"^{_SUBJECT}{_ADVERBS}\s+(?:live[sd]?|living|reside[sd]?)\s+at\s+\S")),
+    ("home_address", re.compile(rf"^{_PERSON}{_ADVERBS}\s+(?:live[sd]?|living|reside[sd]?)\s+at\s+\S")),
     ("home_city", re.compile(
-        rf"^{_SUBJECT}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:live[sd]?|living|reside[sd]?|based"
-        r"|moved|relocated|wohne|lebe|habite|vis|vivo)\s+(?:in|to|à|a|en|nach)\s+\S")),
+        rf"^{_PERSON}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:live[sd]?|living|reside[sd]?|based"
+        rf"|wohne|lebe|vivo)\s+(?:in|en)\s+{_NOT_A_PLACE}\S")),
     ("home_city", re.compile(r"^我(?:现在|目前)?住在\S|^j'(?:habite|vis)\s+(?:à|a|en)\s+\S")),
     ("name", re.compile(
-        rf"^(?:call me(?!\s+(?:on|at|back|later|when|if)\b)|{_SUBJECT}{_ADVERBS}\s+(?:am called|called|heiße|heisse"
-        r"|m'appelle|me llamo))\s+\S"
+        rf"^(?:call me(?!\s+(?:on|at|back|later|when|if)\b)|{_PERSON}{_ADVERBS}\s+(?:am called|called|heiße"
+        r"|heisse|m'appelle|me llamo))\s+\S"
         r"|^我叫\S")),
 )
 
@@ -164,11 +173,11 @@ def attribute_key(text: str, *, closed: bool = False) -> str | None:
     folded = normalise_text(text)
     if not folded or "\n" in text.strip() or len(folded) > _MAX_STATEMENT:
         return None
-    for pattern, open_vocabulary in _STATEMENTS:
+    for pattern, form in _STATEMENTS:
         m = pattern.match(folded)
         if m is None:
             continue
-        found = _attribute(m.group("attr"), open_vocabulary and not closed)
+        found = _attribute(m.group("attr"), form, closed)
         if found:
             return found
     for attr, pattern in _VERB_PHRASES:
@@ -183,14 +192,17 @@ def known_attribute(phrase: str) -> str | None:
     return _PHRASE_ATTRIBUTE.get(" ".join(words))
 
 
-def _attribute(phrase: str, open_vocabulary: bool) -> str | None:
+def _attribute(phrase: str, form: str, closed: bool) -> str | None:
+    words = [w for w in _WORD.findall(phrase) if w not in _MODIFIERS]
+    if not words or (len(words) == 1 and words[0] in _BARE_AMBIGUOUS.get(form, ())):
+        return None
     known = known_attribute(phrase)
     if known is not None:
         return known
-    words = [w for w in _WORD.findall(phrase) if w not in _MODIFIERS]
-    if not open_vocabulary or not words or len(words) > _MAX_ATTRIBUTE_WORDS:
+    if closed or form not in {"open", "colon"} or len(words) > _MAX_ATTRIBUTE_WORDS:
         return None
-    if len(words) == 1 and (words[0] in _LABELS or words[0] in _STOP):
+    if any(w.isdigit() for w in words) or (len(words) == 1 and (len(words[0]) < 2 or words[0] in _LABELS
+                                                                 or words[0] in _STOP)):
         return None
     return normalise_key("_".join(words))
 
