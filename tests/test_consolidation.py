@@ -113,6 +113,13 @@ def test_a_value_said_again_merges_with_its_current_run_only() -> None:
     ("je travaille chez Renault", "employer"),
     ("I live in Berlin", "home_city"),
     ("I'm now based in Porto", "home_city"),
+    ("I have been working at Globex since March", "employer"),
+    ("I got a job at Globex", "employer"),
+    ("Employer - Acme", "employer"),
+    ("Ich arbeite jetzt bei Siemens", "employer"),
+    ("Trabajo en Telefónica", "employer"),
+    ("Ich wohne jetzt in Hamburg", "home_city"),
+    ("Vivo en Madrid", "home_city"),
     ("I'm working at Globex now", "employer"),
     ("Name: Ana Ruiz", "name"),
     ("our staging database is pg-2", "staging_database"),
@@ -192,6 +199,9 @@ def test_personal_keys_come_from_the_closed_vocabulary_or_the_digest() -> None:
     """A personal value's key never holds words of the statement outside the vocabulary."""
     named = decide_alone(user_fact("n1", "my wife Anna's mobile is +44 20 7946 0123", hours=1))
     assert named.record is not None and named.record.key == "phone_number"
+    for i, text in enumerate(("my work email is ana@new.test", "You can email me at ana@new.test")):
+        found = decide_alone(user_fact(f"n1{i}", text, hours=1))
+        assert found.record is not None and found.record.key == "email_address"
     marked = decide_alone(user_fact("n2", "likes the window seat", hours=1), personal=True)
     assert marked.record is not None and marked.record.value_digest is not None
     assert marked.record.key == f"personal_value_{marked.record.value_digest}"

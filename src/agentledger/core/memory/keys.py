@@ -133,7 +133,8 @@ _COPULA = r"(?:is now|is|are|was|has changed to|changed to|ist|est|es|=)"
 _STATEMENTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"^{_POSSESSIVE}\s+(?P<attr>[^\W\d][^:=]{{0,40}}?)\s+{_COPULA}\s+\S"), "open"),
     (re.compile(r"^我的(?P<attr>[^\s是]{1,8})是\S"), "open"),
-    (re.compile(r"^(?:the\s+|user\s+)?(?P<attr>[^\W\d][\w' -]{0,40}?)\s*(?:[:：]\s+|=\s*)\S"), "colon"),
+    (re.compile(r"^(?:the\s+|user\s+)?(?P<attr>[^\W\d][\w' -]{0,40}?)(?:\s*[:：]\s+|\s*=\s*|\s+[-–—]\s+)\S"),
+     "colon"),
     (re.compile(rf"^(?:the\s+)?(?P<attr>[^\W\d][\w' -]{{0,40}}?)\s+{_COPULA}\s+\S"), "copula"),
 )
 _BARE_AMBIGUOUS = {
@@ -145,17 +146,21 @@ _BARE_AMBIGUOUS = {
 _PERSON = r"(?:i|i'm|i am|user|the user|he|she|he's|she's|ich|je|yo)"
 _ADVERBS = r"(?:\s+(?:now|currently|still|recently|just|actually|no longer|also|jetzt|maintenant|ahora))*"
 _NOT_A_PLACE = r"(?!(?:night|nights|home|weekends?|the weekend|the moment|times|least|most|once|all|it)\b)"
+_AUX = r"(?:(?:have|has|am|is|are|was)\s+)?(?:been\s+)?(?:start(?:ed)?\s+)?"
 _VERB_PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("employer", re.compile(
-        rf"^{_PERSON}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:start(?:ed)?\s+)?"
-        r"(?:work(?:s|ing|ed)?\s+(?:at|for)|employed\s+(?:at|by)|arbeite\s+(?:bei|für)"
-        rf"|arbeitet\s+(?:bei|für)|travaille\s+(?:chez|pour)|trabajo\s+(?:en|para))\s+{_NOT_A_PLACE}\S")),
-    ("employer", re.compile(r"^我(?:现在|目前)?(?:在\S+工作|就职于)")),
-    ("home_address", re.compile(rf"^{_PERSON}{_ADVERBS}\s+(?:live[sd]?|living|reside[sd]?)\s+at\s+\S")),
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:work(?:s|ing|ed)?{_ADVERBS}\s+(?:at|for)|employed{_ADVERBS}\s+(?:at|by)"
+        rf"|(?:got|found|took|have|has)\s+a\s+(?:new\s+)?job\s+(?:at|with)|arbeite[tn]?{_ADVERBS}\s+(?:bei|für)"
+        rf"|travaille{_ADVERBS}\s+(?:chez|pour)|trabajo{_ADVERBS}\s+(?:en|para))\s+{_NOT_A_PLACE}\S")),
+    ("employer", re.compile(rf"^(?:ahora\s+)?trabajo{_ADVERBS}\s+(?:en|para)\s+\S"
+                            r"|^我(?:现在|目前)?(?:在\S+工作|就职于)")),
+    ("home_address", re.compile(
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:live[sd]?|living|reside[sd]?){_ADVERBS}\s+at\s+\S")),
     ("home_city", re.compile(
-        rf"^{_PERSON}{_ADVERBS}\s+(?:(?:have|has|am|is|are)\s+)?(?:live[sd]?|living|reside[sd]?|based"
-        rf"|wohne|lebe|vivo)\s+(?:in|en)\s+{_NOT_A_PLACE}\S")),
-    ("home_city", re.compile(r"^我(?:现在|目前)?住在\S|^j'(?:habite|vis)\s+(?:à|a|en)\s+\S")),
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:live[sd]?|living|reside[sd]?|based|wohne|lebe|vivo){_ADVERBS}"
+        rf"\s+(?:in|en)\s+{_NOT_A_PLACE}\S")),
+    ("home_city", re.compile(rf"^(?:ahora\s+)?vivo{_ADVERBS}\s+en\s+\S|^我(?:现在|目前)?住在\S"
+                             r"|^j'(?:habite|vis)\s+(?:à|a|en)\s+\S")),
     ("name", re.compile(
         rf"^(?:call me(?!\s+(?:on|at|back|later|when|if)\b)|{_PERSON}{_ADVERBS}\s+(?:am called|called|heiße"
         r"|heisse|m'appelle|me llamo))\s+\S"
