@@ -328,6 +328,9 @@ class MemoryRecordBody(Strict, frozen=True):
     ``authority``: rank of the source (6 user-confirmed … 1 external document).
     ``expires_at``: out of every read afterwards; ``review_at``: read, but marked
     for review and down-weighted. ``supersedes`` / ``promoted_from``: lineage.
+    ``value_digest``: of a personal value, a keyed digest (HMAC with the
+    installation's key) of its normalised plaintext and scope, so that two sealings
+    of one value are known to be the same value without opening them.
     """
 
     record_id: RecordId
@@ -340,6 +343,7 @@ class MemoryRecordBody(Strict, frozen=True):
     observed_at: Timestamp
     value: Any = None
     sealed: Sealed | None = None
+    value_digest: Annotated[str, Meta(pattern="^[0-9a-f]{32}$")] | None = None
     schema_version: Literal[1] = 1
     subject_version: Version = 1
     specificity: Annotated[int, Meta(ge=0, le=10)] = 0

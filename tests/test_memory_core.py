@@ -163,14 +163,15 @@ def test_secret_in_the_key_and_redaction_markers_are_denied() -> None:
 
 
 def test_personal_data_needs_a_user_scope_and_never_keys_on_the_value() -> None:
-    """An email: rejected in a project scope; in the user's scope personal, keyed by kind only."""
+    """An email: rejected in a project scope; in the user's scope personal, keyed by its attribute only."""
     bad = decide_alone(proposal("pd1", "reach me at bob@example.com", level="project", key=None))
     assert (bad.action, bad.reason, bad.record) == ("reject", "personal_needs_user_scope", None)
     ok = decide_alone(proposal("pd2", "reach me at bob@example.com", level="user", ident="u1",
                                source="user_confirmed", key=None))
     assert ok.action == "write" and ok.record is not None
-    assert (ok.record.sensitivity, ok.record.key) == ("personal", "personal_email")
+    assert (ok.record.sensitivity, ok.record.key) == ("personal", "email_address")
     assert "bob" not in msgspec.json.encode(ok.trace).decode()
+    assert ok.record.value_digest is not None and "bob" not in ok.record.value_digest
     sealed = ev.Sealed(subject="u1", key_id="k1", nonce="n", ciphertext="c")
     shipped = m.with_sealed(ok, sealed)
     assert shipped.record is not None and (shipped.record.value, shipped.record.sealed) == (None, sealed)

@@ -7,6 +7,8 @@
   order ends with the same statuses, although each decision's ``action`` says
   what the policy saw at its turn.
 - ``decide`` is a function: the same proposal and group give the same bytes.
+- An update chain of one key ends, in any order, with the newest value from the highest
+  authority active (the highest version first when versions are claimed), or a tie.
 - The budget selection never exceeds the budget and its accounting adds up.
 """
 
@@ -148,3 +150,46 @@ def test_selection_never_exceeds_the_budget(texts: list[str], budget: int, separ
         before = [j for j in sel.selected if j < i]
         spent = sum(words(texts[j]) for j in before) + sep * max(len(before) - 1, 0)
         assert spent + words(texts[i]) + (sep if before else 0) > budget
+
+
+@st.composite
+def update_chain(draw: st.DrawFn) -> list[ev.MemoryProposed]:
+    """Observations of one key from mixed authorities, at few distinct times (ties happen),
+    with or without explicit subject versions."""
+    versioned = draw(st.booleans())
+    return [proposal(f"c{i}", draw(st.sampled_from(["pg-1", "PG-1.", "pg-2", "pg-3"])),
+                     source=draw(st.sampled_from(["runtime_evidence", "project_rule", "tool_output",
+                                                  "model_inference"])),
+                     subject_version=draw(st.integers(1, 3)) if versioned else 1,
+                     observed_at=NOW - timedelta(hours=draw(st.integers(0, 4))))
+            for i in range(draw(st.integers(1, 7)))]
+
+
+def newest_from_the_highest(chain: list[ev.MemoryProposed]) -> str | None:
+    """The rule, stated independently: highest authority, then highest version; without a
+    version the newest observation; one value there wins, several are a tie (None)."""
+    top = max(m.AUTHORITY[p.source.kind] for p in chain)
+    ranked = [p for p in chain if m.AUTHORITY[p.source.kind] == top]
+    version = max(p.subject_version for p in ranked)
+    ranked = [p for p in ranked if p.subject_version == version]
+    if version == 1:
+        newest = max(p.observed_at for p in ranked)
+        ranked = [p for p in ranked if p.observed_at == newest]
+    values = {m.normalise_text(p.value) for p in ranked}
+    return values.pop() if len(values) == 1 else None
+
+
+@PROPS
+@given(st.data())
+def test_an_update_chain_resolves_to_the_newest_from_the_highest_authority(data: st.DataObject) -> None:
+    """In any arrival order: the same statuses, and the one active value is what the rule says."""
+    chain = data.draw(update_chain())
+    first = run(chain, [], list(range(len(chain))))
+    second = run(chain, [], data.draw(st.permutations(range(len(chain)))))
+    assert statuses(first.state) == statuses(second.state)
+    rows = [r for rows in first.state.rows.values() for r in rows.values()]
+    active = [m.normalise_text(r.body.value) for r in rows if r.status == "active"]
+    expected = newest_from_the_highest(chain)
+    assert active == ([] if expected is None else [expected])
+    if expected is None:
+        assert any(r.status == "quarantined" and r.status_reason == m.TIE_REASON for r in rows)

@@ -220,6 +220,29 @@ async def test_a_personal_value_is_sealed_and_read_only_when_allowed(mem: Mem) -
     assert [i.value for i in shown.items] == [f"contact me at {email}"]
 
 
+async def test_updates_without_keys_or_versions_consolidate(mem: Mem) -> None:
+    """Issue 22: later statements of one attribute, no key, no version, through the service: the
+    newest is the one read back; two addresses, the newer; one sentence twice (sealed twice by the
+    writer) merges instead of tying."""
+    def said(pid: str, text: str) -> dict[str, Any]:
+        return proposal(pid, text, level="user", scope_id="u1", source="user_confirmed")
+
+    for pid, text in (("c1", "my employer is Acme"), ("c2", "I now work at Globex"),
+                      ("c3", "my email is ana@old.test"), ("c4", "ana@new.test")):
+        [d] = (await mem.c.memory_propose(TENANT, [said(pid, text)])).decisions
+        assert d.action in ("write", "supersede"), d
+    work = await mem.c.memory_read(TENANT, "employer", key="employer", user_id="u1")
+    assert [i.value for i in work.items if i.key == "employer"] == ["I now work at Globex"]
+    mail = await mem.c.memory_read(TENANT, "email", key="email_address", user_id="u1", max_sensitivity="personal")
+    assert [i.value for i in mail.items if i.key == "email_address"] == ["ana@new.test"]
+    twice = await mem.c.memory_propose(TENANT, [said("t1", "my phone number is +44 20 7946 0123"),
+                                                said("t2", "my phone number is +44 20 7946 0123")])
+    assert [(d.key, d.action) for d in twice.decisions] == [("phone_number", "write"), ("phone_number", "merge")]
+    phone = await mem.c.memory_read(TENANT, "phone", key="phone_number", user_id="u1", max_sensitivity="personal")
+    numbers = [i for i in phone.items if i.key == "phone_number"]
+    assert [(i.value, i.record_version) for i in numbers] == [("my phone number is +44 20 7946 0123", 2)]
+
+
 async def test_the_working_memory_projector_skips_memory_events(mem: Mem) -> None:
     """Memory events move the Working Memory watermark and create no task row and no rejection."""
     await mem.c.memory_propose(TENANT, [proposal("wm1", "the API is versioned by date", key="api versioning")])

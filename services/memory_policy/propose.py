@@ -58,6 +58,7 @@ from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, deco
 from agentledger.errors import ContractError, NotFoundError, QuotaExceededError, UnavailableError
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller, PermissionDeniedError
+from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.store import DecisionRow, MemoryStore, decode_row
 from agentledger.stores.artifacts import ArtifactStore, evidence_problems
@@ -217,6 +218,8 @@ class Decider:
         ids = {record_id_for(tenant, pid): pid for pid in pids if pid not in stored}
         forgotten = {ids[rid] for rid in await self.store.forgotten(self._pool, tenant, sorted(ids))}
         now = datetime.now(UTC)
+        # Keys a personal value's digest: one installation, one digest per value (``keys.value_digest``).
+        identity_key = marker_key_of(self.settings)
         new: dict[str, tuple[int, Proposal]] = {}
         for i, p in enumerate(proposals):
             if p.proposal_id not in stored and p.proposal_id not in new and p.proposal_id not in forgotten:
@@ -225,7 +228,8 @@ class Decider:
         fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
             proposed = _proposed(tenant, p, producer)
-            fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem))
+            fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
+                                                  identity_key=identity_key))
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []
@@ -234,7 +238,7 @@ class Decider:
             group = groups.get(pre.group_key) or KeyGroup(*pre.group_key)
             pid = p.proposal_id
             decision = decide(proposed, tenant=tenant, event_id=event_id("p", pid), group=group, now=now,
-                              personal=p.personal, prepared=pre)
+                              personal=p.personal, prepared=pre, identity_key=identity_key)
             decisions[pid] = decision
             pairs.append(self._events(tenant, p, proposed, decision, producer=producer, now=now,
                                       path=path or f"$.proposals[{i}]"))

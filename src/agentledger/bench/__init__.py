@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from agentledger.bench import (
     appends,
     checkpoints,
+    consolidation,
     context,
     detector,
     forget,
@@ -50,8 +51,9 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "quotas": quotas.bench_quotas,
     "starts": starts.bench_starts,
 }
-# Benchmarks that start stacks of their own (`agentledger up`, single node and cluster).
-NAMES = [*BENCHES, "reducer", "context", "scaleout"]
+# Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
+# need none (reducer, context and consolidation run in-process).
+NAMES = [*BENCHES, "reducer", "context", "consolidation", "scaleout"]
 # Builds timed by the in-process context benchmark, per profile.
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
@@ -71,6 +73,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         ledger.bench_reducer(sizes.reducer_events)
     if "context" in names:
         context.bench_context(CONTEXT_BUILDS.get(profile, 20), repeats=3 if profile == "full" else 1)
+    if "consolidation" in names:
+        consolidation.bench_consolidation()
     server_benches = [n for n in BENCHES if n in names]
     if server_benches:
         async with bench_stack(settings, sizes) as stack:

@@ -380,7 +380,7 @@ def _add_load_commands(sub: Any) -> None:
     p = sub.add_parser("bench", help="run the benchmarks (JSON lines)")
     p.add_argument("--only", action="append", default=None,
                    help="run only this benchmark (single, batch, one_task, pause, sustained, "
-                        "history, rebuild, checkpoint_bytes, resume, reducer); repeatable")
+                        "history, rebuild, checkpoint_bytes, resume, reducer, consolidation, ...); repeatable")
     p.add_argument("--profile", default="full", choices=["full", "smoke"],
                    help="sizes: full (make bench) or smoke (tiny, proves the code runs)")
     p.set_defaults(fn=cmd_bench)

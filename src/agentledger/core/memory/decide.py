@@ -21,7 +21,10 @@ redaction marker (the writer already replaced a secret) is denied as well.
 
 Personal values: ``decide`` sees the plaintext and returns a record whose
 ``sensitivity`` is ``personal`` with the value in it; the shell seals it
-(``with_sealed``) before the decision is appended. A proposal that arrives
+(``with_sealed``) before the decision is appended; the record keeps
+``value_digest`` (``keys.value_digest``, keyed with the installation's marker key), so that
+the same value proposed again merges instead of tying with its own other sealing, and its key
+names the attribute, never the value. A proposal that arrives
 sealed cannot be scanned: it is personal, needs an explicit key, and from a
 source below tool output's authority it is quarantined.
 """
@@ -59,7 +62,14 @@ from agentledger.core.memory.authority import (
     scope_key,
     specificity_of,
 )
-from agentledger.core.memory.keys import canonical_key, looks_diagnostic, normalise_key, text_of
+from agentledger.core.memory.keys import (
+    PERSONAL_KIND_ATTRIBUTE,
+    attribute_key,
+    canonical_key,
+    looks_diagnostic,
+    text_of,
+    value_digest,
+)
 from agentledger.core.memory.resolve import TIE_REASON, GroupEntry, GroupKey, KeyGroup, Resolved, resolve
 from agentledger.errors import AgentLedgerError
 
@@ -120,6 +130,7 @@ class Prepared(Struct, frozen=True):
     trace: tuple[RuleFired, ...]
     verdict: tuple[DecisionAction, str] | None = None
     quarantine: str | None = None
+    value_digest: str | None = None
 
     @property
     def group_key(self) -> GroupKey:
@@ -146,6 +157,7 @@ class _Run:
         self.trace: list[RuleFired] = []
         self.quarantine: str | None = None
         self.personal_kinds: list[str] = []
+        self.digest: str | None = None
 
     def fire(self, rule: str, outcome: str, reason: str = "") -> None:
         self.trace.append(RuleFired(rule=rule, outcome=outcome, reason=reason))
@@ -160,8 +172,11 @@ class _Run:
 
 
 def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_problem: str | None = None,
-            detectors: Detectors | None = None) -> Prepared:
+            detectors: Detectors | None = None, identity_key: bytes | None = None) -> Prepared:
     """Every rule that needs no stored state, in order; see the module docstring.
+
+    ``identity_key``: the installation's marker key, which keys a personal value's digest
+    (``keys.value_digest``; None: a key of this process only).
 
     ``personal``: the caller asked for the value to be treated as personal.
     ``evidence_problem``: why the artifacts the proposal cites could not be verified (the shell
@@ -181,12 +196,12 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
             raise run.stop("evidence", "reject", "evidence_unverified", evidence_problem)
         _authority(run)
         _instructions(run, text, det)
-        _key(run)
+        _key(run, identity_key)
     except _Stop as stop:
         verdict = (stop.action, stop.reason)
     return Prepared(proposal=proposal, kind=run.kind, scope=run.scope, key=run.key,
                     sensitivity=run.sensitivity, authority=run.authority, trace=tuple(run.trace),
-                    verdict=verdict, quarantine=run.quarantine)
+                    verdict=verdict, quarantine=run.quarantine, value_digest=run.digest)
 
 
 def _classify(run: _Run, text: str) -> None:
@@ -287,11 +302,17 @@ def _instructions(run: _Run, text: str, det: Detectors) -> None:
         run.fire("instructions", "pass")
 
 
-def _key(run: _Run) -> None:
+def _key(run: _Run, identity_key: bytes | None) -> None:
     p = run.proposal
+    if run.sensitivity == "personal" and p.sealed is None:
+        run.digest = value_digest(scope_key(run.scope), p.value, identity_key)
     if run.sensitivity == "personal" and p.key is None:
-        # A key derived from a personal value would keep it in plaintext after the seal.
-        run.key = normalise_key("personal_" + "_".join(run.personal_kinds or ["value"]))
+        # A key is never sealed: it names the attribute from the closed vocabulary (or the one
+        # the detector found), else the value's keyed digest, never anything of the value.
+        kinds = {PERSONAL_KIND_ATTRIBUTE.get(k, k) for k in run.personal_kinds}
+        text = p.value if isinstance(p.value, str) else ""
+        attr = attribute_key(text, closed=True) or (kinds.pop() if len(kinds) == 1 else None)
+        run.key = attr or f"personal_value_{run.digest}"
     else:
         run.key = canonical_key(run.kind, p.key, p.value)
     if not run.key:
@@ -301,7 +322,7 @@ def _key(run: _Run) -> None:
 
 def decide(proposal: MemoryProposed, *, tenant: str, event_id: str, group: KeyGroup, now: datetime,
            personal: bool = False, prepared: Prepared | None = None,
-           detectors: Detectors | None = None) -> MemoryDecided:
+           detectors: Detectors | None = None, identity_key: bytes | None = None) -> MemoryDecided:
     """The decision on one proposal, given the current group of its ``prepare(...).group_key``.
 
     ``event_id``: the proposal event's id (the record links to it); ``now``: the
@@ -310,7 +331,8 @@ def decide(proposal: MemoryProposed, *, tenant: str, event_id: str, group: KeyGr
     Raises ``AgentLedgerError`` ``group_mismatch`` if ``group`` is not that group,
     ``prepared_mismatch`` if ``prepared`` is another proposal's.
     """
-    pre = prepared if prepared is not None else prepare(proposal, personal=personal, detectors=detectors)
+    pre = prepared if prepared is not None else prepare(proposal, personal=personal, detectors=detectors,
+                                                        identity_key=identity_key)
     if pre.proposal != proposal:
         raise AgentLedgerError("decide got the preparation of another proposal", code="prepared_mismatch")
     trace = list(pre.trace)
@@ -333,7 +355,7 @@ def decide(proposal: MemoryProposed, *, tenant: str, event_id: str, group: KeyGr
         return MemoryDecided(proposal.proposal_id, "quarantine", pre.quarantine, trace, record)
     before = resolve(group)
     after = resolve(group.with_entry(GroupEntry(record, "write", "", proposal.proposal_id)))
-    action, reason, displaced = _action(record.record_id, before, after)
+    action, reason, displaced = _action(record, before, after, group)
     record = msgspec.structs.replace(record, supersedes=displaced)
     trace.append(RuleFired(rule="group", outcome=action, reason=_explain(reason, displaced, after[record.record_id])))
     return MemoryDecided(proposal.proposal_id, action, reason, trace, record)
@@ -357,15 +379,17 @@ def _record(pre: Prepared, tenant: str, event_id: str, observed: datetime,
     return MemoryRecordBody(
         record_id=record_id_for(tenant, p.proposal_id), key=pre.key, kind=pre.kind, scope=pre.scope,
         source=p.source, authority=pre.authority, sensitivity=pre.sensitivity, observed_at=observed,
-        value=p.value if p.sealed is None else None, sealed=p.sealed, subject_version=p.subject_version,
+        value=p.value if p.sealed is None else None, sealed=p.sealed, value_digest=pre.value_digest,
+        subject_version=p.subject_version,
         specificity=specificity_of(pre.scope), confidence=p.confidence, expires_at=expires, review_at=review,
         proposal_event=event_id, origin_task=p.origin_task, evidence=list(p.evidence),
         promoted_from=list(p.episodes))
 
 
-def _action(rid: str, before: dict[str, Resolved],
-            after: dict[str, Resolved]) -> tuple[DecisionAction, str, list[str]]:
-    """What the new record ``rid`` did to its group: the action, its reason, the records it displaced."""
+def _action(record: MemoryRecordBody, before: dict[str, Resolved], after: dict[str, Resolved],
+            group: KeyGroup) -> tuple[DecisionAction, str, list[str]]:
+    """What the new record did to its group: the action, its reason, the records it displaced."""
+    rid = record.record_id
     mine = after[rid]
     if mine.status == "quarantined":
         return "quarantine", mine.reason, []
@@ -374,19 +398,32 @@ def _action(rid: str, before: dict[str, Resolved],
             return "merge", "same_value", []
         # Kept as history, not active: outranked, a revoked value, or revoked already.
         return "write", "outranked" if mine.reason.startswith("outranked") else (mine.reason or mine.status), []
+    # What was active, or held in a tie, and is not any more (a newer record settles a tie too).
     displaced = sorted(r for r, st in before.items()
-                       if st.status == "active" and r in after and after[r].status != "active")
+                       if (st.status == "active" or (st.status == "quarantined" and st.reason == TIE_REASON))
+                       and r in after and after[r].status == "superseded")
     if any(after[r].superseded_by == rid and after[r].reason.startswith("merged_into:") for r in displaced):
         return "merge", "same_value", displaced
     if displaced:
-        higher = any(before[r].authority < mine.authority for r in displaced)
-        return "supersede", "higher_authority" if higher else "newer_subject_version", displaced
+        return "supersede", _why_supersede(record, mine, displaced, before, group), displaced
     return "write", "new_key", []
+
+
+def _why_supersede(record: MemoryRecordBody, mine: Resolved, displaced: list[str], before: dict[str, Resolved],
+                   group: KeyGroup) -> str:
+    """Higher authority, else a newer subject version, else a newer observation of the same version."""
+    if any(before[r].authority < mine.authority for r in displaced):
+        return "higher_authority"
+    if any(group.entries[r].record.subject_version < record.subject_version for r in displaced
+           if r in group.entries):
+        return "newer_subject_version"
+    return "newer_observation"
 
 
 def _explain(reason: str, displaced: list[str], mine: Resolved) -> str:
     if reason == TIE_REASON:
-        return f"{reason}: same authority and subject version, another value"
+        return (f"{reason}: same authority and subject version (observed at the same time, or both "
+                "claiming that version), another value")
     if displaced:
         return f"{reason}: " + ", ".join(displaced)
     return f"{reason}: {mine.status}"

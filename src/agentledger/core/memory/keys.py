@@ -8,6 +8,12 @@ derived from the value in a way each kind defines:
 - an explicit ``key`` (or a JSON object's ``key`` / ``subject`` / ``name``) wins;
 - ``preference``: a known subject (``response_language``, ``timezone``,
   ``units``) when the text names one, in any of the languages the lexicon knows;
+- ``fact`` and ``preference``: the *attribute* a one-line statement sets, never
+  its value, so that updates of one attribute meet in one group: ``my employer
+  is Acme``, ``I now work at Globex`` and ``employer: Globex`` are all
+  ``employer`` (``attribute_key``: ``my X is Y``, ``X: Y``, ``X is Y`` for a
+  known attribute, and verb phrases of one person such as ``I live in`` / ``I work at``, in
+  English and a few words of German, French, Spanish and Chinese);
 - ``task_result``: the test / build / check identifier (``test:no19`` →
   ``test_no19``);
 - ``diagnostic``: the error codes and exception names, sorted (``eaddrinuse``);
@@ -15,12 +21,17 @@ derived from the value in a way each kind defines:
   so word order, case, width and punctuation do not matter.
 
 Everything here is a pure function of its input: the same proposal always
-gets the same key.
+gets the same key. A personal value's key comes from the closed attribute
+vocabulary only (``known_attribute``; the policy adds the detector's kind and
+a keyed digest, see ``decide``), since a key is never sealed.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
+import os
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -33,6 +44,8 @@ from agentledger.contracts.events import MemoryKind, Sealed
 
 MAX_KEY = 128
 MAX_WORDS = 8
+# Kinds whose one-line statements are keyed on the attribute they set.
+ATTRIBUTE_KINDS: frozenset[MemoryKind] = frozenset({"fact", "preference"})
 
 _NON_WORD = re.compile(r"[^\w]+|_+")
 _WORD = re.compile(r"[^\W_]+")
@@ -73,6 +86,130 @@ _DIAGNOSTIC = (
     _ERRNO,
     re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception):"),
 )
+
+
+# Attributes a statement may set, each with the phrases (normalised: casefolded, words
+# separated by one space) that name it; a phrase in no entry is used as it stands.
+_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "employer": ("employer", "current employer", "company", "workplace", "work place", "place of work",
+                 "arbeitgeber", "firma", "employeur", "entreprise", "empleador", "empresa", "雇主", "公司"),
+    "home_city": ("city", "home city", "hometown", "home town", "city of residence", "residence",
+                  "wohnort", "heimatstadt", "stadt", "ville", "ciudad", "城市", "所在城市"),
+    "home_address": ("address", "home address", "postal address", "street address", "mailing address",
+                     "adresse", "anschrift", "dirección", "direccion", "地址", "住址"),
+    "email_address": ("email", "e mail", "email address", "e mail address", "mail address", "mail",
+                      "courriel", "correo", "correo electrónico", "邮箱", "电子邮件", "邮件地址"),
+    "phone_number": ("phone", "phone number", "telephone", "telephone number", "mobile", "mobile number",
+                     "cell", "cell phone", "cell number", "number", "telefon", "telefonnummer", "handynummer",
+                     "téléphone", "numéro de téléphone", "teléfono", "telefono", "电话", "手机", "手机号",
+                     "电话号码"),
+    "name": ("name", "full name", "nom", "nombre", "名字", "姓名"),
+    "birthday": ("birthday", "date of birth", "birth date", "dob", "geburtstag", "anniversaire",
+                 "cumpleaños", "生日"),
+    "job_title": ("job title", "title", "role", "position", "job", "occupation", "profession", "beruf",
+                  "métier", "profesión", "职位", "职业"),
+}
+_PHRASE_ATTRIBUTE = {phrase: attr for attr, phrases in _ATTRIBUTES.items() for phrase in phrases}
+# What a personal value's detector finding says the attribute is, when the text names none.
+PERSONAL_KIND_ATTRIBUTE: dict[str, str] = {"email": "email_address", "phone": "phone_number",
+                                           "card": "payment_card", "iban": "bank_account",
+                                           "national_id": "national_id"}
+# Words that qualify an attribute without changing it ("my new employer").
+_MODIFIERS = frozenset(("new", "current", "present", "old", "previous", "former", "latest", "actual",
+                        "updated", "primary", "main", "neue", "neuer", "neues", "nouveau", "nouvelle",
+                        "nuevo", "nueva", "新"))
+# Labels of a note, not attributes: ``Note: …`` is keyed on its content words.
+_LABELS = frozenset(("note", "notes", "fact", "rule", "info", "important", "reminder", "remember", "todo",
+                     "tip", "warning", "fyi", "update", "summary", "context", "user", "preference", "memory",
+                     "ps", "nb", "correction", "answer", "question", "example", "result", "status", "error"))
+_MAX_ATTRIBUTE_WORDS = 4
+_MAX_STATEMENT = 240
+_POSSESSIVE = (r"(?:my|our|the user'?s|user'?s|his|her|their|mein|meine|meiner|unser|unsere|mon|ma|mes"
+               r"|notre|mi|mis|nuestro|nuestra)")
+_COPULA = r"(?:is now|is|are|was|has changed to|changed to|ist|est|es|=)"
+# (pattern with an ``attr`` group, which attributes it may take: "open" any, "colon" / "copula"
+# the vocabulary's but the words that mean other things when they stand bare: "Title: fix
+# the bug", "name is required").
+_STATEMENTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"^{_POSSESSIVE}\s+(?P<attr>[^\W\d][^:=]{{0,40}}?)\s+{_COPULA}\s+\S"), "open"),
+    (re.compile(r"^我的(?P<attr>[^\s是]{1,8})是\S"), "open"),
+    (re.compile(r"^(?:the\s+|user\s+)?(?P<attr>[^\W\d][\w' -]{0,40}?)(?:\s*[:：]\s+|\s*=\s*|\s+[-–—]\s+)\S"),
+     "colon"),
+    (re.compile(rf"^(?:the\s+)?(?P<attr>[^\W\d][\w' -]{{0,40}}?)\s+{_COPULA}\s+\S"), "copula"),
+)
+_BARE_AMBIGUOUS = {
+    "colon": frozenset(("title", "role", "position", "job", "number", "cell", "residence")),
+    "copula": frozenset(("title", "role", "position", "job", "number", "cell", "residence", "name", "address",
+                         "city", "company", "mail", "mobile", "phone", "firma", "stadt", "nom", "nombre")),
+}
+# Who a verb phrase speaks of: one person ("we are based in" may be a company, not a home).
+_PERSON = r"(?:i|i'm|i am|user|the user|he|she|he's|she's|ich|je|yo)"
+_ADVERBS = r"(?:\s+(?:now|currently|still|recently|just|actually|no longer|also|jetzt|maintenant|ahora))*"
+_NOT_A_PLACE = r"(?!(?:night|nights|home|weekends?|the weekend|the moment|times|least|most|once|all|it)\b)"
+_AUX = r"(?:(?:have|has|am|is|are|was)\s+)?(?:been\s+)?(?:start(?:ed)?\s+)?"
+_VERB_PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("employer", re.compile(
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:work(?:s|ing|ed)?{_ADVERBS}\s+(?:at|for)|employed{_ADVERBS}\s+(?:at|by)"
+        rf"|(?:got|found|took|have|has)\s+a\s+(?:new\s+)?job\s+(?:at|with)|arbeite[tn]?{_ADVERBS}\s+(?:bei|für)"
+        rf"|travaille{_ADVERBS}\s+(?:chez|pour)|trabajo{_ADVERBS}\s+(?:en|para))\s+{_NOT_A_PLACE}\S")),
+    ("employer", re.compile(rf"^(?:ahora\s+)?trabajo{_ADVERBS}\s+(?:en|para)\s+\S"
+                            r"|^我(?:现在|目前)?(?:在\S+工作|就职于)")),
+    ("home_address", re.compile(
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:live[sd]?|living|reside[sd]?){_ADVERBS}\s+at\s+\S")),
+    ("home_city", re.compile(
+        rf"^{_PERSON}{_ADVERBS}\s+{_AUX}(?:live[sd]?|living|reside[sd]?|based|wohne|lebe|vivo){_ADVERBS}"
+        rf"\s+(?:in|en)\s+{_NOT_A_PLACE}\S")),
+    ("home_city", re.compile(rf"^(?:ahora\s+)?vivo{_ADVERBS}\s+en\s+\S|^我(?:现在|目前)?住在\S"
+                             r"|^j'(?:habite|vis)\s+(?:à|a|en)\s+\S")),
+    ("name", re.compile(
+        rf"^(?:call me(?!\s+(?:on|at|back|later|when|if)\b)|{_PERSON}{_ADVERBS}\s+(?:am called|called|heiße"
+        r"|heisse|m'appelle|me llamo))\s+\S"
+        r"|^我叫\S")),
+)
+
+
+def attribute_key(text: str, *, closed: bool = False) -> str | None:
+    """The attribute a one-line statement sets (``employer``), or None when none is recognised.
+
+    Only a statement is looked at (one line, short): a paragraph sets no single attribute.
+    ``closed``: only attributes of the vocabulary (what a personal value may be keyed on,
+    as its key stays in plaintext).
+    """
+    folded = normalise_text(text)
+    if not folded or "\n" in text.strip() or len(folded) > _MAX_STATEMENT:
+        return None
+    for pattern, form in _STATEMENTS:
+        m = pattern.match(folded)
+        if m is None:
+            continue
+        found = _attribute(m.group("attr"), form, closed)
+        if found:
+            return found
+    for attr, pattern in _VERB_PHRASES:
+        if pattern.match(folded):
+            return attr
+    return None
+
+
+def known_attribute(phrase: str) -> str | None:
+    """The vocabulary's attribute for a phrase (``e-mail`` → ``email_address``), if it has one."""
+    words = [w for w in _WORD.findall(normalise_text(phrase)) if w not in _MODIFIERS]
+    return _PHRASE_ATTRIBUTE.get(" ".join(words))
+
+
+def _attribute(phrase: str, form: str, closed: bool) -> str | None:
+    words = [w for w in _WORD.findall(phrase) if w not in _MODIFIERS]
+    if not words or (len(words) == 1 and words[0] in _BARE_AMBIGUOUS.get(form, ())):
+        return None
+    known = known_attribute(phrase)
+    if known is not None:
+        return known
+    if closed or form not in {"open", "colon"} or len(words) > _MAX_ATTRIBUTE_WORDS:
+        return None
+    if any(w.isdigit() for w in words) or (len(words) == 1 and (len(words[0]) < 2 or words[0] in _LABELS
+                                                                 or words[0] in _STOP)):
+        return None
+    return normalise_key("_".join(words))
 
 
 def normalise_text(text: str) -> str:
@@ -133,34 +270,42 @@ def canonical_key(kind: MemoryKind, key: str | None, value: Any) -> str:
             if isinstance(named, str) and normalise_key(named):
                 return normalise_key(named)
     text = text_of(value)
+    return _kind_key(kind, text, value) or content_key(text)
+
+
+def _kind_key(kind: MemoryKind, text: str, value: Any) -> str | None:
+    """The key a kind's own rule finds in the text, if any (the preference lexicon, the
+    attribute a statement sets, a test id, error codes)."""
     if kind == "preference":
         folded = normalise_text(text)
         for subject, pattern in _PREFERENCE_SUBJECTS:
             if pattern.search(folded):
                 return subject
-    elif kind == "task_result":
+    if kind in ATTRIBUTE_KINDS and isinstance(value, str):
+        return attribute_key(value)
+    if kind == "task_result":
         ident = _TEST_ID.search(unicodedata.normalize("NFKC", text).casefold())
-        if ident:
-            return normalise_key(ident.group(0))
-    elif kind == "diagnostic":
+        return normalise_key(ident.group(0)) if ident else None
+    if kind == "diagnostic":
         codes = sorted({m.group(1).casefold() for p in (_ERRNO, _EXCEPTION) for m in p.finditer(text)})
-        if codes:
-            return normalise_key("_".join(codes[:MAX_WORDS]))
-    return content_key(text)
+        return normalise_key("_".join(codes[:MAX_WORDS])) if codes else None
+    return None
 
 
 def lookup_keys(text: str) -> tuple[str, ...]:
     """The canonical keys a key written as a person says it may stand for, most literal first.
 
     A proposal gets its key from an explicit key (its normal form) or, without one, from
-    its value (the preference lexicon, then the content words), so a lookup tries the
-    same three: ``answer language`` is ``answer_language`` as an explicit key would be,
-    then ``response_language`` as the lexicon names it (what ``answer in Chinese``
-    proposed without a key is stored under), then its sorted content words. Empty forms
+    its value (the attribute a statement sets, the preference lexicon, then the content
+    words), so a lookup tries the same: ``answer language`` is ``answer_language`` as an
+    explicit key would be, then the attribute it names (``e-mail`` → ``email_address``),
+    then ``response_language`` as the lexicon names it (what ``answer in Chinese`` proposed
+    without a key is stored under), then its sorted content words. Empty forms
     are left out; the tuple has at least one key whenever the text holds a letter or a
     digit.
     """
     keys = [normalise_key(text)]
+    keys += [a for a in (known_attribute(text), attribute_key(text)) if a]
     folded = normalise_text(text)
     keys += [subject for subject, pattern in _PREFERENCE_SUBJECTS if pattern.search(folded)][:1]
     keys.append(content_key(text))
@@ -182,13 +327,17 @@ def content_key(text: str) -> str:
     return normalise_key("_".join(words[:MAX_WORDS]))
 
 
-def value_identity(value: Any, sealed: Sealed | None = None) -> str:
-    """What "the same value" means in a group: normalised text, canonical JSON, or the ciphertext.
+def value_identity(value: Any, sealed: Sealed | None = None, digest: str | None = None) -> str:
+    """What "the same value" means in a group: normalised text, canonical JSON, the keyed
+    digest of a personal value, or the ciphertext.
 
-    A sealed value cannot be compared without its key; two sealings of one
-    plaintext differ, so they count as different values (a correction bumps
-    ``subject_version``, which makes that harmless).
+    A sealed value cannot be compared without its key and two sealings of one
+    plaintext differ, so a personal record carries ``value_digest`` (``value_digest``
+    below), made before it was sealed: two records of one value have one digest. A
+    sealed record without one (it arrived sealed) counts as a value of its own.
     """
+    if digest is not None:
+        return "digest:" + digest
     if sealed is not None:
         return "sealed:" + blake3.blake3(sealed.ciphertext.encode()).hexdigest()[:32]
     if isinstance(value, str):
@@ -210,3 +359,21 @@ def _normalise_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_normalise_json(v) for v in value]
     return value
+
+
+# Digests made without an installation key (``key=None``): a key drawn once per process, so
+# they agree within it and confirm nothing to anyone outside it.
+_PROCESS_KEY = os.urandom(32)
+_DIGEST_INFO = b"agentledger/memory-value/v1\x00"
+DIGEST_HEX = 32
+
+
+def value_digest(scope: str, value: Any, key: bytes | None) -> str:
+    """The keyed digest of a personal value in one scope (HMAC-SHA256, 128 bits in hex).
+
+    Keyed with the installation's marker key, so that a copy of the ledger cannot check a
+    guessed value against it offline; the scope is in the message, so one value of two users
+    gives two digests that link nothing.
+    """
+    message = _DIGEST_INFO + scope.encode() + b"\x00" + value_identity(value).encode()
+    return hmac.new(key or _PROCESS_KEY, message, hashlib.sha256).hexdigest()[:DIGEST_HEX]

@@ -15,11 +15,22 @@ since two tasks' observations are not rival values of one fact. In a subject:
 2. a gate-quarantined record (its decision was ``quarantine`` for a rule such
    as ``instruction_in_data``) stays ``quarantined`` unless a user confirms it;
 3. a ``confirm`` lifts a record to authority 6; a revoke beats a confirm;
-4. the rest rank by (authority, subject version). One value at the top rank:
-   its best record (earliest observed, then record id) is ``active`` and every
-   other record of that value is merged into it; several values: all of the top
-   rank are ``quarantined`` (``needs_clarification``). Lower ranks are
-   ``superseded``.
+4. the rest rank by (authority, subject version); the top class is the records
+   of the highest authority and, among them, the highest subject version.
+   Lower authority never supersedes higher, whatever its time or version.
+   In the top class:
+
+   - version 1 (the default: no version claimed): the newest observation wins.
+     Only records observed at that very same time compete; several values
+     there are a tie;
+   - an explicit version (2 or more): every record of it competes, so two
+     values both claiming version 5 are a tie, however far apart in time.
+
+   One value wins: the records of that value observed after every other
+   value's record in the class (its current run) merge into the earliest of
+   them, which is ``active``; every other record is ``superseded``
+   (``outranked``). A tie: the competing records are all ``quarantined``
+   (``needs_clarification``) and the rest ``superseded``.
 
 Promotion: in a project scope, when at least ``PROMOTION_THRESHOLD`` active
 ``task_result`` records from distinct origin tasks agree on a value, the group
@@ -57,6 +68,8 @@ from agentledger.core.memory.authority import (
 from agentledger.core.memory.keys import value_identity
 
 PROMOTION_THRESHOLD = 3
+# The subject version a proposal has when it claims none (the contracts' default).
+UNVERSIONED = 1
 PROMOTE_ACTION = "promote"
 # A decision quarantined for a tie stays a candidate: a confirm or a higher authority settles it.
 TIE_REASON = "needs_clarification"
@@ -179,7 +192,7 @@ def promoted_record(group: KeyGroup, resolved: dict[str, Resolved]) -> GroupEntr
         rec = entry.record
         state = resolved.get(rec.record_id)
         if rec.kind == "task_result" and rec.origin_task and state is not None and state.status == "active":
-            agreeing[value_identity(rec.value, rec.sealed)].append(entry)
+            agreeing[value_identity(rec.value, rec.sealed, rec.value_digest)].append(entry)
     counts = {value: len({e.record.origin_task for e in es}) for value, es in agreeing.items()}
     best = max(counts.values(), default=0)
     winners = [value for value, n in counts.items() if n == best]
@@ -218,21 +231,33 @@ def _resolve_subject(entries: list[GroupEntry],
     live = _triage(entries, feedback, out)
     if not live:
         return out
-    top_rank = max((a, e.record.subject_version) for e, a in live)
-    top = [(e, a) for e, a in live if (a, e.record.subject_version) == top_rank]
-    if len({_identity(e) for e, _ in top}) > 1:
+    top_class = max((a, e.record.subject_version) for e, a in live)
+    klass = [(e, a) for e, a in live if (a, e.record.subject_version) == top_class]
+    if top_class[1] > UNVERSIONED:
+        contenders = klass  # one explicit version: every value of it claims to be that version
+    else:
+        newest = max(_observed(e.record) for e, _ in klass)
+        contenders = [(e, a) for e, a in klass if _observed(e.record) == newest]
+    if len({_identity(e) for e, _ in contenders}) > 1:
         for entry, authority in live:
-            out[entry.record.record_id] = (Resolved("quarantined", authority, TIE_REASON) if (entry, authority) in top
+            out[entry.record.record_id] = (Resolved("quarantined", authority, TIE_REASON)
+                                           if (entry, authority) in contenders
                                            else Resolved("superseded", authority, "outranked_by_tie"))
         return out
-    winner, winner_authority = min(top, key=lambda ea: (_observed(ea[0].record), ea[0].record.record_id))
-    wid, value = winner.record.record_id, _identity(winner)
+    value = _identity(contenders[0][0])
+    # The winning value's current run: its records newer than any other value's in the class
+    # (a value said again after another one replaced it starts a new run).
+    other = [_observed(e.record) for e, _ in klass if _identity(e) != value]
+    run = [(e, a) for e, a in klass if _identity(e) == value and (not other or _observed(e.record) > max(other))]
+    winner, winner_authority = min(run, key=lambda ea: (_observed(ea[0].record), ea[0].record.record_id))
+    wid = winner.record.record_id
+    in_run = {e.record.record_id for e, _ in run}
     merged: list[str] = []
     for entry, authority in live:
         rid = entry.record.record_id
         if rid == wid:
             continue
-        if _identity(entry) == value:
+        if rid in in_run:
             merged.append(rid)
             out[rid] = Resolved("superseded", authority, f"merged_into:{wid}", wid)
         else:
@@ -281,7 +306,7 @@ def is_gated(entry: GroupEntry) -> bool:
 
 
 def _identity(entry: GroupEntry) -> str:
-    return value_identity(entry.record.value, entry.record.sealed)
+    return value_identity(entry.record.value, entry.record.sealed, entry.record.value_digest)
 
 
 def _observed(record: MemoryRecordBody) -> datetime:
