@@ -507,6 +507,10 @@ class ForgottenRecord(Strict, frozen=True):
     scope: Scope
     key: MemoryKey
     kind: MemoryKind
+    # Whether it was the active record of its kind when the forget was planned: then no record
+    # of that kind below user-confirmed authority is active in its group again (an older value
+    # it had superseded does not come back, nor does a model's next guess of it).
+    active: bool = False
 
 
 class MemoryForgotten(Strict, frozen=True):

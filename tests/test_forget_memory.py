@@ -258,8 +258,10 @@ async def _by(env: Env, tenant: str, proposals: list[dict[str, Any]]) -> dict[st
 
 
 async def test_forget_one_record(env: Env) -> None:
-    """The active record of a key becomes a tombstone; the record it had superseded is active again;
-    its messages are erased, its receipts and usage gone; nothing else changes; replay agrees."""
+    """The active record of a key becomes a tombstone, and the forget holds: the record it had
+    superseded is not active again, nor is a lower source's fresh proposal of the key (a user's
+    confirmed one is); its messages are erased, its receipts and usage gone; nothing else
+    changes; replay agrees."""
     ids = await _by(env, TENANT, [
         proposal("a1", "deploys go through the release train", key="deploy process", source="model_inference"),
         proposal("a2", "deploys go through the merge queue", key="deploy process"),
@@ -291,12 +293,13 @@ async def test_forget_one_record(env: Env) -> None:
     await env.assert_tombstone(ids["a2"], "merge queue")
     got = await env.c.memory_get(TENANT, "deploy process", "project", "p1")
     status = {r.record_id: (r.status, r.value) for r in got.records}
-    assert status == {ids["a1"]: ("active", "deploys go through the release train"),
+    assert status == {ids["a1"]: ("superseded", "deploys go through the release train"),
                       ids["a2"]: ("forgotten", None)}
+    assert plan["records"][0]["active"] is True
     again = await env.c.memory_read(TENANT, "deploy process merge queue", key="deploy process", project_id="p1",
                                     task_id="t-read")
     found = {i.record_id: i.value for i in again.items}
-    assert found[ids["a1"]] == "deploys go through the release train" and ids["a2"] not in found
+    assert ids["a1"] not in found and ids["a2"] not in found
     assert ids["a2"] not in {c.record_id for c in again.receipt.candidates}
     assert "merge queue" not in again.rendered
     history = await env.c.memory_history(TENANT, "deploy process", "project", "p1")
@@ -343,6 +346,16 @@ async def test_forget_one_record(env: Env) -> None:
     with pytest.raises(NotFoundError):
         await env.c.memory_feedback(TENANT, ids["a2"], "confirm", "fb-late")
     await env.assert_tombstone(ids["a2"], "merge queue")
+    # A lower source's new proposal of the key is kept as history, not active; a user's
+    # confirmed statement sets the key again.
+    guess = await _by(env, TENANT, [proposal("a3", "deploys go through the merge queue", key="deploy process",
+                                             source="model_inference")])
+    said = await _by(env, TENANT, [proposal("a4", "deploys go through the blue pipeline", key="deploy process",
+                                            source="user_confirmed")])
+    got = await env.c.memory_get(TENANT, "deploy process", "project", "p1")
+    status = {r.record_id: r.status for r in got.records}
+    assert status[guess["a3"]] == "superseded" and status[said["a4"]] == "active", status
+    assert status[ids["a1"]] == "superseded"
     await env.assert_replays()
 
 
@@ -468,7 +481,7 @@ async def test_a_forgotten_promoted_fact_never_wins_again(env: Env) -> None:
     await env.c.memory_feedback(TENANT, promoted, "confirm", "fb-promoted")
     ctx, plans = await env.forget(selector("record", record_id=promoted))
     assert plans["memory"]["records"] == [{"record_id": promoted, "scope": f"project/{TENANT}/p1",
-                                           "key": "test_no19", "kind": "fact"}]
+                                           "key": "test_no19", "kind": "fact", "active": True}]
     assert len(plans["memory"]["seqs"]) == 1  # the confirm
     await env.assert_tombstone(promoted, "passed")
     await _by(env, TENANT, [proposal("ep-t4", "test:no19 passed", kind="task_result", key="test:no19",

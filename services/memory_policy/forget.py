@@ -57,7 +57,7 @@ ENVELOPE_BYTES = 4096
 # How long a step waits for the memory projection before it fails (and the saga retries it).
 PROJECTION_WAIT_S = 60.0
 
-_SELECT = ("SELECT record_id, scope_key, key, kind FROM memory_records WHERE tenant = $1"
+_SELECT = ("SELECT record_id, scope_key, key, kind, status FROM memory_records WHERE tenant = $1"
            " AND status <> 'forgotten' AND ")
 _BY_KIND = {
     "record": _SELECT + "record_id = $2 ORDER BY record_id",
@@ -99,7 +99,7 @@ def forgotten_events(ctx: ForgetContext, plan: dict[str, Any]) -> list[ev.Memory
     size = 0
     for r in plan["records"]:
         fr = ev.ForgottenRecord(record_id=r["record_id"], scope=parse_scope_key(r["scope"]), key=r["key"],
-                                kind=r["kind"])
+                                kind=r["kind"], active=bool(r.get("active")))
         n = len(msgspec.json.encode(fr)) + 1
         if chunks[-1] and (size + n > limit or len(chunks[-1]) >= RECORDS_PER_EVENT):
             chunks.append([])
@@ -174,7 +174,9 @@ class MemoryHandler:
         else:
             args = (sel.task_id, f"task/{tenant}/{sel.task_id}")
         rows = await ctx.pool.fetch(_BY_KIND[sel.kind], tenant, *args)
-        records = [{"record_id": r[0], "scope": r[1], "key": r[2], "kind": r[3]} for r in rows]
+        # Whether each was active: then its kind stays forgotten in its group (core.memory.resolve).
+        records = [{"record_id": r[0], "scope": r[1], "key": r[2], "kind": r[3],
+                    **({"active": True} if r[4] == "active" else {})} for r in rows]
         ids = [r["record_id"] for r in records]
         seqs = [int(r[0]) for r in await ctx.pool.fetch(_HISTORY_SEQS, tenant, ids)] if ids else []
         # A data subject's records are its personal ones, whose values every message holds sealed

@@ -40,9 +40,14 @@ records and the least authority among them; it then competes with the facts.
 Forgetting: a group also keeps the *tombstones* of its records that a forget
 request reached (``memory_forgotten``): they are in no subject and compete with
 nothing, and a forgotten promoted fact is never promoted again. A tombstone
-holds only what the forget event itself says (id, kind, the event's sequence,
-time and request id), so a group resolves the same whether or not the
-forgotten records' own (erased) events were ever seen.
+holds only what the forget event itself says (id, kind, whether the record was
+active, the event's sequence, time and request id), so a group resolves the same
+whether or not the forgotten records' own (erased) events were ever seen. A
+forget holds: once the *active* record of a kind was forgotten, every record of
+that kind in the group below user-confirmed authority is ``superseded``
+(``forgotten_key``), before the forget or after it: the value it had superseded
+does not come back, and neither does a lower source's next proposal of the key.
+A user's confirmed statement (authority 6) may set it again.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ UNVERSIONED = 1
 PROMOTE_ACTION = "promote"
 # A decision quarantined for a tie stays a candidate: a confirm or a higher authority settles it.
 TIE_REASON = "needs_clarification"
+# Why a record below user authority is not active where its kind's active record was forgotten.
+FORGOTTEN_KEY = "forgotten_key"
 
 GroupKey = tuple[str, str]
 
@@ -110,6 +117,7 @@ class Tombstone(Struct, frozen=True, omit_defaults=True):
     seq: int
     at: datetime
     request_id: str
+    active: bool = False
 
 
 class KeyGroup(Struct, omit_defaults=True):
@@ -168,15 +176,18 @@ def resolve(group: KeyGroup) -> dict[str, Resolved]:
     subjects: dict[tuple[str, str | None], list[GroupEntry]] = defaultdict(list)
     for entry in group.entries.values():
         subjects[_subject(entry.record)].append(entry)
+    # An episodic kind's subjects are one per origin task: one task's forgotten observation
+    # holds back no other task's.
+    held = {t.kind for t in group.forgotten.values() if t.active and not KIND_RULES[t.kind].episodic}
     out: dict[str, Resolved] = {}
     for subject in sorted(subjects, key=lambda s: (s[0], s[1] or "")):
         if subject[0] != "fact":
-            out.update(_resolve_subject(subjects[subject], group.feedback))
+            out.update(_resolve_subject(subjects[subject], group.feedback, held=subject[0] in held))
     promoted = promoted_record(group, out)
     facts = subjects.get(("fact", None), [])
     if promoted is not None:
         facts = [*facts, promoted]
-    out.update(_resolve_subject(facts, group.feedback))
+    out.update(_resolve_subject(facts, group.feedback, held="fact" in held))
     return out
 
 
@@ -225,10 +236,13 @@ def _subject(record: MemoryRecordBody) -> tuple[str, str | None]:
     return (record.kind, record.origin_task if episodic else None)
 
 
-def _resolve_subject(entries: list[GroupEntry],
-                     feedback: dict[str, list[FeedbackMark]]) -> dict[str, Resolved]:
+def _resolve_subject(entries: list[GroupEntry], feedback: dict[str, list[FeedbackMark]], *,
+                     held: bool = False) -> dict[str, Resolved]:
+    """Statuses of one subject's records; ``held``: its active record was forgotten."""
     out: dict[str, Resolved] = {}
     live = _triage(entries, feedback, out)
+    if held:
+        live = _held_back(live, out)
     if not live:
         return out
     top_class = max((a, e.record.subject_version) for e, a in live)
@@ -298,6 +312,16 @@ def _triage(entries: list[GroupEntry], feedback: dict[str, list[FeedbackMark]],
         else:
             live.append((entry, authority))
     return live
+
+
+def _held_back(live: list[tuple[GroupEntry, int]],
+               out: dict[str, Resolved]) -> list[tuple[GroupEntry, int]]:
+    """Where the subject's active record was forgotten: only user-confirmed records compete;
+    the others are settled ``superseded`` (``forgotten_key``) in ``out``."""
+    for entry, authority in live:
+        if authority < CONFIRMED_AUTHORITY:
+            out[entry.record.record_id] = Resolved("superseded", authority, FORGOTTEN_KEY)
+    return [(e, a) for e, a in live if a >= CONFIRMED_AUTHORITY]
 
 
 def is_gated(entry: GroupEntry) -> bool:

@@ -222,7 +222,7 @@ def forget_records(state: MemoryState, event: ev.MemoryForgottenEvent, seq: int)
             group = state.groups[target] = KeyGroup(target[0], target[1], {}, {})
             _register(state, promoted_id_for(*target), group)
         state.pending.pop(rid, None)
-        group.forgotten[rid] = Tombstone(fr.kind, seq, event.occurred_at, payload.request_id)
+        group.forgotten[rid] = Tombstone(fr.kind, seq, event.occurred_at, payload.request_id, fr.active)
         state.record_groups[rid] = target
         out.records[rid] = target
         out.changed.add(target)
