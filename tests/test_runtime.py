@@ -171,6 +171,10 @@ async def test_supervisor_restarts_a_killed_service_and_stops_all_on_sigterm(
     assert after
     assert after["b"] == before["b"]
     assert (tmp_path / "logs" / "a.log").exists()
+    # Log lines name tenants and tasks: the operator's alone.
+    assert (tmp_path / "logs").stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "logs").glob("*.log")} == {
+        "a.log": 0o600, "b.log": 0o600}
 
     supervisor.send_signal(signal.SIGTERM)
     assert await assert_eventually(lambda: supervisor.poll() is not None) is True

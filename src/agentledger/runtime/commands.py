@@ -47,6 +47,7 @@ from agentledger.runtime.embedded import (
     pid_alive,
     terminate_pid,
 )
+from agentledger.runtime.logfiles import log_folder, open_log
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
     SUPERVISOR_MODULE,
@@ -410,11 +411,10 @@ def _start_supervisor(settings: Settings, nats_pid: int | None, postgres_pid: in
     if nats_nodes:
         argv += ["--nats-nodes", msgspec.json.encode(nats_nodes).decode()]
     env = {**os.environ, **settings_env(settings)}
-    log_dir = settings.data_dir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = log_folder(settings.data_dir / "logs")
     if foreground:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, process_group=0)
-    with (log_dir / "supervisor.log").open("ab") as out:
+    with open_log(log_dir / "supervisor.log") as out:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 

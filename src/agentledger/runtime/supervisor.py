@@ -37,6 +37,7 @@ from agentledger import logs
 from agentledger.config import from_env
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedCluster, EmbeddedNats, pid_alive
+from agentledger.runtime.logfiles import log_folder, open_log
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.service_users import ServiceProcess, ServiceUsers
 from agentledger.runtime.state import NatsNode, RuntimeInfo, settings_env, write_runtime
@@ -120,11 +121,9 @@ class Supervisor:
         """Start every service and supervise until SIGTERM or SIGINT, then stop them."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        if self._users is not None:
-            # A service writes its log through the descriptor it is given; reading the others'
-            # is not for it.
-            self._log_dir.chmod(0o700)
+        # A service writes its log through the descriptor it is given (as its own user, when
+        # there are service users); reading the others' is not for it.
+        log_folder(self._log_dir)
         self._prober.start()
         try:
             for child in self._children:
@@ -158,7 +157,7 @@ class Supervisor:
         try:
             if self._users is not None and self._users.hosts(child.name):
                 argv, env, options = self._users.launch(child.name, argv, env)
-            with (self._log_dir / f"{child.name}.log").open("ab") as out:
+            with open_log(self._log_dir / f"{child.name}.log") as out:
                 child.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                               stdout=out, stderr=subprocess.STDOUT, **options)
         except (OSError, AgentLedgerError) as exc:
