@@ -13,8 +13,10 @@ against what: docs/benchmarks.md.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from agentledger.bench import (
     appends,
@@ -27,6 +29,7 @@ from agentledger.bench import (
     memory,
     projection,
     quotas,
+    recall,
     scaleout,
     starts,
     sustained,
@@ -50,6 +53,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "forget": forget.bench_forget,
     "quotas": quotas.bench_quotas,
     "starts": starts.bench_starts,
+    "recall": recall.bench_recall,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context and consolidation run in-process).
@@ -58,7 +62,10 @@ NAMES = [*BENCHES, "reducer", "context", "consolidation", "scaleout"]
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
 
-async def run_all(settings: Settings, only: list[str] | None = None, profile: str = "full") -> int:
+async def run_all(settings: Settings, only: list[str] | None = None, profile: str = "full",
+                  recall_file: str | Path | None = None) -> int:
+    """Run ``only`` (default all) at ``profile`` sizes; ``recall_file``: the recall bench scores
+    the conversations of that LoCoMo-like JSON file instead of generated ones."""
     names = only or NAMES
     unknown = set(names) - set(NAMES)
     if unknown:
@@ -75,12 +82,13 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         context.bench_context(CONTEXT_BUILDS.get(profile, 20), repeats=3 if profile == "full" else 1)
     if "consolidation" in names:
         consolidation.bench_consolidation()
-    server_benches = [n for n in BENCHES if n in names]
+    benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file)}
+    server_benches = [n for n in benches if n in names]
     if server_benches:
         async with bench_stack(settings, sizes) as stack:
             for name in server_benches:
                 print(f"# {name} ...", file=sys.stderr, flush=True)
-                await BENCHES[name](stack)
+                await benches[name](stack)
     if "scaleout" in names:
         print("# scaleout ...", file=sys.stderr, flush=True)
         await scaleout.bench_scaleout(settings, sizes.scaleout_agents, sizes.scaleout_events,

@@ -84,6 +84,11 @@ class Profile:
     scaleout_agents: int = 32
     scaleout_events: int = 150
     scaleout_counts: tuple[int, ...] = (1, 2, 3)
+    # Evidence recall: generated conversations, sessions each, turns per session, questions each.
+    recall_conversations: int = 10
+    recall_sessions: int = 20
+    recall_turns: int = 15
+    recall_questions: int = 30
 
 
 PROFILES = {
@@ -93,7 +98,8 @@ PROFILES = {
                      sweep_rates=(100, 200), sweep_s=0.5, sweep_tasks=8, history_sizes=(40, 90),
                      history_tail=20, wm_samples=10, rebuild_events=2_000, rebuild_tasks=10,
                      reducer_events=2_000, scaleout_agents=4, scaleout_events=10,
-                     scaleout_counts=(2,)),
+                     scaleout_counts=(2,), recall_conversations=1, recall_sessions=4, recall_turns=8,
+                     recall_questions=10),
 }
 
 

@@ -287,7 +287,8 @@ def cmd_auth_config(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     logs.configure("warning")  # only the JSON figure lines on stdout
-    return asyncio.run(run_all(_settings(args), only=args.only, profile=args.profile))
+    return asyncio.run(run_all(_settings(args), only=args.only, profile=args.profile,
+                               recall_file=args.recall_file))
 
 
 def _add_identity_commands(sub: Any) -> None:
@@ -383,6 +384,9 @@ def _add_load_commands(sub: Any) -> None:
                         "history, rebuild, checkpoint_bytes, resume, reducer, consolidation, ...); repeatable")
     p.add_argument("--profile", default="full", choices=["full", "smoke"],
                    help="sizes: full (make bench) or smoke (tiny, proves the code runs)")
+    p.add_argument("--recall-file", default=None, metavar="PATH",
+                   help="the recall bench scores this LoCoMo-like JSON file instead of generated "
+                        "conversations (docs/benchmarks.md)")
     p.set_defaults(fn=cmd_bench)
 
 
