@@ -7,6 +7,7 @@ operator (isolation between tenants is ``test_memory_isolation.py``).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import AsyncIterator
@@ -331,6 +332,28 @@ async def test_a_question_finds_a_record_holding_only_some_of_its_words(mem: Mem
     assert [i.record_id for i in read.items] == [d.record_id]
     [cand] = [c for c in read.receipt.candidates if c.record_id == d.record_id]
     assert "text" in cand.found_by and "vector" in cand.found_by, cand
+
+
+async def test_concurrent_reads_of_the_same_records_in_other_orders_all_answer(mem: Mem) -> None:
+    """Protects reads under load: reads that select the same records ranked in other orders
+    each upsert those records' usage rows; taken in rank order they locked crosswise and one
+    read answered ``internal`` (a deadlock), so usage rows are written in id order."""
+    words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord"]
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal(f"o{i}", f"the {w} runbook: {w} steps, {w} checks", key=f"{w} runbook", source="tool_output")
+        for i, w in enumerate(words)])
+    assert all(d.action == "write" for d in reply.decisions), reply.decisions
+    # Each query ranks its own word's record first and the rest by their words' weights: six
+    # orders of the same six records.
+    queries = [" ".join(words[i:] + words[:i][::-1]) + f" {words[i]} {words[i]}" for i in range(len(words))] * 5
+    reads = await asyncio.gather(*(mem.c.memory_read(TENANT, q, project_id="p1") for q in queries),
+                                 return_exceptions=True)
+    failed = [r for r in reads if isinstance(r, BaseException)]
+    assert not failed, failed[:3]
+    assert all(len(r.items) == len(words) for r in reads), [len(r.items) for r in reads]
+    assert mem.stack.db is not None
+    counts = await mem.stack.db.fetch("SELECT reads FROM memory_usage WHERE tenant = $1", TENANT)
+    assert sorted(r[0] for r in counts) == [len(queries)] * len(words)
 
 
 async def _bm25_oracle(db: Any, ids: list[str], query: str) -> dict[str, float]:

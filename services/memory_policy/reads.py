@@ -144,8 +144,10 @@ VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist FROM memory_reco
 SAVE_SQL = (
     "WITH r AS (INSERT INTO memory_receipts(receipt_id, tenant, caller, task_id, record_ids,"
     " created_at, expires_at, receipt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8))"
+    # Usage rows are upserted in record id order: two reads that selected the same records in
+    # other orders would otherwise lock them crosswise, and one would die of a deadlock.
     " INSERT INTO memory_usage(tenant, record_id, last_read_at, reads)"
-    " SELECT $2, unnest($9::text[]), $6, 1"
+    " SELECT $2, r, $6, 1 FROM unnest($9::text[]) AS r ORDER BY r"
     " ON CONFLICT (tenant, record_id) DO UPDATE SET last_read_at = excluded.last_read_at,"
     " reads = memory_usage.reads + 1")
 KEY_SQL = "SELECT row FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
@@ -375,7 +377,7 @@ class Reader:
             expires_at=created + timedelta(seconds=self.settings.memory_receipt_ttl_s), task_id=request.task_id)
         await conn.execute(SAVE_SQL, receipt.receipt_id, receipt.tenant, receipt.caller, receipt.task_id,
                            [c.record_id for c in found], created, receipt.expires_at,
-                           msgspec.json.encode(receipt), receipt.selected)
+                           msgspec.json.encode(receipt), sorted(set(receipt.selected)))
         items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6), review=c.review,
                          tokens_=cost[c.record_id]) for c in picked]
         return ReadReply(ok=True, items=items, receipt=receipt, rendered=selection.rendered)

@@ -34,8 +34,8 @@ W_RELEVANCE, W_AUTHORITY, W_FRESH = 0.6, 0.25, 0.15
 RRF_K = 60
 # A read without ``k`` fills its token budget: each search source then fetches this many
 # candidates per ``FILL_TOKENS_PER_ITEM`` tokens of budget, between ``FILL_MIN`` and ``FILL_MAX``.
-FILL_TOKENS_PER_ITEM = 40
-FILL_MIN, FILL_MAX = 10, 100
+FILL_TOKENS_PER_ITEM = 20
+FILL_MIN, FILL_MAX = 10, 400
 HALF_LIFE_DAYS: dict[str, float] = {
     "diagnostic": 1.0, "task_result": 30.0, "procedure": 90.0, "fact": 180.0, "preference": 365.0, "rule": 365.0,
 }
