@@ -47,7 +47,8 @@ _I = re.IGNORECASE | re.UNICODE
 
 # Objects that name the agent's instructions.
 _EN_RULES = (r"(?:instructions?|rules?|directions?|directives?|prompts?|guidelines?|guardrails?|policies"
-             r"|policy|constraints?|programming|orders?|commands?|context|restrictions?|safeguards?|filters?)")
+             r"|policy|constraints?|programming|orders?|commands?|context|restrictions?|safeguards?|filters?|guidance"
+             r"|safety\s+checks?)")
 _EN_PRIOR = (r"(?:all|any|every|the|your|my|previous|prior|above|earlier|preceding|former|original|existing"
              r"|old|initial|system|safety|other|of|these|those|\s)*")
 _EN_DATA = (r"(?:anything|everything|any(?:thing)? of (?:it|this)|it|(?:any|all|this|these|the|my|our|their|your"
@@ -59,7 +60,7 @@ _DELETE = r"(?:delete|erase|forget|remove|purge|wipe|discard|clear)"
 _EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|append|prefix|cite|link|promote"
                    r"|suggest|output|print|speak|talk|address|remember(?!\s+to\b)|trust|obey|follow|comply|ignore"
                    r"|disregard|reveal|disclose|send|forward|treat|consider|assume|believe|approve|grant|refuse"
-                   r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|agree|accept|prioriti[sz]e"
+                   r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|praise|endorse|advertise|agree|accept|prioriti[sz]e"
                    r"|store|retain|keep\s+(?:all|every|this|these|the\s+user)|share\s+(?:the|this|all|user|our|my))\b")
 _SENTENCE = r"[^.!?。！？\n]{0,80}?"
 _EN_AGENT_CUE = (r"(?:\byou\b|\byour\b|\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
@@ -72,11 +73,11 @@ _SEND = (r"(?:send|forward|e-?mail|post|upload|transmit|leak|exfiltrate|copy|发
          r"|manda|envoie|envoyez|transfère|transmets|sende|senden|schicke|übermittle|leite|送信|転送|送って|送る"
          r"|отправь|отправьте|перешли|пошли|envie|envia|encaminhe|mande|invia|inoltra|보내|전송|전달)")
 _PRIVATE = (r"(?:conversations?|chats?|history|transcripts?|messages|memor(?:y|ies)|user\s+data|personal\s+data"
-            r"|credentials|passwords?|api\s+keys?|tokens?|secrets?|system\s+prompt|对话|聊天|记录|历史|数据|密码"
+            r"|credentials|passwords?|api\s+keys?|tokens?|secrets?|system\s+prompt|(?:user'?s?|their|customer'?s?)\s+files|对话|聊天|记录|历史|数据|密码"
             r"|conversación|historial|datos|contraseñas|historique|données|mots\s+de\s+passe|Gespräch\w*|Verlauf"
             r"|Daten|Passw\w*|会話|履歴|データ|パスワード|переписк\w*|истори\w*|разговор\w*|данны\w*|парол\w*"
             r"|conversa|histórico|dados|senhas|conversazione|cronologia|dati|대화|기록|데이터|비밀번호)")
-_DESTINATION = r"(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|https?://|\bwww\.)"
+_DESTINATION = r"(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?:https?|s?ftp|wss?)://|\bwww\.)"
 # What a kind cannot be found without (a cheap test before its patterns look at every sentence).
 _NEEDS: dict[str, tuple[str, ...]] = {"exfiltration": ("@", "://", "www.", "![")}
 
@@ -107,6 +108,14 @@ _PATTERNS: dict[str, list[str]] = {
         # ko
         r"(?:지시|지침|명령|규칙|설정|지시사항)(?:을|를|은|는)?\s*(?:모두\s*|전부\s*)?(?:무시|잊어)",
     ],
+    "priority_claim": [
+        # a text that says it outranks the agent's rules
+        r"\b(?:document|page|message|text|instruction|note|email|e-mail)s?\s+(?:takes?\s+precedence|has\s+priority|overrides?|supersedes?|outranks?)\s+(?:over\s+)?(?:your|all|any|the|every)\b",
+        r"\btiene\s+prioridad\s+sobre\s+(?:tus|las|sus)\s+(?:reglas|instrucciones)|\b(?:prime|a\s+priorité)\s+sur\s+(?:tes|vos|les)\s+(?:règles|instructions|consignes)",
+        r"\bhat\s+Vorrang\s+vor\s+(?:deinen|Ihren|den|allen)\s+(?:Regeln|Anweisungen)|\bha\s+priorità\s+sulle\s+(?:tue|vostre|sue|le)\s+(?:regole|istruzioni)",
+        r"优先于(?:你的|所有)?(?:规则|指令|指示)|(?:ルール|指示|規則)より(?:も)?優先|(?:규칙|지시|지침)보다\s*우선",
+        r"имеет\s+приоритет\s+над\s+(?:твоими\s+|вашими\s+|всеми\s+)?(?:правилами|инструкциями)|\btem\s+prioridade\s+sobre\s+(?:suas|as|tuas)\s+(?:regras|instruções)",
+    ],
     "deletion_override": [
         # en
         r"\b(?:ignore|disregard|reject|refuse|decline|deny)\s+(?:all\s+|any\s+|every\s+|the\s+|future\s+|user\s+)*(?:[\w'-]+\s+)?(?:deletion|delete|removal|erasure|forget(?:ting)?|purge|gdpr)\s+(?:requests?|commands?|instructions?|orders?)",
@@ -136,6 +145,7 @@ _PATTERNS: dict[str, list[str]] = {
     "retention_override": [
         # en
         r"\b(?:keep|store|save|retain|remember|preserve|log|archive|record)\s+(?:a\s+copy\s+of\s+)?(?:everything|all(?:\s+\w+){0,3}|every(?:\s+\w+){1,2}|(?:this|these|it|the\s+\w+)(?:\s+\w+){0,2})\s+(?:forever|permanently|indefinitely|for\s+ever|for\s+good|eternally|for\s+all\s+time)",
+        r"\b(?:remember|store|save|keep|retain)\s+(?:this\s+|that\s+|it\s+)?(?:forever|permanently|for\s+good)\b",
         r"\b(?:never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
         # zh
         r"(?:永久|永远|永遠|一直|无限期|無限期)(?:地)?(?:保存|保留|存储|儲存|记住|記住|保管)",
@@ -167,6 +177,9 @@ _PATTERNS: dict[str, list[str]] = {
         r"(?:系统提示|系統提示|系统指令|系统消息|システムプロンプト|システムメッセージ|системн(?:ый|ого|ые)\s+(?:промпт|подсказк|инструкци|сообщени)\w*|prompt\s+(?:del|do)\s+sistema|prompt\s+système|invite\s+système|System-?[Pp]rompt|Systemanweisung\w*)",
     ],
     "role_play": [
+        # authority claimed in data: "as your developer I authorise you", "I am the admin"
+        r"\bas\s+(?:the|your|an?)\s+(?:developer|admin(?:istrator)?|owner|operator|creator|security\s+team|vendor)\b[^.!?\n]{0,60}\b(?:I|we)\s+(?:hereby\s+)?(?:authori[sz]e|instruct|order|command|permit|allow|require|grant)\b",
+        r"\b(?:I|we)\s+(?:am|are|'m|'re)\s+(?:your|the\s+assistant'?s?)\s+(?:developers?|admin(?:istrator)?s?|owners?|operators?|creators?)\b",
         r"\b(?:you\s+are\s+now|from\s+now\s+on\s+you\s+are|you\s+will\s+now\s+be|you're\s+now)\s+(?:a|an|the|in|my|DAN|called|named|no\s+longer)\b",
         r"\b(?:pretend|imagine)\s+(?:to\s+be|that\s+you\s+are|you\s+are|you're|as\s+if\s+you\s+(?:are|were))\b",
         r"(?:^|[.!:;\n]\s*|\b(?:please|now|you\s+(?:will|must|should|shall)|i\s+want\s+you\s+to)\s+)(?:act|behave|roleplay|role-play)\s+(?:as|like)\b",
@@ -186,16 +199,20 @@ _PATTERNS: dict[str, list[str]] = {
     "policy_imperative": [
         # en: a standing order to the agent
         rf"\bfrom\s+now\s+on\b(?={_SENTENCE}{_EN_AGENT_CUE})|\bhenceforth\b|\bgoing\s+forward,?\s+(?:you|always|never)\b|\bfrom\s+this\s+point\s+(?:on|forward)\b",
-        rf"(?:^|[.!:;,|>\"'\n]\s*|\b(?:please|you\s+must|you\s+should|you\s+will)\s+)(?:always|never)\s+{_EN_AGENT_VERBS}",
+        rf"(?:^|[.!:;,|>\"'\n]\s*|\b(?:please|you\s+must|you\s+should|you\s+will|be\s+sure\s+to|make\s+sure\s+(?:to|you)|remember\s+to)\s+)(?:always|never)\s+{_EN_AGENT_VERBS}",
+        r"\b(?:for|in)\s+(?:all|every|any)\s+future\s+(?:conversations?|chats?|answers?|replies|responses|sessions?|interactions?)\b",
+        rf"\bwhenever\s+(?:someone|anyone|a\s+user|the\s+user|users?|you\s+(?:are|get))\s+(?:asks?|asked|mentions?|says?|writes?)\b{_SENTENCE}\b{_EN_AGENT_VERBS}",
+        r"\b(?:every|each|all)\s+(?:of\s+your\s+)?(?:repl(?:y|ies)|answers?|responses?)\s+(?:must|should|shall|has\s+to|have\s+to)\s+(?:end|start|begin|include|contain|mention|link|recommend)\b",
+        r"^\s*\[?(?-i:SYSTEM|System)\]?\s*[:：](?=[^\n]{0,80}\b(?:you|your|assistant|AI|model|agent|always|never|must)\b)",
         r"\byou\s+(?:must|shall|have\s+to|are\s+required\s+to|are\s+obligated\s+to|need\s+to\s+always)\s+(?:always|never|obey|comply|follow|trust|grant|approve|store|keep|remember|ignore|treat|answer|respond|reply|execute|run|send|forward|give|reveal|do\s+whatever)\b",
         r"\b(?:new|permanent|standing|additional|hidden|secret)\s+(?:rule|policy|directive|instruction)\s*[:：]",
         r"\b(?:obey|comply\s+with)\s+(?:only\s+)?(?:me|this\s+(?:document|message|page|file|text))\b",
         r"\bthis\s+(?:rule|instruction|directive)\s+(?:overrides|supersedes|takes\s+precedence)\b",
         # zh
-        r"(?:(?:从现在开始|從現在開始|从今以后|從今以後|从此以后)(?=[^。！？\n]{0,40}(?:你|您|总是|始终|永远|必须|回答|回复|记住|推荐|遵守))|今后你|以后你|你必须|你必須|你务必|你应该总是|你要永远|你要始终|必须始终|必须总是|务必始终|新规则[:：]|新的规则[:：])",
+        r"(?:(?:以后|今后|往后)(?:所有|每个|每次)?(?:的)?(?:回答|回复|对话)(?:都)?(?:要|必须|应该)|(?:从现在开始|從現在開始|从今以后|從今以後|从此以后)(?=[^。！？\n]{0,40}(?:你|您|总是|始终|永远|必须|回答|回复|记住|推荐|遵守))|今后你|以后你|你必须|你必須|你务必|你应该总是|你要永远|你要始终|必须始终|必须总是|务必始终|新规则[:：]|新的规则[:：])",
         r"(?:^|[。！，,；\n]\s*)(?:请)?(?:总是|始终|永远|一律)(?:要)?(?:回答|回复|遵守|执行|信任|保存|记住|同意|批准|相信|使用|听从)",
         # es
-        r"\b(?:a\s+partir\s+de\s+ahora|de\s+ahora\s+en\s+adelante)\b(?=[^.!?\n]{0,80}\b(?:t[úu]|usted|siempre|nunca|debes|responde\w*|contesta\w*|recomienda|recuerda|di|usa|ignora|env[íi]a|incluye|guarda|trata|escribe|habla)\b)|\b(?:siempre\s+debes|debes\s+siempre|nunca\s+debes|debes\s+obedecer|tienes\s+que\s+(?:obedecer|cumplir|siempre))\b|\bnueva\s+regla\s*:",
+        r"\b(?:a\s+partir\s+de\s+ahora|de\s+ahora\s+en\s+adelante|en\s+adelante)\b(?=[^.!?\n]{0,80}\b(?:t[úu]|usted|siempre|nunca|debes|responde\w*|contesta\w*|recomienda|recuerda|di|usa|ignora|env[íi]a|incluye|guarda|trata|escribe|habla)\b)|\b(?:siempre\s+debes|debes\s+siempre|nunca\s+debes|debes\s+obedecer|tienes\s+que\s+(?:obedecer|cumplir|siempre))\b|\bnueva\s+regla\s*:",
         # fr
         r"(?:\bà\s+partir\s+de\s+maintenant|(?:^|[.!:;\n]\s*)(?:désormais|dorénavant))\b(?=[^.!?\n]{0,80}\b(?:tu|vous|toujours|jamais|réponds|répondez|recommande|recommandez|retiens|souviens|ignore|envoie|inclus|garde|traite|écris|parle|dois|devez)\b)|\b(?:désormais|dorénavant),?\s+(?:tu|vous)\b|\b(?:tu\s+dois|vous\s+devez)\s+(?:toujours|jamais|obéir|désormais)\b|\bnouvelle\s+règle\s*:",
         # de
@@ -236,6 +253,7 @@ _PATTERNS: dict[str, list[str]] = {
     ],
     # A claim, in data, of what the user wants from the agent (only the user says that).
     "fake_user_preference": [
+        r"\buser\s+(?:has\s+)?(?:confirmed|said|stated|decided|agreed|indicated)\s+(?:that\s+)?(?:they|he|she)\s+(?:wants?|prefers?|would\s+like)\b",
         r"\b(?:the\s+)?user\s+(?:has\s+)?(?:asked|wants|prefers|requested|requires|insists|would\s+like|instructed|told)\s+(?:that\s+)?(?:you|the\s+(?:assistant|AI|agent|model)|all\s+(?:answers|replies|responses))\b",
         r"用户(?:希望|要求|想要|想让|让|喜欢|偏好)(?:你|您|助手|AI|模型)",
         r"\b(?:el|la)\s+usuari[oa]\s+(?:quiere|prefiere|pide|pidió|desea|ha\s+pedido)\s+que\b",
@@ -464,7 +482,7 @@ def _mentions(text: str, findings: list[Finding], hidden: list[tuple[int, int]])
 def find_instructions(text: str) -> list[Finding]:
     """Imperatives aimed at the agent's policy, by kind (see the module docstring).
 
-    Kinds: ``override_instructions``, ``deletion_override``, ``retention_override``,
+    Kinds: ``override_instructions``, ``priority_claim``, ``deletion_override``, ``retention_override``,
     ``system_prompt``, ``role_play``, ``policy_imperative``, ``exfiltration``,
     ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``.
     """
