@@ -27,7 +27,8 @@ overlay), and letters that look like Latin ones (the Cyrillic i U+0456, the Gree
 omicron, small capitals) mapped to their skeleton in a second view, so Russian is
 still matched as Russian. Unicode TAG characters (U+E0020 to U+E007E, invisible ASCII) are
 removed from the text and matched as the hidden text they spell. The text without markup tags
-and string-concatenation joins (a split instruction), its rot13 and every base64 or hex run
+and string-concatenation joins (a split instruction), its rot13 (when a sentence has more
+vowels decoded than as written) and every base64 or hex run
 that decodes to readable text are matched too. Findings are spans of the original text (of the
 whole encoded run for decoded text). A finding quoted in a text that says it describes an
 attack (a security article) is a mention and is not reported, unless something is hidden.
@@ -370,7 +371,8 @@ _HIDDEN = re.compile(
     r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
     re.IGNORECASE | re.DOTALL | re.MULTILINE)
 _WORDS = re.compile(r"[^\W\d_]{2,}")
-# Encoded text: base64 and hex runs long enough to hold a sentence; rot13 is tried on the whole text.
+# Encoded text: base64 and hex runs long enough to hold a sentence; rot13 is tried on the whole
+# text when a sentence of it reads as rot13 (``_rot13_reads_better``).
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
 _ROT13 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
@@ -378,6 +380,22 @@ _ROT13 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
 # What splits one instruction without changing what a model reads: markup tags and the joins
 # of string concatenation ('ignore all prev' + 'ious instructions').
 _SPLITTERS = re.compile(r"<[^<>\n]{0,200}>|[\"'`]\s*\+\s*[\"'`]")
+# A splitter between two letters (inside a word or a phrase): only then is the view needed.
+_SPLIT_INSIDE = re.compile(r"[^\W\d_](?:<[^<>\n]{0,200}>)+[^\W\d_]|[\"'`]\s*\+\s*[\"'`]")
+# Sentences (or lines) with letters enough to judge their vowels by.
+_SENTENCES = re.compile(r"[^.!?。\n]{12,}")
+
+
+def _vowel_share(text: str) -> float:
+    letters = [c for c in text.lower() if "a" <= c <= "z"]
+    return sum(c in "aeiouy" for c in letters) / len(letters) if len(letters) >= 12 else 0.0
+
+
+def _rot13_reads_better(text: str) -> bool:
+    """Whether some sentence of ``text`` is rot13: Latin-script language is about 40% vowels,
+    rot13 turns them into n, r, v, b, h, l, so the decoded sentence has clearly more vowels."""
+    return any(_vowel_share(m.group().translate(_ROT13)) > _vowel_share(m.group()) + 0.03
+               for m in _SENTENCES.finditer(text))
 # A finding inside quotation marks, in a text that says (outside the quotes) it describes an
 # attack, is a mention (a security article quoting a payload), not an instruction.
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
@@ -430,7 +448,7 @@ def _decoded(text: str) -> list[tuple[str, int, int]]:
 
 def _unsplit(text: str) -> tuple[str, list[int]] | None:
     """``text`` without markup tags and concatenation joins, with the index of each character."""
-    if not _SPLITTERS.search(text):
+    if not _SPLIT_INSIDE.search(text):
         return None
     keep = [True] * len(text)
     for m in _SPLITTERS.finditer(text):
@@ -462,7 +480,7 @@ def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] |
         return
     for decoded, start, end in _decoded(text):
         _match(decoded, by_kind, span=(start, end), derived=True)
-    if any("A" <= c <= "z" for c in text):
+    if _rot13_reads_better(text):
         _match(text.translate(_ROT13), by_kind, derived=True)  # letter for letter: same coordinates
     if (unsplit := _unsplit(text)) is not None:
         _match(unsplit[0], by_kind, index=unsplit[1], derived=True)
