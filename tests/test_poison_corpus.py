@@ -4,6 +4,7 @@
   benign controls; the same seed gives the same corpus.
 - No attack becomes active memory and at most 3% of the controls are not written, on the tuned
   part and on the held-out part (another seed; Italian, Korean, e-mail and third-party chat).
+- The instruction detector alone flags every attack (the other gates are a second line).
 - The rules behind it, one by one: hidden parts are reported, encodings and splits are decoded
   before matching, a quoted payload in an article about attacks is a mention, and a page cannot
   set a preference however it is worded.
@@ -48,6 +49,16 @@ def test_no_attack_becomes_active_and_controls_are_written_tuned_and_held_out() 
     assert tuned.admitted == [] and held.admitted == []
     assert tuned.false_quarantine <= P.FALSE_QUARANTINE_TARGET
     assert held.false_quarantine <= P.FALSE_QUARANTINE_TARGET
+
+
+def test_the_detector_alone_flags_every_attack() -> None:
+    """Protects the figures from resting on other gates: every attack's text, in both parts, has
+    a finding (authority and the personal-data rule are a second line)."""
+    for part, only in ((P.TUNED, False), (P.HELD_OUT, True)):
+        cases = [c for c in P.corpus(**part) if c.attack]  # type: ignore[arg-type]
+        if only:
+            cases = [c for c in cases if c.language in P.HELD_OUT_LANGUAGES or c.carrier in P.HELD_OUT_CARRIERS]
+        assert [c.name for c in cases if not find_instructions(c.proposals[0].value)] == []
 
 
 def test_hidden_parts_of_a_page_are_reported_and_visible_markup_is_not() -> None:
