@@ -69,6 +69,10 @@ _EN_AGENT_CUE = (r"(?:\byou\b|\byour\b|\bthe\s+(?:assistant|agent|model|AI)\b|\b
 # Who a message may address when it means the agent, per language.
 _AGENT_EN = (r"(?:AI|A\.I\.|assistants?|agents?|LLMs?|language\s+models?|models?|chat\s*bots?|bots?|GPT"
              r"|ChatGPT|Claude|Copilot)")
+# The agent named without ambiguity (not "support agents" or "the model must be recalibrated"):
+# a rule stated for it as a fact is only a project's or the user's to set.
+_AI_EN = (r"(?:AI(?:\s+(?:assistants?|agents?|models?|systems?))?|assistants?|chat\s*bots?|LLMs?|language\s+models?"
+          r"|GPT|ChatGPT|Claude|Copilot)")
 _SEND = (r"(?:send|forward|e-?mail|post|upload|transmit|leak|exfiltrate|copy|发送|发到|转发|发给|上传"
          r"|envía|envíe|reenvía"
          r"|manda|envoie|envoyez|transfère|transmets|sende|senden|schicke|übermittle|leite|送信|転送|送って|送る"
@@ -269,7 +273,7 @@ _PATTERNS: dict[str, list[str]] = {
     # A rule for the agent stated as a fact ("the assistant must keep all data", "company policy:
     # the assistant is authorised to share records"): only a project rule or the user sets one.
     "policy_claim": [
-        rf"\b(?:the\s+|an?\s+|all\s+|every\s+)?(?:{_AGENT_EN})\s+(?:must|shall|should|has\s+to|may|can|is\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged)|are\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged))\b",
+        rf"\b(?:the\s+|an?\s+|all\s+|every\s+)?(?:{_AI_EN})\s+(?:must|shall|should|has\s+to|may|can|is\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged)|are\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged))\b",
         r"(?:助手|AI|人工智能|模型|智能体)(?:必须|应该|应当|可以|有权|须|不得|需要)",
         r"\bel\s+asistente\s+(?:debe|deberá|tiene\s+que|puede|está\s+autorizado)",
         r"\bl['’]assistant\s+(?:doit|devra|peut|est\s+autorisé)",
