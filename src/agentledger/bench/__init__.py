@@ -27,6 +27,7 @@ from agentledger.bench import (
     forget,
     ledger,
     memory,
+    poisoning,
     projection,
     quotas,
     recall,
@@ -56,8 +57,8 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "recall": recall.bench_recall,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
-# need none (reducer, context and consolidation run in-process).
-NAMES = [*BENCHES, "reducer", "context", "consolidation", "scaleout"]
+# need none (reducer, context, consolidation and poisoning run in-process).
+NAMES = [*BENCHES, "reducer", "context", "consolidation", "poisoning", "scaleout"]
 # Builds timed by the in-process context benchmark, per profile.
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
@@ -82,6 +83,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         context.bench_context(CONTEXT_BUILDS.get(profile, 20), repeats=3 if profile == "full" else 1)
     if "consolidation" in names:
         consolidation.bench_consolidation()
+    if "poisoning" in names:
+        poisoning.bench_poisoning()
     benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file)}
     server_benches = [n for n in benches if n in names]
     if server_benches:

@@ -9,8 +9,12 @@ like one ("always answer in Chinese"): this module only reports; the policy
 decides by source (an instruction is poison when it comes from a document, a web
 page or tool output quoting one, or when a non-user source writes a rule).
 
-Patterns cover English, Chinese, Spanish, French, German, Japanese, Russian and
-Portuguese. Descriptions ("the user prefers Chinese", "build No.19 passed",
+Patterns cover English, Chinese, Spanish, French, German, Japanese, Russian,
+Portuguese, Italian and Korean. Besides orders, text in data that speaks to the agent
+("note to the AI"), claims of what the user wants from it, rules for it stated as facts,
+orders to send its data somewhere, and content hidden from a reader (HTML and markdown
+comments, hidden elements, white or tiny text) are reported: from a page or a document none
+of them is the page's to say. Descriptions ("the user prefers Chinese", "build No.19 passed",
 "the README has install instructions") must not match: the verbs are
 imperative forms and their objects are the agent's instructions, memory, data
 or rules.
@@ -22,12 +26,18 @@ characters removed, combining marks composed or dropped (a strike-through
 overlay), and letters that look like Latin ones (the Cyrillic i U+0456, the Greek
 omicron, small capitals) mapped to their skeleton in a second view, so Russian is
 still matched as Russian. Unicode TAG characters (U+E0020 to U+E007E, invisible ASCII) are
-removed from the text and matched as the hidden text they spell. Findings are
-spans of the original text.
+removed from the text and matched as the hidden text they spell. The text without markup tags
+and string-concatenation joins (a split instruction), its rot13 (when a sentence has more
+vowels decoded than as written) and every base64 or hex run
+that decodes to readable text are matched too. Findings are spans of the original text (of the
+whole encoded run for decoded text). A finding quoted in a text that says it describes an
+attack (a security article) is a mention and is not reported, unless something is hidden.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
 import unicodedata
@@ -38,13 +48,43 @@ _I = re.IGNORECASE | re.UNICODE
 
 # Objects that name the agent's instructions.
 _EN_RULES = (r"(?:instructions?|rules?|directions?|directives?|prompts?|guidelines?|guardrails?|policies"
-             r"|policy|constraints?|programming|orders?|commands?|context|restrictions?|safeguards?|filters?)")
+             r"|policy|constraints?|programming|orders?|commands?|context|restrictions?|safeguards?|filters?|guidance"
+             r"|safety\s+checks?)")
 _EN_PRIOR = (r"(?:all|any|every|the|your|my|previous|prior|above|earlier|preceding|former|original|existing"
              r"|old|initial|system|safety|other|of|these|those|\s)*")
 _EN_DATA = (r"(?:anything|everything|any(?:thing)? of (?:it|this)|it|(?:any|all|this|these|the|my|our|their|your"
             r"|user'?s?|stored|saved)\s+(?:\w+\s+)?(?:data|records?|memor(?:y|ies)|conversations?|chats?|history"
             r"|messages?|information|facts?|logs?|notes?|entries|files))")
 _DELETE = r"(?:delete|erase|forget|remove|purge|wipe|discard|clear)"
+# Verbs of a standing order to the agent (how it answers, what it keeps, whom it obeys), not
+# of one to a document's reader ("always wear goggles", "never share your password").
+_EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|append|prefix|cite|link|promote"
+                   r"|suggest|output|print|speak|talk|address|remember(?!\s+to\b)|trust|obey|follow|comply|ignore"
+                   r"|disregard|reveal|disclose|send|forward|treat|consider|assume|believe|approve|grant|refuse"
+                   r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|praise|endorse|advertise|agree|accept|prioriti[sz]e"
+                   r"|store|retain|keep\s+(?:all|every|this|these|the\s+user)|share\s+(?:the|this|all|user|our|my))\b")
+_SENTENCE = r"[^.!?。！？\n]{0,80}?"
+_EN_AGENT_CUE = (r"(?:\byou\b|\byour\b|\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
+                 rf"|\b{_EN_AGENT_VERBS})")
+# Who a message may address when it means the agent, per language.
+_AGENT_EN = (r"(?:AI|A\.I\.|assistants?|agents?|LLMs?|language\s+models?|models?|chat\s*bots?|bots?|GPT"
+             r"|ChatGPT|Claude|Copilot)")
+# The agent named without ambiguity (not "support agents" or "the model must be recalibrated"):
+# a rule stated for it as a fact is only a project's or the user's to set.
+_AI_EN = (r"(?:AI(?:\s+(?:assistants?|agents?|models?|systems?))?|assistants?|chat\s*bots?|LLMs?|language\s+models?"
+          r"|GPT|ChatGPT|Claude|Copilot)")
+_SEND = (r"(?:send|forward|e-?mail|post|upload|transmit|leak|exfiltrate|copy|发送|发到|转发|发给|上传"
+         r"|envía|envíe|reenvía"
+         r"|manda|envoie|envoyez|transfère|transmets|sende|senden|schicke|übermittle|leite|送信|転送|送って|送る"
+         r"|отправь|отправьте|перешли|пошли|envie|envia|encaminhe|mande|invia|inoltra|보내|전송|전달)")
+_PRIVATE = (r"(?:conversations?|chats?|history|transcripts?|messages|memor(?:y|ies)|user\s+data|personal\s+data"
+            r"|credentials|passwords?|api\s+keys?|tokens?|secrets?|system\s+prompt|(?:user'?s?|their|customer'?s?)\s+files|对话|聊天|记录|历史|数据|密码"
+            r"|conversación|historial|datos|contraseñas|historique|données|mots\s+de\s+passe|Gespräch\w*|Verlauf"
+            r"|Daten|Passw\w*|会話|履歴|データ|パスワード|переписк\w*|истори\w*|разговор\w*|данны\w*|парол\w*"
+            r"|conversa|histórico|dados|senhas|conversazione|cronologia|dati|대화|기록|데이터|비밀번호)")
+_DESTINATION = r"(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?:https?|s?ftp|wss?)://|\bwww\.)"
+# What a kind cannot be found without (a cheap test before its patterns look at every sentence).
+_NEEDS: dict[str, tuple[str, ...]] = {"exfiltration": ("@", "://", "www.", "![")}
 
 _PATTERNS: dict[str, list[str]] = {
     "override_instructions": [
@@ -68,6 +108,18 @@ _PATTERNS: dict[str, list[str]] = {
         r"(?:игнорируй|игнорируйте|проигнорируй|забудь|забудьте|не\s+обращай\s+внимания\s+на|отбрось)\s+(?:все\s+)?(?:предыдущие\s+|прежние\s+|свои\s+|твои\s+|эти\s+)*(?:инструкции|правила|указания|команды|ограничения)",
         # pt
         r"\b(?:ignore|ignora|ignorem|esqueça|esqueca|esquece|desconsidere|desconsidera)\s+(?:tod[oa]s\s+)?(?:as\s+|os\s+|suas\s+|tuas\s+)?(?:instruções|instrucoes|regras|orientações|diretrizes|ordens)",
+        # it
+        r"\b(?:ignora|ignorate|ignori|dimentica|dimenticate|trascura|scarta)\s+(?:tutte\s+)?(?:le\s+)?(?:tue\s+|sue\s+)?(?:istruzioni|regole|indicazioni|direttive|ordini)",
+        # ko
+        r"(?:지시|지침|명령|규칙|설정|지시사항)(?:을|를|은|는)?\s*(?:모두\s*|전부\s*)?(?:무시|잊어)",
+    ],
+    "priority_claim": [
+        # a text that says it outranks the agent's rules
+        r"\b(?:document|page|message|text|instruction|note|email|e-mail)s?\s+(?:takes?\s+precedence|has\s+priority|overrides?|supersedes?|outranks?)\s+(?:over\s+)?(?:your|all|any|the|every)\b",
+        r"\btiene\s+prioridad\s+sobre\s+(?:tus|las|sus)\s+(?:reglas|instrucciones)|\b(?:prime|a\s+priorité)\s+sur\s+(?:tes|vos|les)\s+(?:règles|instructions|consignes)",
+        r"\bhat\s+Vorrang\s+vor\s+(?:deinen|Ihren|den|allen)\s+(?:Regeln|Anweisungen)|\bha\s+priorità\s+sulle\s+(?:tue|vostre|sue|le)\s+(?:regole|istruzioni)",
+        r"优先于(?:你的|所有)?(?:规则|指令|指示)|(?:ルール|指示|規則)より(?:も)?優先|(?:규칙|지시|지침)보다\s*우선",
+        r"имеет\s+приоритет\s+над\s+(?:твоими\s+|вашими\s+|всеми\s+)?(?:правилами|инструкциями)|\btem\s+prioridade\s+sobre\s+(?:suas|as|tuas)\s+(?:regras|instruções)",
     ],
     "deletion_override": [
         # en
@@ -98,6 +150,7 @@ _PATTERNS: dict[str, list[str]] = {
     "retention_override": [
         # en
         r"\b(?:keep|store|save|retain|remember|preserve|log|archive|record)\s+(?:a\s+copy\s+of\s+)?(?:everything|all(?:\s+\w+){0,3}|every(?:\s+\w+){1,2}|(?:this|these|it|the\s+\w+)(?:\s+\w+){0,2})\s+(?:forever|permanently|indefinitely|for\s+ever|for\s+good|eternally|for\s+all\s+time)",
+        r"\b(?:remember|store|save|keep|retain)\s+(?:this\s+|that\s+|it\s+)?(?:forever|permanently|for\s+good)\b",
         r"\b(?:never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
         # zh
         r"(?:永久|永远|永遠|一直|无限期|無限期)(?:地)?(?:保存|保留|存储|儲存|记住|記住|保管)",
@@ -115,6 +168,11 @@ _PATTERNS: dict[str, list[str]] = {
         r"\b(?:сохраняй|сохраните|сохрани|храни|храните|запомни)\s+(?:всё|все|это)(?:\s+\S+){0,2}\s+(?:навсегда|вечно|бессрочно|постоянно)",
         # pt
         r"\b(?:guarde|guarda|armazene|armazena|mantenha|mantém|conserve|lembre)\s+(?:tudo|tod[oa]s\s+\S+|isso)(?:\s+\S+){0,2}\s+(?:para\s+sempre|permanentemente|indefinidamente)",
+
+        # it
+        r"\b(?:conserva|conservare|salva|memorizza|ricorda|mantieni|archivia)\b[^.!?\n]{0,60}\b(?:per\s+sempre|permanentemente|indefinitamente)\b|\bper\s+sempre\s+tutti\s+i\s+dati\b",
+        # ko
+        r"(?:영구히|영원히|무기한)\s*(?:\S+\s*){0,2}(?:보관|저장|기억)",
     ],
     "system_prompt": [
         r"\b(?:reveal|print|show|repeat|output|display|leak|dump|tell\s+me|give\s+me|share|recite|write\s+out|ignore|override|replace|change|update)\s+(?:me\s+)?(?:your|the|its|my)\s+(?:full\s+|hidden\s+|original\s+|initial\s+|secret\s+)?(?:system\s+(?:prompt|message|instructions)|initial\s+instructions|hidden\s+instructions|developer\s+message)",
@@ -124,6 +182,9 @@ _PATTERNS: dict[str, list[str]] = {
         r"(?:系统提示|系統提示|系统指令|系统消息|システムプロンプト|システムメッセージ|системн(?:ый|ого|ые)\s+(?:промпт|подсказк|инструкци|сообщени)\w*|prompt\s+(?:del|do)\s+sistema|prompt\s+système|invite\s+système|System-?[Pp]rompt|Systemanweisung\w*)",
     ],
     "role_play": [
+        # authority claimed in data: "as your developer I authorise you", "I am the admin"
+        r"\bas\s+(?:the|your|an?)\s+(?:developer|admin(?:istrator)?|owner|operator|creator|security\s+team|vendor)\b[^.!?\n]{0,60}\b(?:I|we)\s+(?:hereby\s+)?(?:authori[sz]e|instruct|order|command|permit|allow|require|grant)\b",
+        r"\b(?:I|we)\s+(?:am|are|'m|'re)\s+(?:your|the\s+assistant'?s?)\s+(?:developers?|admin(?:istrator)?s?|owners?|operators?|creators?)\b",
         r"\b(?:you\s+are\s+now|from\s+now\s+on\s+you\s+are|you\s+will\s+now\s+be|you're\s+now)\s+(?:a|an|the|in|my|DAN|called|named|no\s+longer)\b",
         r"\b(?:pretend|imagine)\s+(?:to\s+be|that\s+you\s+are|you\s+are|you're|as\s+if\s+you\s+(?:are|were))\b",
         r"(?:^|[.!:;\n]\s*|\b(?:please|now|you\s+(?:will|must|should|shall)|i\s+want\s+you\s+to)\s+)(?:act|behave|roleplay|role-play)\s+(?:as|like)\b",
@@ -136,30 +197,92 @@ _PATTERNS: dict[str, list[str]] = {
         r"(?:あなたは今から|今からあなたは|になりきって|のふりをして|として振る舞って|ロールプレイ)",
         r"(?:ты\s+теперь|теперь\s+ты|притворись|представь,?\s+что\s+ты|веди\s+себя\s+как|играй\s+роль)",
         r"\b(?:você\s+agora\s+é|agora\s+você\s+é|aja\s+como|finja\s+ser|faça\s+de\s+conta)\b",
+
+        r"\b(?:ora\s+sei|adesso\s+sei|d['’]ora\s+in\s+poi\s+sei|fingi\s+di\s+essere|comportati\s+come|interpreta\s+il\s+ruolo)\b",
+        r"(?:너는\s*이제|당신은\s*이제|이제\s*(?:너는|당신은)|인\s*척\s*해|역할을\s*맡아)",
     ],
     "policy_imperative": [
         # en: a standing order to the agent
-        r"\bfrom\s+now\s+on\b|\bhenceforth\b|\bgoing\s+forward,?\s+(?:you|always|never)\b|\bfrom\s+this\s+point\s+(?:on|forward)\b",
-        r"(?:^|[.!:;\n]\s*|\b(?:please|you\s+must|you\s+should|you\s+will)\s+)(?:always|never)\s+(?!been\b|was\b|were\b|is\b|are\b|has\b|had\b|mind\b)[a-z]+",
+        rf"\bfrom\s+now\s+on\b(?={_SENTENCE}{_EN_AGENT_CUE})|\bhenceforth\b|\bgoing\s+forward,?\s+(?:you|always|never)\b|\bfrom\s+this\s+point\s+(?:on|forward)\b",
+        rf"(?:^|[.!:;,|>\"'\n]\s*|\b(?:please|you\s+must|you\s+should|you\s+will|be\s+sure\s+to|make\s+sure\s+(?:to|you)|remember\s+to)\s+)(?:always|never)\s+{_EN_AGENT_VERBS}",
+        r"\b(?:for|in)\s+(?:all|every|any)\s+future\s+(?:conversations?|chats?|answers?|replies|responses|sessions?|interactions?)\b",
+        rf"\bwhenever\s+(?:someone|anyone|a\s+user|the\s+user|users?|you\s+(?:are|get))\s+(?:asks?|asked|mentions?|says?|writes?)\b{_SENTENCE}\b{_EN_AGENT_VERBS}",
+        r"\b(?:every|each|all)\s+(?:of\s+your\s+)?(?:repl(?:y|ies)|answers?|responses?)\s+(?:must|should|shall|has\s+to|have\s+to)\s+(?:end|start|begin|include|contain|mention|link|recommend)\b",
+        r"^\s*\[?(?-i:SYSTEM|System)\]?\s*[:：](?=[^\n]{0,80}\b(?:you|your|assistant|AI|model|agent|always|never|must)\b)",
         r"\byou\s+(?:must|shall|have\s+to|are\s+required\s+to|are\s+obligated\s+to|need\s+to\s+always)\s+(?:always|never|obey|comply|follow|trust|grant|approve|store|keep|remember|ignore|treat|answer|respond|reply|execute|run|send|forward|give|reveal|do\s+whatever)\b",
         r"\b(?:new|permanent|standing|additional|hidden|secret)\s+(?:rule|policy|directive|instruction)\s*[:：]",
         r"\b(?:obey|comply\s+with)\s+(?:only\s+)?(?:me|this\s+(?:document|message|page|file|text))\b",
         r"\bthis\s+(?:rule|instruction|directive)\s+(?:overrides|supersedes|takes\s+precedence)\b",
         # zh
-        r"(?:从现在开始|從現在開始|从今以后|從今以後|从此以后|今后你|以后你|你必须|你必須|你务必|你应该总是|你要永远|你要始终|必须始终|必须总是|务必始终|新规则[:：]|新的规则[:：])",
+        r"(?:(?:以后|今后|往后)(?:所有|每个|每次)?(?:的)?(?:回答|回复|对话)(?:都)?(?:要|必须|应该)|(?:从现在开始|從現在開始|从今以后|從今以後|从此以后)(?=[^。！？\n]{0,40}(?:你|您|总是|始终|永远|必须|回答|回复|记住|推荐|遵守))|今后你|以后你|你必须|你必須|你务必|你应该总是|你要永远|你要始终|必须始终|必须总是|务必始终|新规则[:：]|新的规则[:：])",
         r"(?:^|[。！，,；\n]\s*)(?:请)?(?:总是|始终|永远|一律)(?:要)?(?:回答|回复|遵守|执行|信任|保存|记住|同意|批准|相信|使用|听从)",
         # es
-        r"\ba\s+partir\s+de\s+ahora\b|\bde\s+ahora\s+en\s+adelante\b|\b(?:siempre\s+debes|debes\s+siempre|nunca\s+debes|debes\s+obedecer|tienes\s+que\s+(?:obedecer|cumplir|siempre))\b|\bnueva\s+regla\s*:",
+        r"\b(?:a\s+partir\s+de\s+ahora|de\s+ahora\s+en\s+adelante|en\s+adelante)\b(?=[^.!?\n]{0,80}\b(?:t[úu]|usted|siempre|nunca|debes|responde\w*|contesta\w*|recomienda|recuerda|di|usa|ignora|env[íi]a|incluye|guarda|trata|escribe|habla)\b)|\b(?:siempre\s+debes|debes\s+siempre|nunca\s+debes|debes\s+obedecer|tienes\s+que\s+(?:obedecer|cumplir|siempre))\b|\bnueva\s+regla\s*:",
         # fr
-        r"\bà\s+partir\s+de\s+maintenant\b|(?:^|[.!:;\n]\s*)(?:désormais|dorénavant)\b|\b(?:désormais|dorénavant),?\s+(?:tu|vous)\b|\b(?:tu\s+dois|vous\s+devez)\s+(?:toujours|jamais|obéir|désormais)\b|\bnouvelle\s+règle\s*:",
+        r"(?:\bà\s+partir\s+de\s+maintenant|(?:^|[.!:;\n]\s*)(?:désormais|dorénavant))\b(?=[^.!?\n]{0,80}\b(?:tu|vous|toujours|jamais|réponds|répondez|recommande|recommandez|retiens|souviens|ignore|envoie|inclus|garde|traite|écris|parle|dois|devez)\b)|\b(?:désormais|dorénavant),?\s+(?:tu|vous)\b|\b(?:tu\s+dois|vous\s+devez)\s+(?:toujours|jamais|obéir|désormais)\b|\bnouvelle\s+règle\s*:",
         # de
-        r"\bab\s+(?:jetzt|sofort|heute)\b|\bvon\s+nun\s+an\b|\bab\s+nun\b|\b(?:du\s+musst|sie\s+müssen)\s+(?:immer|stets|ab\s+jetzt|gehorchen|befolgen)\b|\bneue\s+Regel\s*:",
+        r"\b(?:ab\s+(?:jetzt|sofort|heute)|von\s+nun\s+an|ab\s+nun)\b(?=[^.!?\n]{0,80}\b(?:du|dich|dir|immer|nie|niemals|stets|musst|antworte|empfiehl|speichere|merke|ignoriere|sag|sage|schreibe|sende|befolge|gehorche)\b)|\b(?:du\s+musst|sie\s+müssen)\s+(?:immer|stets|ab\s+jetzt|gehorchen|befolgen)\b|\bneue\s+Regel\s*:",
         # ja
-        r"(?:今後は|これからは|以後は)|(?:常に|必ず|いつも)(?:.{0,12})(?:しなさい|すること|してください|せよ|従え|従って)|新しいルール[:：]",
+        r"(?:今後は|これからは|以後は)(?=[^。\n]{0,30}(?:あなた|常に|必ず|いつも|絶対|答え|回答|返答|返信|勧め|推奨|記憶|覚え|保存|従|無視|送信|話|こと))|(?:常に|必ず|いつも)[^。\n]{0,20}(?:答え|回答|返答|返信|勧め|推奨|記憶|覚え|保存|従|無視|送信|話)|新しいルール[:：]",
         # ru
-        r"\bс\s+этого\s+момента\b|\bотныне\b|\bвпредь\b|\b(?:ты\s+должен|ты\s+обязан|вы\s+должны)\s+(?:всегда|никогда|подчиняться|выполнять|слушаться)|\bновое\s+правило\s*:",
+        r"(?:\bс\s+этого\s+момента|\bотныне|\bвпредь)\b(?=[^.!?\n]{0,80}(?:\bты\b|\bвы\b|всегда|никогда|должен|должны|отвечай|рекомендуй|запомни|игнорируй|отправляй))|\b(?:ты\s+должен|ты\s+обязан|вы\s+должны)\s+(?:всегда|никогда|подчиняться|выполнять|слушаться)|\bновое\s+правило\s*:",
         # pt
-        r"\ba\s+partir\s+de\s+agora\b|\bde\s+agora\s+em\s+diante\b|\bdaqui\s+(?:em|para)\s+(?:diante|frente)\b|\b(?:você\s+deve|tu\s+deves)\s+(?:sempre|nunca|obedecer)\b|\bnova\s+regra\s*:",
+        r"\b(?:a\s+partir\s+de\s+agora|de\s+agora\s+em\s+diante|daqui\s+(?:em|para)\s+(?:diante|frente))\b(?=[^.!?\n]{0,80}\b(?:você|tu|sempre|nunca|deve|responda|responde|recomende|lembre|ignore|envie|inclua|guarde|trate|escreva|fale)\b)|\b(?:você\s+deve|tu\s+deves)\s+(?:sempre|nunca|obedecer)\b|\bnova\s+regra\s*:",
+        # it
+        r"\b(?:d['’]ora\s+in\s+poi|da\s+(?:ora|adesso)\s+in\s+poi)\b(?=[^.!?\n]{0,80}\b(?:tu|devi|sempre|mai|rispondi|consiglia|ricorda|ignora|invia|includi)\b)|\b(?:devi|dovrai)\s+sempre\b|\bnuova\s+regola\s*:",
+        # ko
+        r"(?:지금부터|앞으로는|이제부터)(?=[^.!?\n]{0,40}(?:항상|절대|반드시|대답|답변|추천|기억|무시|보내))",
+    ],
+    # An order to send what the agent holds somewhere else: a verb of sending, something private,
+    # and an address, in one sentence (any order, for SOV languages); or a markdown image whose
+    # address carries a template the agent would fill in.
+    "exfiltration": [
+        rf"(?:^|(?<=[.!?。！？\n:：]))(?=[^\n]{{0,200}}?{_SEND})(?=[^\n]{{0,200}}?{_PRIVATE})(?=[^\n]{{0,200}}?{_DESTINATION})[^\n]{{1,200}}",
+        r"!\[[^\]\n]*\]\([^)\s]*\?[^)\s]*=[^)\s]*(?:\{|\$|%7B)",
+    ],
+    # Text that speaks to the agent reading it, in data: "note to the AI", "assistant, when
+    # you read this", "if you are an LLM".
+    "addressed_to_agent": [
+        rf"\b(?:note|message|instructions?|attention|important(?:\s+note)?|notice|reminder)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?(?:AI\s+)?{_AGENT_EN}\b",
+        r"(?:^|[.!?:;,|>\"'\n\]]\s*)(?:hey\s+|dear\s+|attention\s+)?(?:AI|assistant|agent|model|LLM|ChatGPT|Claude|Copilot)\s*[,:]\s*(?:when|if|please|you|now|ignore|always|never|do|make|tell|say|recommend|reply|respond|answer|include|send|from)\b",
+        rf"\bif\s+you\s+are\s+an?\s+(?:AI|LLM|language\s+model|assistant|agent|bot)\b|\b{_AGENT_EN}\s+reading\s+this\b",
+        r"(?:给|致)(?:AI|人工智能|助手|模型|智能体)|(?:AI|人工智能)?助手的重要提示|AI助手[:：]",
+        r"\b(?:nota|mensaje|aviso|instrucciones?)\s+(?:importante\s+)?para\s+(?:el\s+|la\s+|los\s+)?(?:asistente|IA|modelo|agente)",
+        r"\b(?:note|message|consigne)s?\s+(?:importante\s+)?(?:pour|à)\s+(?:l['’]|les?\s+|la\s+)(?:assistant|IA|modèle|agent)",
+        r"\bHinweis\s+(?:für|an)\s+(?:den|die|das|alle)\s+(?:KI|Assistent|Modell|Agent)|\b(?:für|an)\s+(?:den|die)\s+KI-?(?:Assistenten|Modell|Agenten)\b",
+        r"(?:AI)?アシスタントへ|AIへの|モデルへの(?:指示|注意)",
+        r"(?:для|к)\s+(?:ИИ|ассистент\w*|модел\w*|агент\w*)|ИИ-ассистент\w*\s*[:：]",
+        r"\b(?:nota|mensagem|aviso)\s+(?:importante\s+)?(?:para|ao)\s+(?:o\s+)?(?:assistente|IA|modelo|agente)",
+        r"\b(?:nota|messaggio|avviso)\s+(?:importante\s+)?per\s+(?:l['’]|il\s+|lo\s+)?(?:assistente|IA|modello|agente)",
+        r"(?:AI|인공지능)?\s*어시스턴트(?:에게|께)|AI에게|모델에게",
+    ],
+    # A claim, in data, of what the user wants from the agent (only the user says that).
+    "fake_user_preference": [
+        r"\buser\s+(?:has\s+)?(?:confirmed|said|stated|decided|agreed|indicated)\s+(?:that\s+)?(?:they|he|she)\s+(?:wants?|prefers?|would\s+like)\b",
+        r"\b(?:the\s+)?user\s+(?:has\s+)?(?:asked|wants|prefers|requested|requires|insists|would\s+like|instructed|told)\s+(?:that\s+)?(?:you|the\s+(?:assistant|AI|agent|model)|all\s+(?:answers|replies|responses))\b",
+        r"用户(?:希望|要求|想要|想让|让|喜欢|偏好)(?:你|您|助手|AI|模型)",
+        r"\b(?:el|la)\s+usuari[oa]\s+(?:quiere|prefiere|pide|pidió|desea|ha\s+pedido)\s+que\b",
+        r"\bl['’]utilisat(?:eur|rice)\s+(?:souhaite|veut|préfère|demande|a\s+demandé)\s+que\s+(?:tu|vous|l['’]assistant)",
+        r"\b(?:der|die)\s+(?:Benutzer|Nutzer|Anwender)(?:in)?\s+(?:m(?:ö|oe?)chte|will|w(?:ü|ue?)nscht|bevorzugt|verlangt|hat\s+gebeten),?\s+dass\s+(?:du|Sie|der\s+Assistent)",
+        r"ユーザー(?:は|が)(?:あなた|アシスタント|AI)(?:が|に)",
+        r"пользовател\w+\s+(?:хочет|просит|предпочитает|попросил|требует),?\s+чтобы\s+(?:ты|вы|ассистент)",
+        r"\bo\s+usu[aá]rio\s+(?:quer|prefere|pede|pediu|deseja)\s+que\s+(?:você|tu|o\s+assistente)",
+        r"\bl['’]utente\s+(?:vuole|preferisce|chiede|ha\s+chiesto|desidera)\s+che\s+(?:tu|l['’]assistente)",
+        r"사용자(?:는|가)\s*(?:당신|어시스턴트|너)(?:이|가|에게)",
+    ],
+    # A rule for the agent stated as a fact ("the assistant must keep all data", "company policy:
+    # the assistant is authorised to share records"): only a project rule or the user sets one.
+    "policy_claim": [
+        rf"\b(?:the\s+|an?\s+|all\s+|every\s+)?(?:{_AI_EN})\s+(?:must|shall|should|has\s+to|may|can|is\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged)|are\s+(?:now\s+)?(?:required|authori[sz]ed|allowed|permitted|obliged))\b",
+        r"(?:助手|AI|人工智能|模型|智能体)(?:必须|应该|应当|可以|有权|须|不得|需要)",
+        r"\bel\s+asistente\s+(?:debe|deberá|tiene\s+que|puede|está\s+autorizado)",
+        r"\bl['’]assistant\s+(?:doit|devra|peut|est\s+autorisé)",
+        r"\b(?:der|die)\s+(?:KI-)?(?:Assistent|Agent|KI)\w*\s+(?:muss|darf|soll|ist\s+berechtigt)",
+        r"アシスタントは[^。\n]{0,40}(?:なければならない|なければなりません|してよい|べき)",
+        r"\bассистент\w*\s+(?:обязан|должен|может|вправе)",
+        r"\bo\s+assistente\s+(?:deve|deverá|tem\s+que|pode|está\s+autorizado)",
+        r"\bl['’]assistente\s+(?:deve|dovrà|può|è\s+autorizzato)",
+        r"어시스턴트(?:는|가)[^.\n]{0,40}(?:해야|할\s*수\s*있)",
     ],
 }
 
@@ -239,22 +362,160 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
     return views
 
 
+# Parts of a text a reader does not see but a model reads: HTML and markdown comments, elements
+# hidden by an attribute or a style (display:none, visibility:hidden, white or tiny text, zero
+# opacity). Their content is group ``c``, ``m`` or ``h``.
+_HIDDEN = re.compile(
+    r"<!--(?P<c>.*?)(?:-->|$)"
+    r"|^[ \t]*\[[^\]\n]*\]:[ \t]*#[ \t]*[(\"'](?P<m>[^\n]*?)[)\"']?[ \t]*$"
+    r"|<(?P<tag>[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
+    r"|style\s*=\s*[\"'][^\"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|opacity\s*:\s*0(?:\.0+)?\s*(?:;|[\"'])"
+    r"|font-size\s*:\s*[01](?:\.\d+)?(?:px|pt|em)?\s*(?:;|[\"'])"
+    r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|rgba?\(\s*255\s*,\s*255\s*,\s*255)))[^>]*)>"
+    r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
+    re.IGNORECASE | re.DOTALL | re.MULTILINE)
+_WORDS = re.compile(r"[^\W\d_]{2,}")
+# Encoded text: base64 and hex runs long enough to hold a sentence; rot13 is tried on the whole
+# text when a sentence of it reads as rot13 (``_rot13_reads_better``).
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+_ROT13 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+                       "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm")
+# What splits one instruction without changing what a model reads: markup tags and the joins
+# of string concatenation ('ignore all prev' + 'ious instructions').
+_SPLITTERS = re.compile(r"<[^<>\n]{0,200}>|[\"'`]\s*\+\s*[\"'`]")
+# A splitter between two letters (inside a word or a phrase): only then is the view needed.
+_SPLIT_INSIDE = re.compile(r"[^\W\d_](?:<[^<>\n]{0,200}>)+[^\W\d_]|[\"'`]\s*\+\s*[\"'`]")
+# Sentences (or lines) with letters enough to judge their vowels by.
+_SENTENCES = re.compile(r"[^.!?。\n]{12,}")
+
+
+def _vowel_share(text: str) -> float:
+    letters = [c for c in text.lower() if "a" <= c <= "z"]
+    return sum(c in "aeiouy" for c in letters) / len(letters) if len(letters) >= 12 else 0.0
+
+
+def _rot13_reads_better(text: str) -> bool:
+    """Whether some sentence of ``text`` is rot13: Latin-script language is about 40% vowels,
+    rot13 turns them into n, r, v, b, h, l, so the decoded sentence has clearly more vowels."""
+    return any(_vowel_share(m.group().translate(_ROT13)) > _vowel_share(m.group()) + 0.03
+               for m in _SENTENCES.finditer(text))
+# A finding inside quotation marks, in a text that says (outside the quotes) it describes an
+# attack, is a mention (a security article quoting a payload), not an instruction.
+_QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
+                     r"|(?<!\w)'[^'\n]{3,300}'(?!\w)")
+_DESCRIBING = re.compile(
+    r"\b(?:attack(?:er|s)?|injections?|payloads?|phrases?|examples?|such\s+as|e\.g\.|quotes?|quoted|jailbreaks?"
+    r"|Angriff\w*|Beispiel\w*|zitiert\w*|ataques?|ejemplos?|attaques?|exemples?|атак\w*|пример\w*|exemplos?"
+    r"|attacc\w*|esemp\w*)\b|攻击|例如|注入|攻撃|例えば|공격|예를", re.IGNORECASE)
+
+
+def hidden_parts(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` hidden from a reader (comments, hidden elements) that hold words."""
+    if "<" not in text and "]:" not in text:
+        return []
+    out = []
+    for m in _HIDDEN.finditer(text):
+        group = next(g for g in ("c", "m", "h") if m.group(g) is not None)
+        body = m.group(group)
+        if len(_WORDS.findall(body)) >= 2 or sum(c.isalpha() for c in body) >= 6:
+            out.append(m.span(group))
+    return out
+
+
+def _readable(data: bytes) -> str | None:
+    """``data`` as text when it is text (UTF-8, printable, with words), else None."""
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(c.isprintable() or c.isspace() for c in decoded)
+    return decoded if printable >= 0.95 * len(decoded) and _WORDS.search(decoded) else None
+
+
+def _decoded(text: str) -> list[tuple[str, int, int]]:
+    """Texts encoded in ``text`` (base64, hex), each with the span of its encoding."""
+    out: list[tuple[str, int, int]] = []
+    for m in _BASE64.finditer(text):
+        token = m.group()
+        try:
+            data = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if (decoded := _readable(data)) is not None:
+            out.append((decoded, *m.span()))
+    for m in _HEX.finditer(text):
+        if (decoded := _readable(bytes.fromhex(m.group()))) is not None:
+            out.append((decoded, *m.span()))
+    return out
+
+
+def _unsplit(text: str) -> tuple[str, list[int]] | None:
+    """``text`` without markup tags and concatenation joins, with the index of each character."""
+    if not _SPLIT_INSIDE.search(text):
+        return None
+    keep = [True] * len(text)
+    for m in _SPLITTERS.finditer(text):
+        for i in range(*m.span()):
+            keep[i] = False
+    index = [i for i, k in enumerate(keep) if k]
+    return "".join(text[i] for i in index), index
+
+
+def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] | None = None,
+           index: list[int] | None = None, derived: bool = False) -> None:
+    """Findings of every view of ``text`` into ``by_kind``, in ``text``'s coordinates, mapped
+    through ``index`` (text without splitters), or all at ``span`` (decoded text). A derived
+    text is not decoded again."""
+    for view, vindex in _views(text):
+        for kind, pattern in _compiled():
+            if kind in _NEEDS and not any(n in view for n in _NEEDS[kind]):
+                continue
+            for m in pattern.finditer(view):
+                start, end = m.span()
+                if vindex is not None:
+                    start, end = (vindex[start], vindex[end - 1] + 1) if end > start else (vindex[start],) * 2
+                if index is not None:
+                    start, end = index[start], index[max(start, end - 1)] + 1
+                if span is not None:
+                    start, end = span
+                by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
+    if derived:
+        return
+    for decoded, start, end in _decoded(text):
+        _match(decoded, by_kind, span=(start, end), derived=True)
+    if _rot13_reads_better(text):
+        _match(text.translate(_ROT13), by_kind, derived=True)  # letter for letter: same coordinates
+    if (unsplit := _unsplit(text)) is not None:
+        _match(unsplit[0], by_kind, index=unsplit[1], derived=True)
+
+
+def _mentions(text: str, findings: list[Finding], hidden: list[tuple[int, int]]) -> list[Finding]:
+    """The findings quoted in a text describing an attack (see ``_QUOTED``); none when
+    anything of the text is hidden."""
+    if hidden or not _DESCRIBING.search(text):
+        return []
+    if not _DESCRIBING.search(_QUOTED.sub(" ", text)):
+        return []
+    quotes = [m.span() for m in _QUOTED.finditer(text)]
+    return [f for f in findings if f.end > f.start and any(a <= f.start and f.end <= b for a, b in quotes)]
+
+
 def find_instructions(text: str) -> list[Finding]:
     """Imperatives aimed at the agent's policy, by kind (see the module docstring).
 
-    Kinds: ``override_instructions``, ``deletion_override``, ``retention_override``,
-    ``system_prompt``, ``role_play``, ``policy_imperative``.
+    Kinds: ``override_instructions``, ``priority_claim``, ``deletion_override``, ``retention_override``,
+    ``system_prompt``, ``role_play``, ``policy_imperative``, ``exfiltration``,
+    ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``.
     """
     if not text:
         return []
     by_kind: dict[str, list[Finding]] = {}
-    for view, index in _views(text):
-        for kind, pattern in _compiled():
-            for m in pattern.finditer(view):
-                start, end = m.span()
-                if index is not None:
-                    start, end = (index[start], index[end - 1] + 1) if end > start else (index[start],) * 2
-                by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
+    _match(text, by_kind)
+    hidden = hidden_parts(text)
+    if hidden:
+        by_kind["hidden_content"] = [Finding("hidden_content", a, b, "own.hidden_content") for a, b in hidden]
     # One finding per instruction and kind; one sentence may try several things at once.
-    return sorted((f for fs in by_kind.values() for f in non_overlapping(fs)),
-                  key=lambda f: (f.start, f.kind))
+    found = [f for fs in by_kind.values() for f in non_overlapping(fs)]
+    quoted = _mentions(text, found, hidden)
+    return sorted((f for f in found if f not in quoted), key=lambda f: (f.start, f.kind))
