@@ -9,7 +9,14 @@ The rules are detect-secrets' own plugin patterns (its regex detectors, used for
 their denylists directly: its per-line scanner costs ~0.9 ms a line and its
 verification would go to the network) plus our precise patterns where it is weak
 (modern Slack and Stripe tokens, ``github_pat_``, whole PEM blocks, AWS secret keys
-without quotes, assignments in several languages). Its high-entropy plugins flag
+without quotes, assignments in several languages and syntaxes: env, YAML, JSON, TOML,
+INI, ``--flag=…`` and ``--flag '…'``, camelCase names in code, a client's ``-p'…'``;
+passwords in URLs and DSNs with punctuation; ~25 more token families with public
+prefixes: Shopify, Databricks, DigitalOcean, Mailgun, New Relic, Vault, Terraform
+Cloud, Airtable, Braintree, age, Doppler, Pulumi, Hugging Face, npm, Docker Hub,
+Grafana, Sentry, Linear, Notion, Google OAuth, Alibaba, Atlassian, Postman, Twilio).
+A hex value is a secret behind a key name that says it is one (``ENCRYPTION_KEY``,
+``signingKey``, ``WEBHOOK_SECRET``). Its high-entropy plugins flag
 ordinary words in prose, so the generic rule here is ours: a run of at least 20
 token characters with upper case, lower case and digits that changes character
 class often and has high Shannon entropy. Pure hex (blake3 digests, commit ids)
@@ -107,7 +114,7 @@ _OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
     ("slack_token", ("xox",), re.compile(_B + r"xox[abposr]-[A-Za-z0-9-]{10,250}"), 0),
     ("slack_webhook", ("hooks.slack.com",), re.compile(
         r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"), 0),
-    ("stripe_key", ("_live_",), re.compile(_B + r"(?:sk|rk|pk)_live_[A-Za-z0-9]{16,247}" + _E), 0),
+    ("stripe_key", ("_live_",), re.compile(_B + r"(?:sk|rk)_live_[A-Za-z0-9]{16,247}" + _E), 0),
     ("stripe_key", ("_test_",), re.compile(_B + r"(?:sk|rk)_test_[A-Za-z0-9]{16,247}" + _E), 0),
     ("stripe_key", ("whsec_",), re.compile(_B + r"whsec_[A-Za-z0-9]{24,}" + _E), 0),
     ("google_api_key", ("AIza",), re.compile(_B + r"AIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"), 0),
@@ -119,6 +126,40 @@ _OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
     ("bearer_token", ("uthorization", "UTHORIZATION"), re.compile(
         r"(?i:\b(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/-]{8,}=*)"), 1),
     ("bearer_token", ("earer", "EARER"), re.compile(r"\b(?i:bearer)\s+([A-Za-z0-9._~+/-]{20,}=*)"), 1),
+    # Credentials in a URL or DSN (``scheme://user:password@host``), punctuation included.
+    ("url_credential", ("://",), re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@\"'<>]*:([^\s/@\"'<>]{1,256})@"), 1),
+    # A password given to a command line client by its short flag (``mysql -p'…'``, ``sshpass -p …``).
+    ("credential", (" -p",), re.compile(
+        r"\b(?:mysql|mysqldump|mariadb|sshpass|mysqladmin)\b[^\n]*?\s-p\s?([\"']?)([^\s\"']{4,256})\1"), 2),
+    # Token families with public prefixes.
+    *((kind, anchors, re.compile(_B + body + _E), 0) for kind, anchors, body in (
+        ("shopify_token", ("shpat_", "shpss_", "shpca_", "shppa_"), r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"),
+        ("databricks_token", ("dapi",), r"dapi[a-f0-9]{32}(?:-\d)?"),
+        ("digitalocean_token", ("_v1_",), r"do[opr]_v1_[a-f0-9]{64}"),
+        ("mailgun_key", ("key-",), r"key-[a-f0-9]{32}"),
+        ("newrelic_key", ("NRAK-", "NRJS-", "NRII-"), r"NR(?:AK|JS|II)-[A-Z0-9]{19,32}"),
+        ("vault_token", ("hvs.", "hvb.", "hvr."), r"hv[sbr]\.[A-Za-z0-9_-]{24,}"),
+        ("terraform_token", (".atlasv1.",), r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,}"),
+        ("airtable_token", ("pat",), r"pat[A-Za-z0-9]{14}\.[a-f0-9]{64}"),
+        ("braintree_token", ("$production$", "$sandbox$"),
+         r"access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$[a-f0-9]{32}"),
+        ("age_secret_key", ("AGE-SECRET-KEY-1",), r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+        ("doppler_token", ("dp.",), r"dp\.(?:st|ct|sa|scim|audit|pt)\.[A-Za-z0-9_-]{40,}"),
+        ("pulumi_token", ("pul-",), r"pul-[a-f0-9]{40}"),
+        ("slack_token", ("xapp-",), r"xapp-\d-[A-Z0-9]+-\d+-[a-zA-Z0-9]+"),
+        ("huggingface_token", ("hf_",), r"hf_[A-Za-z0-9]{30,}"),
+        ("npm_token", ("npm_",), r"npm_[A-Za-z0-9]{36}"),
+        ("docker_token", ("dckr_pat_",), r"dckr_pat_[A-Za-z0-9_-]{20,}"),
+        ("grafana_token", ("glsa_", "glc_"), r"gl(?:sa|c)_[A-Za-z0-9_=+/-]{32,}"),
+        ("sentry_token", ("sntrys_", "sntryu_"), r"sntry[su]_[A-Za-z0-9_=+/-]{40,}"),
+        ("linear_key", ("lin_api_",), r"lin_api_[A-Za-z0-9]{40}"),
+        ("notion_token", ("ntn_", "secret_"), r"(?:ntn_[A-Za-z0-9]{40,}|secret_[A-Za-z0-9]{43})"),
+        ("google_oauth_secret", ("GOCSPX-",), r"GOCSPX-[A-Za-z0-9_-]{28}"),
+        ("alibaba_key", ("LTAI",), r"LTAI[A-Za-z0-9]{12,20}"),
+        ("bitbucket_token", ("ATBB", "ATATT3"), r"(?:ATBB[A-Za-z0-9_=.-]{32,}|ATATT3[A-Za-z0-9_=.-]{100,})"),
+        ("postman_key", ("PMAK-",), r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
+        ("twilio_key", ("SK",), r"SK[a-f0-9]{32}"),
+    )),
 )
 
 # Credential keywords (what a variable, key or field holding a secret is called), in several
@@ -135,12 +176,14 @@ _STEMS: dict[str, tuple[str, ...]] = {
 }
 _IDENTIFIER_STEMS = frozenset(s for s in _STEMS if s.isascii() or s in ("contrase", "пароль"))
 CREDENTIAL_NAME = re.compile(
-    r"^(?:[A-Za-z0-9]+[_.-])*(?:pass(?:word|wd|phrase)|pwd|secret(?:[_-]?key)?|token|api[_-]?key|apikey"
+    r"^(?:[A-Za-z0-9]+[_.-])*(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_-]?key)?|token|api[_-]?key|apikey"
     r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|client[_-]?secret|credentials?|auth[_-]?token"
+    r"|(?:encryption|signing|master|hmac|app|webhook|license|session|crypt)[_-]?key"
     r"|contrase[ñn]a|passwort|kennwort|mot_de_passe|senha|clave|chave|пароль)$", re.IGNORECASE)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _IDENT_RIGHT = re.compile(r"[A-Za-z0-9_ñ-]*")
-_TAIL = re.compile(r"[\"'\]]?\s*(?:=>|:=|==|=|:|：|\s(?:is|was|es|est|ist|é|это)\s|是|为|は)\s*"
+_TAIL = re.compile(r"[\"'\]]?\s*(?:=>|:=|==|=|:|：|\s(?:is|was|es|est|ist|é|это)\s|\s+(?=[\"'])|是|为|は)\s*"
                    r"(?:([\"'`])([^\"'`\n]{4,256})\1|([^\s\"'`,;)\]}<>]{4,256}))")
 _PLACEHOLDER = re.compile(
     r"^(?:\*+|x+|X+|\.+|-+|none|null|nil|true|false|undefined|redacted|changeme|example|secret|"
@@ -181,21 +224,26 @@ TOKEN_HINT = re.compile(
 # does not): public keys (what follows an OpenSSH key type, a PEM block of a public key or a
 # certificate, a value named as a public key), the content of a base64 data URI, a
 # subresource-integrity digest, and the ids model and payment APIs put in agent text
-# (tool calls, messages, runs, customers, payment intents).
-_NOT_SECRET_HINT = re.compile(r"ssh-|ecdsa-|PUBLIC KEY-|CERTIFICATE-|(?i:public[ _-]?key|pubkey)|;base64,|sha\d+-"
+# (tool calls, messages, runs, customers, payment intents); also certificate requests, Stripe
+# publishable keys (``pk_live_``/``pk_test_``: meant for browsers) and go.sum hashes (``h1:…``).
+_NOT_SECRET_HINT = re.compile(r"ssh-|ecdsa-|PUBLIC KEY-|CERTIFICATE|pk_live_|pk_test_|h1:"
+                              r"|(?i:public[ _-]?key|pubkey)|;base64,|sha\d+-"
                               r"|(?<![A-Za-z0-9])(?:call|msg|toolu|run|thread|asst|resp|req|cus|pi|evt|ch)_|chatcmpl-")
 _NOT_SECRET = re.compile(
     r"(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp\d+|sk-(?:ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
     r"\s+[A-Za-z0-9+/]+={0,2}"
-    r"|-----BEGIN ((?:[A-Z0-9]+ )*(?:PUBLIC KEY|CERTIFICATE))-----[\s\S]*?-----END \1-----"
+    r"|-----BEGIN ((?:[A-Z0-9]+ )*(?:PUBLIC KEY|CERTIFICATE(?: REQUEST)?))-----[\s\S]*?-----END \1-----"
+    r"|(?<![A-Za-z0-9])pk_(?:live|test)_[A-Za-z0-9]+|(?<![A-Za-z0-9])h1:[A-Za-z0-9+/]+={0,2}"
     r"|(?i:public[ _-]?key|pubkey)[\"']?\s*(?:=|:|=>|is)?\s*[\"']?[A-Za-z0-9+/_-]+={0,2}"
     r"|data:[\w/+.-]+;base64,[A-Za-z0-9+/]+={0,2}"
     r"|(?<![A-Za-z0-9])sha(?:1|256|384|512)-[A-Za-z0-9+/]+={0,2}"
     r"|(?<![A-Za-z0-9])(?:(?:call|msg|toolu|run|thread|asst|resp|req|cus|pi|evt|ch)_|chatcmpl-)[A-Za-z0-9]{8,40}"
     r"(?![A-Za-z0-9])")
 # Anchors that may stand in a short word of the text (URL passwords, PEM headers, bearer
-# tokens, "aws … key"); every other anchor is part of a 20-character run.
-_SHORT_ANCHORS = frozenset({"://", "PRIVATE KEY", "PuTTY", "uthorization", "UTHORIZATION", "earer", "EARER",
+# tokens, "aws … key", a client's ``-p`` flag, the ``$`` fields of a Braintree token); every
+# other anchor is part of a 20-character run.
+_SHORT_ANCHORS = frozenset({"://", " -p", "$production$", "$sandbox$",
+                            "PRIVATE KEY", "PuTTY", "uthorization", "UTHORIZATION", "earer", "EARER",
                             "aws", "AWS", "Aws"})
 _Rule = tuple[str, str, re.Pattern[str], int, bool]
 
@@ -294,7 +342,7 @@ def _gate(text: str) -> tuple[list[str], list[str]] | None:
     long_words = [w for w in text.split() if len(w) >= 20]
     lowered = text.lower()
     stems = [s for s in _STEMS if s in lowered]
-    if (long_words or stems or "://" in text or "PRIVATE KEY" in text
+    if (long_words or stems or "://" in text or "PRIVATE KEY" in text or " -p" in text
             or ("%" in text and _PCT.search(text) is not None)):
         return long_words, stems
     return None
@@ -491,7 +539,9 @@ def _assignments(text: str, stems: list[str]) -> list[Finding]:
                         start -= 1
                     right = _IDENT_RIGHT.match(text, end)
                     name_end = right.end() if right else end
-                    ok = CREDENTIAL_NAME.match(text[start:name_end].lstrip("-.")) is not None
+                    # camelCase (``dbPassword``, ``encryptionKey``) is read as snake_case.
+                    name = _CAMEL.sub("_", text[start:name_end].lstrip("-."))
+                    ok = CREDENTIAL_NAME.match(name) is not None
                 else:
                     ok = True
                 if ok and name_end not in seen:
@@ -499,7 +549,11 @@ def _assignments(text: str, stems: list[str]) -> list[Finding]:
                     m = _TAIL.match(text, name_end)
                     if m is not None:
                         g = 2 if m.group(2) is not None else 3
-                        value = m.group(g).rstrip(".,:!?")
+                        # A quoted value or an ``=`` assignment ends where it ends (a password may
+                        # end in ``!``); in prose, trailing punctuation ends the sentence.
+                        value = m.group(g)
+                        if g == 3 and "=" not in text[name_end:m.start(g)]:
+                            value = value.rstrip(".,:!?")
                         if _credential_value(value, quoted=g == 2):
                             out.append(Finding("credential", m.start(g), m.start(g) + len(value),
                                                "own.assignment"))
