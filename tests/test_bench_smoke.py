@@ -28,6 +28,10 @@ EXPECTED = {
     "wm_get_p50", "wm_get_vs_hop_p50",
     "detector_us_per_kb",
     "detector_append_throughput",
+    "detector_strict_recall",
+    "detector_lookalike_fp",
+    "detector_personal_recall",
+    "detector_false_redactions",
     "memory_read_p50", "memory_read_p99", "memory_read_e2e_p50", "memory_read_e2e_p99",
     "memory_vector_recall_at_10", "memory_decisions_per_s", "memory_propose_latency_p50",
     "memory_propose_latency_p99", "forget_subject_p50", "forget_subject_p99",
@@ -59,6 +63,9 @@ def test_bench_smoke_profile_prints_every_figure() -> None:
         if line["bench"] == "sustained_appends":
             # The highest sustained rate: 0 when none was, on a busy machine.
             assert line["value"] >= 0 and line["baseline"] is None, line
+        elif line["unit"] == "share":
+            # A detector's quality on its corpus: a share, with the held-out part's beside it.
+            assert 0 <= line["value"] <= 1 and 0 <= line["held_out"] <= 1 and line["target"], line
         elif line["bench"] == "context_compaction_500_turns":
             assert line["value"] > 0 and line["valid"] is True, line
         elif line["unit"] == "cpu-ms/event":
