@@ -129,6 +129,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # named for the data folder in kek_dir (default $XDG_CONFIG_HOME/agentledger/keks).
     kek_file: Path | None = None
     kek_dir: Path | None = None
+    # Integrity keys (MAC epochs and the witness signing key, security/integrity_keys.py): kept
+    # beside the key-encryption key, outside the data folder and its backups; default
+    # <kek_path>.integrity.
+    integrity_key_file: Path | None = None
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -249,6 +253,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return folder / f"{tag}.key"
 
     @property
+    def integrity_key_path(self) -> Path:
+        """``integrity_key_file``, or the key-encryption key's path with suffix ``.integrity``."""
+        return self.integrity_key_file or self.kek_path.with_suffix(".integrity")
+
+    @property
     def legacy_kek_path(self) -> Path:
         """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
         return self.data_dir / "keyring.key"
@@ -304,9 +313,9 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
-            elif field in ("data_dir", "kek_file", "kek_dir", "server_root", "auth_dir", "nats_creds", "nats_ca_file",
-                           "ready_file", "embeddings_key_file", "context_compactor_key_file",
-                           "context_signing_key_file"):
+            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "server_root", "auth_dir",
+                           "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
+                           "context_compactor_key_file", "context_signing_key_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

@@ -128,6 +128,20 @@ class LedgerGapError(AgentLedgerError):
         self.last_missing = last_missing
 
 
+class IntegrityViolationError(AgentLedgerError):
+    """Stored bytes fail their MAC, or a chain does not link: something was edited, moved,
+    forged, dropped or rolled back outside the services. Never retryable: the stored copy is
+    refused, not served. ``where`` names the store (``ledger``, ``working_memory``, ``memory``,
+    ``checkpoint``, ``generation``, ``receipt``, ``witness``); the message names the tenant,
+    task and index or record (ids only, never content)."""
+
+    code = "integrity_violation"
+
+    def __init__(self, message: str, *, where: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.where = where
+
+
 class ReplayWouldShrinkError(AgentLedgerError):
     """``agentledger replay`` would build a projection smaller than the live one (tasks the
     ledger no longer holds would be dropped); nothing was changed. ``--allow-shrink`` rebuilds

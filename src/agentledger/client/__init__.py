@@ -67,6 +67,7 @@ from agentledger.errors import (
     ContractError,
     DuplicateError,
     EventIdConflictError,
+    IntegrityViolationError,
     LedgerGapError,
     NotFoundError,
     UnavailableError,
@@ -83,6 +84,7 @@ _ERRORS: dict[str, type[AgentLedgerError]] = {
     "artifact_missing": NotFoundError,
     "state_changed": AgentLedgerError,
     "ledger_gap": LedgerGapError,
+    "integrity_violation": IntegrityViolationError,
 }
 # Reads of a chunked Working Memory view: how often to start over when the task changes
 # meanwhile, and how many chunk requests to keep in flight.
