@@ -15,7 +15,8 @@ from agentledger.config import Settings
 from agentledger.runtime import commands
 from agentledger.security import auth
 from agentledger.security.bindings import bindings_bucket
-from agentledger.security.sealing import Keyring, load_kek
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.sealing import Keyring
 from agentledger.stores import bucket_migration
 from agentledger.stores.bucket_migration import make_erasable, side_stream
 from agentledger.stores.buckets import open_kv
@@ -101,7 +102,7 @@ async def test_buckets_made_now_allow_erasing_and_up_rebuilds_old_ones(settings:
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
         js = nc.jetstream()
-        await Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path)).key_for(
+        await Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path)).key_for(
             "acme", "subj-1", create=True)
         table = LeaseTable(nc, settings.leases_bucket, commands._NO_GRANTS)
         await table.start()

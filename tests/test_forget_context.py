@@ -39,7 +39,8 @@ from agentledger.erasure import evict
 from agentledger.erasure.erase import erase_seqs, erase_subject
 from agentledger.errors import NotFoundError
 from agentledger.security import auth
-from agentledger.security.sealing import Keyring, load_kek
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.sealing import Keyring
 from agentledger.services.context_builder.compactors import CompactionInput, structured
 from agentledger.services.context_builder.docs_replay import verify_documents
 from agentledger.services.context_builder.forget import CompactionHandler, DocumentsHandler, GenerationsHandler
@@ -185,7 +186,7 @@ async def forgets(stack: Stack, settings: Settings) -> AsyncIterator[Forgets]:
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
         store = await artifacts.open(nc, settings)
-        keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path, create=False))
+        keyring = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path, create=False))
         yield Forgets(stack, nc, store, keyring)
     finally:
         await nc.close()

@@ -36,7 +36,8 @@ from agentledger.core.memory.authority import promoted_id_for
 from agentledger.erasure import evict
 from agentledger.errors import NotFoundError
 from agentledger.security import auth
-from agentledger.security.sealing import Keyring, load_kek, unseal
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.sealing import Keyring, unseal
 from agentledger.services.memory_policy.forget import MemoryHandler, ReadReceiptsHandler
 from agentledger.services.memory_policy.replay import fold_tenant, read_tenant, rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
@@ -67,7 +68,7 @@ class Env:
         self.nc = nc
         self.js = nc.jetstream()
         # The keys step is the lead's; the test destroys keys as the operator.
-        self.keyring = Keyring(operator, self.settings.keys_bucket, load_kek(self.settings.kek_path))
+        self.keyring = Keyring(operator, self.settings.keys_bucket, KekRing.load(self.settings.kek_path))
         self.artifacts = ArtifactStore(nc, artifacts_bucket(self.settings))
 
     async def evidence(self) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.forget import verify_receipt
 from agentledger.security import auth
-from agentledger.security.sealing import Keyring, load_kek
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.sealing import Keyring
 from agentledger.services.tombstone_fanout import indexes
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.saga import ForgetLog, Saga
@@ -44,7 +45,7 @@ class Fanout:
         self.log = ForgetLog(s, self.nc, self.stack.db)
         await self.log.start()
         self.saga = Saga(s, self.nc, self.stack.db, self.log, handlers=OWN,
-                         keyring=Keyring(self.nc, s.keys_bucket, load_kek(s.kek_path)),
+                         keyring=Keyring(self.nc, s.keys_bucket, KekRing.load(s.kek_path)),
                          artifacts=await artifacts.open(self.nc, s))
         await self.saga.instances.start()
         return self
@@ -190,5 +191,5 @@ async def test_a_key_sealed_after_a_tenant_forget_planned_is_found_again_and_des
         keys = next(i for i in receipt.indexes if i.index == "keys")
         assert keys.status == "done" and keys.counts["subjects"] == 1, keys
         assert keys.counts.get("found_again") == 1, keys
-        assert await Keyring(f.nc, settings.keys_bucket, load_kek(settings.kek_path)).subjects(TENANT) == []
+        assert await Keyring(f.nc, settings.keys_bucket, KekRing.load(settings.kek_path)).subjects(TENANT) == []
         assert verify_receipt(receipt)

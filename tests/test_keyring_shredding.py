@@ -20,6 +20,7 @@ from agentledger.contracts import events as ev
 from agentledger.errors import AgentLedgerError
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.security import auth
+from agentledger.security.kek_epochs import KekRing
 from agentledger.security.sealing import Keyring, _seal, aad_for, kek_of, load_kek, unseal
 
 AAD = aad_for("acme", "t1")
@@ -36,7 +37,7 @@ async def test_destroyed_subject_reads_erased_and_a_new_key_does_not_break_old_v
     opens its own values, and the old ones still read erased rather than seal_mismatch."""
     nc = await auth.connect(settings, auth.WRITER)
     try:
-        keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        keyring = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path))
         gone = [await seal(keyring, "subj-gone", f"gone {i}") for i in range(3)]
         kept = [await seal(keyring, "subj-kept", f"kept {i}") for i in range(3)]
         old_id = gone[0].key_id
@@ -53,7 +54,7 @@ async def test_destroyed_subject_reads_erased_and_a_new_key_does_not_break_old_v
         assert [await unseal(s, "acme", "t1", keyring) for s in kept] == [f"kept {i}".encode()
                                                                  for i in range(3)]
         # A fresh keyring (another process, nothing cached) reads the same.
-        other = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        other = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path))
         assert await unseal(gone[0], "acme", "t1", other) is None
 
         fresh = await seal(keyring, "subj-gone", "after")
@@ -82,7 +83,7 @@ async def test_a_stale_cache_rereads_the_bucket_for_a_newer_key(settings: Settin
     elsewhere: a key id it does not hold sends it back to the bucket before it says erased."""
     nc = await auth.connect(settings, auth.WRITER)
     try:
-        kek = load_kek(settings.kek_path)
+        kek = KekRing.load(settings.kek_path)
         writer, reader = Keyring(nc, settings.keys_bucket, kek), Keyring(nc, settings.keys_bucket, kek)
         first = await seal(writer, "subj-1", "first")
         assert await unseal(first, "acme", "t1", reader) == b"first"  # the reader caches the first key
@@ -102,7 +103,7 @@ async def test_destroy_erases_the_wrapped_key_bytes_from_the_jetstream_store(
         tmp_path: Path, server_root: Path) -> None:
     """The raw scan: the destroyed wrapped key's bytes are in the store before, absent after;
     the other subject's wrapped key stays."""
-    kek = load_kek(tmp_path / "keyring.key")
+    kek = KekRing.load(tmp_path / "keyring.key")
     with EmbeddedNats(tmp_path / "nats", server_root=server_root) as server:
         store = server.dir / "jetstream"
         nc = await nats.connect(server.url)
@@ -140,7 +141,7 @@ async def test_a_bucket_that_denies_deletes_is_purged_and_the_receipt_says_not_e
     try:
         # The old way (nats-py's create_key_value): deny_delete, as a bucket an older version made.
         await nc.jetstream().create_key_value(bucket=settings.keys_bucket, history=1)
-        keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+        keyring = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path))
         sealed = await seal(keyring, "subj-old", "old")
         receipt = await keyring.destroy_subject("acme", "subj-old")
         assert receipt.erased is False and receipt.key_ids == [sealed.key_id]
@@ -161,10 +162,12 @@ def test_the_key_encryption_key_lives_outside_the_data_folder_and_an_old_one_is_
     assert not settings.kek_path.resolve().is_relative_to(data.resolve())
     legacy = settings.legacy_kek_path
     legacy.write_bytes(base64.b64encode(b"k" * 32))
-    assert kek_of(settings) == b"k" * 32
+    assert kek_of(settings).live_epochs() == [0]
+    assert load_kek(settings.kek_path) == b"k" * 32
     assert not legacy.exists() and settings.kek_path.exists()
     assert oct(settings.kek_path.stat().st_mode & 0o777) == "0o600"
     assert store_contains(data, base64.b64encode(b"k" * 32)) == []
-    assert kek_of(settings) == b"k" * 32  # moved once, read after
+    kek_of(settings)
+    assert load_kek(settings.kek_path) == b"k" * 32  # moved once, read after
     other = Settings(data_dir=tmp_path / "elsewhere", kek_dir=tmp_path / "keks")
     assert other.kek_path != settings.kek_path

@@ -23,7 +23,8 @@ from agentledger.contracts.codec import decode_event
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError
 from agentledger.security import auth
-from agentledger.security.sealing import Keyring, load_kek, unseal
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.sealing import Keyring, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
 from agentledger.stores.ledger import ledger_subject
 from writer_support import ledger_messages, running_writer
@@ -242,7 +243,7 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
     turn = decode_event(raw[0])
     assert isinstance(turn, ev.TurnAppendedEvent)
     assert turn.payload.content is None and turn.payload.sealed is not None
-    keyring = Keyring(nc, settings.keys_bucket, load_kek(settings.kek_path))
+    keyring = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path))
     assert await unseal(turn.payload.sealed, "acme", "t1", keyring) == secret.encode()
     with pytest.raises(AgentLedgerError) as info:
         await unseal(turn.payload.sealed, "acme", "other-task", keyring)

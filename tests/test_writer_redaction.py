@@ -23,6 +23,7 @@ from agentledger.core.detect import derive_marker_key, marker
 from agentledger.core.validate import check_event, goal_hash
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth
+from agentledger.security.kek_epochs import KekRing
 from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agents import agent_client
@@ -96,7 +97,7 @@ async def test_no_secret_reaches_the_stream(writer: tuple[LedgerWriter, Client],
     assert events[4].payload.value["n"] == 1  # type: ignore[attr-defined]
     # The turn is sealed; what was sealed is the redacted text.
     turn = events[5]
-    keyring = Keyring(client.nc, settings.keys_bucket, load_kek(settings.kek_path))
+    keyring = Keyring(client.nc, settings.keys_bucket, KekRing.load(settings.kek_path))
     plain = await unseal(turn.payload.sealed, "acme", "t1", keyring)  # type: ignore[attr-defined]
     assert plain is not None and GHP.encode() not in plain and b"[REDACTED:github_token:" in plain
 

@@ -17,6 +17,7 @@ from agentledger.bench import run_all
 from agentledger.chaos import run as chaos_run
 from agentledger.cli.context import add_context_commands
 from agentledger.cli.forget import add_forget_commands
+from agentledger.cli.keys import add_keys_commands
 from agentledger.cli.memory import add_bind_command, add_memory_commands
 from agentledger.client import connect
 from agentledger.config import Settings, from_env
@@ -443,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_commands(sub, _connected)
     add_context_commands(sub, _connected)
     add_forget_commands(sub, _connected)
+    add_keys_commands(sub, _connected)
     _add_identity_commands(sub)
     _add_load_commands(sub)
     _accept_global_options_everywhere(parser)

@@ -51,6 +51,8 @@ from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.core.validate import has_personal_content
 from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, scan_subject
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
+from agentledger.security.kek_epochs import KekRing
+from agentledger.security.private_files import write_private
 from agentledger.shell.bounded import ByteLRU
 from agentledger.stores.buckets import open_kv
 
@@ -63,6 +65,8 @@ class _WrappedKey(msgspec.Struct, frozen=True):
     key_id: str
     nonce: str
     wrapped: str
+    # The key-encryption-key epoch it is wrapped under (``kek_epochs``; 0: before epochs).
+    epoch: int = 0
 
 
 class DestroyReceipt(msgspec.Struct, frozen=True):
@@ -82,6 +86,18 @@ class DestroyReceipt(msgspec.Struct, frozen=True):
     erased_seqs: list[int]
     erased: bool
     evicted: bool
+
+
+class RewrapReport(msgspec.Struct, frozen=True):
+    """What ``Keyring.rewrap`` did: ``epoch`` the current epoch; ``rewrapped`` keys moved to it;
+    ``kept`` keys already under it; ``unreadable`` keys under a retired epoch (gone);
+    ``raced`` keys written by someone else meanwhile (a next pass takes them)."""
+
+    epoch: int
+    rewrapped: int
+    kept: int
+    unreadable: int
+    raced: int
 
 
 # JetStream's "wrong last sequence" errors (a concurrent write to the subject).
@@ -106,9 +122,9 @@ def load_kek(path: Path, *, create: bool = True) -> bytes:
     return key
 
 
-def kek_of(settings: Settings, *, create: bool = True) -> bytes:
-    """The key-encryption key of ``settings``; one left inside the data folder by an older
-    version is moved out first (a key that stayed there would open every copy of the folder)."""
+def kek_of(settings: Settings, *, create: bool = True) -> KekRing:
+    """The key-encryption-key epochs of ``settings``; a key left inside the data folder by an
+    older version is moved out first (a key that stayed there would open every copy of the folder)."""
     path, legacy = settings.kek_path, settings.legacy_kek_path
     if legacy.exists() and not path.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -120,7 +136,7 @@ def kek_of(settings: Settings, *, create: bool = True) -> bytes:
         legacy.unlink()
     if create:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return load_kek(path, create=create)
+    return KekRing.load(path, create=create)
 
 
 # Marker keys by key-encryption-key path, derived once per process (the writer asks on every append).
@@ -128,14 +144,23 @@ _MARKER_KEYS: dict[Path, bytes] = {}
 
 
 def marker_key_of(settings: Settings) -> bytes:
-    """The key of the secret-redaction markers (``core.detect.marker``), derived from the
-    key-encryption key: so it lives outside the data folder with it, survives restarts, is
-    made on first start with it (``kek_of``), and a copy of the data folder cannot confirm
-    a guessed secret against a marker."""
+    """The key of the secret-redaction markers (``core.detect.marker``) and of personal values'
+    digests: derived from the first key-encryption key, so it lives outside the data folder with
+    it, survives restarts, is made on first start with it, and a copy of the data folder cannot
+    confirm a guessed secret against a marker. Kept in a file of its own beside the key
+    (``<kek_path>.marker``) from its first use on, so that retiring that key-encryption-key epoch
+    (``kek_epochs``) changes no marker and no digest."""
     path = settings.kek_path
     key = _MARKER_KEYS.get(path)
     if key is None:
-        key = _MARKER_KEYS[path] = derive_marker_key(kek_of(settings))
+        stored = path.with_name(path.name + ".marker")
+        if stored.exists():
+            key = _unb64(stored.read_bytes().strip())
+        else:
+            kek_of(settings)  # made, or moved out of the data folder, as the writer would
+            key = derive_marker_key(load_kek(path))
+            write_private(stored, _b64(key).decode())
+        _MARKER_KEYS[path] = key
     return key
 
 
@@ -155,13 +180,13 @@ class Keyring:
     read back from the bucket (and unwrapped) when it is needed again.
     """
 
-    def __init__(self, nc: Client, bucket: str, kek: bytes, *, max_bytes: int = 0,
+    def __init__(self, nc: Client, bucket: str, keks: KekRing, *, max_bytes: int = 0,
                  cache_bytes: int = KEY_CACHE_BYTES, replicas: int = 1) -> None:
         self._js = nc.jetstream()
         self._bucket = bucket
         self._max_bytes = max_bytes
         self._replicas = replicas
-        self._kek = AESGCM(kek)
+        self._keks = keks
         self._cache: ByteLRU[str, tuple[str, AESGCM]] = ByteLRU(cache_bytes)
         self._kv: Any = None
 
@@ -177,7 +202,13 @@ class Keyring:
 
     def _unwrap(self, subject: str, raw: bytes) -> tuple[str, AESGCM]:
         w = msgspec.json.decode(raw, type=_WrappedKey)
-        dek = self._kek.decrypt(_unb64(w.nonce), _unb64(w.wrapped), subject.encode())
+        kek = self._keks.key_of(w.epoch)
+        if kek is None:
+            # A copy of the bucket from before a rotation (a restored backup), or a key the
+            # rotation missed: its key-encryption key is destroyed, so the key is gone.
+            raise KeyDestroyedError(f"the key of data subject {subject!r} is wrapped under retired "
+                                    f"key-encryption-key epoch {w.epoch}")
+        dek = kek.decrypt(_unb64(w.nonce), _unb64(w.wrapped), subject.encode())
         return w.key_id, AESGCM(dek)
 
     async def key_for(self, tenant: str, subject: str, *, create: bool) -> tuple[str, AESGCM]:
@@ -316,11 +347,54 @@ class Keyring:
         return DestroyReceipt(subject=subject, key_ids=key_ids, erased_seqs=[], erased=False,
                               evicted=evicted)
 
+    def _wrap(self, subject: str, key_id: str, dek: bytes) -> _WrappedKey:
+        epoch, kek = self._keks.current()
+        nonce = secrets.token_bytes(12)
+        return _WrappedKey(key_id=key_id, nonce=_b64(nonce).decode(), epoch=epoch,
+                           wrapped=_b64(kek.encrypt(nonce, dek, subject.encode())).decode())
+
+    async def rewrap(self) -> RewrapReport:
+        """Wrap every key of the bucket (every tenant's) that an older epoch wraps under the
+        current one (``kek_epochs``): after it, retiring the older epochs loses no live key.
+
+        Each key is updated against the revision it was read at, so a key destroyed or made
+        meanwhile is never overwritten (it is counted and left to the next pass). A key whose
+        epoch is already retired cannot be opened any more and is counted ``unreadable``.
+        """
+        kv = await self._store()
+        current = self._keks.current_epoch
+        prefix = f"$KV.{self._bucket}."
+        last: dict[str, tuple[int, bytes]] = {}
+        try:
+            async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + ">"):
+                if (msg.headers or {}).get("KV-Operation") or not msg.data:
+                    last.pop(msg.subject[len(prefix):], None)
+                else:
+                    last[msg.subject[len(prefix):]] = (msg.metadata.sequence.stream, msg.data)
+        except nats.js.errors.NotFoundError:
+            return RewrapReport(epoch=current, rewrapped=0, kept=0, unreadable=0, raced=0)
+        rewrapped = kept = unreadable = raced = 0
+        for name, (revision, raw) in sorted(last.items()):
+            w = msgspec.json.decode(raw, type=_WrappedKey)
+            if w.epoch == current:
+                kept += 1
+                continue
+            kek = self._keks.key_of(w.epoch)
+            if kek is None:
+                unreadable += 1
+                continue
+            dek = kek.decrypt(_unb64(w.nonce), _unb64(w.wrapped), name.encode())
+            try:
+                await kv.update(name, msgspec.json.encode(self._wrap(name, w.key_id, dek)), last=revision)
+            except KeyWrongLastSequenceError:
+                raced += 1
+                continue
+            rewrapped += 1
+        return RewrapReport(epoch=current, rewrapped=rewrapped, kept=kept, unreadable=unreadable, raced=raced)
+
     async def _create(self, kv: Any, subject: str) -> tuple[str, AESGCM]:
         dek = AESGCM.generate_key(bit_length=256)
-        nonce = secrets.token_bytes(12)
-        body = _WrappedKey(key_id=secrets.token_hex(8), nonce=_b64(nonce).decode(),
-                           wrapped=_b64(self._kek.encrypt(nonce, dek, subject.encode())).decode())
+        body = self._wrap(subject, secrets.token_hex(8), dek)
         try:
             await kv.create(subject, msgspec.json.encode(body))
         except KeyWrongLastSequenceError:

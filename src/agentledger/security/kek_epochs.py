@@ -1,0 +1,161 @@
+"""Key-encryption-key epochs: rotation, and retirement that makes old backups unreadable.
+
+Crypto-shredding destroys a data subject's key in the keys bucket; a copy of that bucket taken
+before the forget (a backup, a snapshot of the JetStream store) still holds the key, wrapped.
+It stays unreadable only if the key-encryption key that wrapped it is gone too. So the KEK
+lives in epochs: ``rotate`` makes a new one, every wrapped key is re-wrapped under it
+(``sealing.rewrap``), and ``retire`` destroys the older epochs' files (overwritten, then
+removed; a ``<n>.retired`` stone records that the epoch existed). From then on every copy of
+the bucket made before the rotation opens nothing: a restore takes its keys from a keys export
+made after the rotation (docs/deletion.md, "Backups and KEK epochs").
+
+Layout, all outside the data folder (beside ``Settings.kek_path``): epoch 0 is ``kek_path``
+itself (the file every installation already has); epoch ``n`` ≥ 1 is
+``<kek_path>.epochs/<n>.key``. The current epoch is the newest that is not retired. The files
+are read again when an epoch is asked for that this process does not know, and before each new
+wrapping (``current``, a directory listing: keys are made once per new data subject), so
+running services follow a rotation without a restart.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from pathlib import Path
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from agentledger.errors import AgentLedgerError
+
+
+def epochs_dir(kek_path: Path) -> Path:
+    """The folder of epochs ≥ 1 (and of the stones of retired ones)."""
+    return kek_path.with_name(kek_path.name + ".epochs")
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _read_key(path: Path) -> bytes:
+    key = base64.b64decode(path.read_bytes().strip())
+    if len(key) != 32:
+        raise AgentLedgerError(f"{path} does not hold a 256-bit key", code="invalid_config")
+    return key
+
+
+def _shred(path: Path) -> None:
+    """Overwrite ``path`` in place, flush it to disk, then remove it."""
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.write(os.urandom(size))
+        f.flush()
+        os.fsync(f.fileno())
+    path.unlink()
+
+
+class KekRing:
+    """The installation's key-encryption keys by epoch (see the module docstring)."""
+
+    def __init__(self, kek_path: Path) -> None:
+        self._path = kek_path
+        self._dir = epochs_dir(kek_path)
+        self._lock = threading.Lock()
+        self._keys: dict[int, AESGCM] = {}
+        self._retired: set[int] = set()
+        self._current = 0
+        self.reload()
+
+    @classmethod
+    def load(cls, kek_path: Path, *, create: bool = True) -> KekRing:
+        """The ring of ``kek_path``; epoch 0 made (mode 0600) on first use if ``create``.
+
+        A retired epoch 0 is never made again: its stone says the ring moved on.
+        """
+        stone = epochs_dir(kek_path) / "0.retired"
+        if not kek_path.exists() and not stone.exists():
+            if not create:
+                raise AgentLedgerError(f"no key-encryption key at {kek_path}; personal values cannot be "
+                                       "opened here", code="invalid_config")
+            _write_new(kek_path, base64.b64encode(AESGCM.generate_key(bit_length=256)))
+        return cls(kek_path)
+
+    def reload(self) -> None:
+        """Read the epochs' files again (after a rotation or retirement elsewhere)."""
+        keys: dict[int, AESGCM] = {}
+        retired: set[int] = set()
+        if self._path.exists():
+            keys[0] = AESGCM(_read_key(self._path))
+        if self._dir.is_dir():
+            for entry in self._dir.iterdir():
+                stem, _, suffix = entry.name.partition(".")
+                if not stem.isdigit():
+                    continue
+                if suffix == "key":
+                    keys[int(stem)] = AESGCM(_read_key(entry))
+                elif suffix == "retired":
+                    retired.add(int(stem))
+        for epoch in retired:
+            keys.pop(epoch, None)
+        if not keys:
+            raise AgentLedgerError(f"every key-encryption-key epoch of {self._path} is retired or missing",
+                                   code="invalid_config")
+        with self._lock:
+            self._keys, self._retired, self._current = keys, retired, max(keys)
+
+    @property
+    def current_epoch(self) -> int:
+        return self._current
+
+    def current(self) -> tuple[int, AESGCM]:
+        """The epoch new keys are wrapped under, and its key (the folder read again first)."""
+        self.reload()
+        with self._lock:
+            return self._current, self._keys[self._current]
+
+    def key_of(self, epoch: int) -> AESGCM | None:
+        """The key of ``epoch``; None when it is retired (or never existed here)."""
+        with self._lock:
+            key = self._keys.get(epoch)
+        if key is None and epoch not in self._retired:
+            self.reload()
+            with self._lock:
+                key = self._keys.get(epoch)
+        return key
+
+    def is_retired(self, epoch: int) -> bool:
+        with self._lock:
+            return epoch in self._retired
+
+    def live_epochs(self) -> list[int]:
+        with self._lock:
+            return sorted(self._keys)
+
+    def rotate(self) -> int:
+        """Make a new epoch and return it; it is the current one from now on."""
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        taken = {int(e.name.partition(".")[0]) for e in self._dir.iterdir() if e.name.partition(".")[0].isdigit()}
+        epoch = max({self._current, *taken}) + 1
+        _write_new(self._dir / f"{epoch}.key", base64.b64encode(AESGCM.generate_key(bit_length=256)))
+        self.reload()
+        return epoch
+
+    def retire(self, epoch: int) -> None:
+        """Destroy ``epoch``'s key file (never the current epoch's) and leave its stone."""
+        if epoch == self._current:
+            raise AgentLedgerError(f"epoch {epoch} is the current key-encryption key: rotate first",
+                                   code="conflict")
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        stone = self._dir / f"{epoch}.retired"
+        if not stone.exists():
+            _write_new(stone, b"")
+        path = self._path if epoch == 0 else self._dir / f"{epoch}.key"
+        if path.exists():
+            _shred(path)
+        self.reload()
