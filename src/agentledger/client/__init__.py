@@ -336,10 +336,12 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
                 yield item
             after = page.next_after_seq
 
-    async def _request(self, subject: str, body: dict[str, Any], what: str) -> bytes:
+    async def _request(self, subject: str, body: dict[str, Any], what: str, *,
+                       timeout: float | None = None) -> bytes:  # noqa: ASYNC109 - per request
         payload = encode_request(body)
         try:
-            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", payload, timeout=self.timeout)
+            msg = await self.nc.request(f"{self.settings.prefix}.{subject}", payload,
+                                        timeout=self.timeout if timeout is None else timeout)
         except MaxPayloadError as exc:
             raise self._too_large(len(payload)) from exc
         except _UNAVAILABLE as exc:
@@ -353,9 +355,11 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
                              code="request_too_large", path="$")
 
     async def _call(self, subject: str, body: dict[str, Any], what: str,
-                    decoder: msgspec.json.Decoder[Any]) -> Any:
-        """Request, decode the reply, and raise its typed error if it carries one."""
-        reply = decoder.decode(await self._request(subject, body, what))
+                    decoder: msgspec.json.Decoder[Any], *,
+                    timeout: float | None = None) -> Any:  # noqa: ASYNC109 - per request
+        """Request, decode the reply, and raise its typed error if it carries one (``timeout``:
+        this call's, for one whose work grows with its size; default the client's)."""
+        reply = decoder.decode(await self._request(subject, body, what, timeout=timeout))
         if reply.error is not None:
             raise_error(reply.error)
         return reply

@@ -38,11 +38,19 @@ _receipts_reply = msgspec.json.Decoder(ReceiptsReply)
 SERVICE = "memory-policy service"
 
 
+# Extra wait per proposal of one call: the bulk path decides ~380 a second on an idle 2-core
+# host (docs/benchmarks.md), so 10 ms each leaves room for a host four times slower.
+PROPOSAL_WAIT_S = 0.01
+
+
 class MemoryMethods:
     """Mixed into ``agentledger.client.Client``, which provides ``_call``."""
 
+    timeout: float
+
     async def _call(self, subject: str, body: dict[str, Any], what: str,
-                    decoder: msgspec.json.Decoder[Any]) -> Any:
+                    decoder: msgspec.json.Decoder[Any], *,
+                    timeout: float | None = None) -> Any:  # noqa: ASYNC109 - per request
         raise NotImplementedError  # Client's: request, decode, raise a typed error
 
     async def memory_propose(self, tenant: str,
@@ -50,13 +58,16 @@ class MemoryMethods:
         """Submit candidate memories; one decision per proposal, in order.
 
         More than ``MAX_PROPOSALS`` (a bulk import) go in several calls; the
-        decisions come back as one list.
+        decisions come back as one list. A call waits the client's timeout plus
+        ``PROPOSAL_WAIT_S`` per proposal: the service decides them one after another, so a
+        fixed wait that suits one proposal gives up on a thousand on a busy host.
         """
         items = [msgspec.to_builtins(p) if isinstance(p, Proposal) else p for p in proposals]
         decisions = []
         for start in range(0, len(items), MAX_PROPOSALS):
             body = checked(ProposeRequest, {"tenant": tenant, "proposals": items[start:start + MAX_PROPOSALS]})
-            reply = await self._call("memory.propose", body, SERVICE, _propose_reply)
+            wait = self.timeout + PROPOSAL_WAIT_S * len(body["proposals"])
+            reply = await self._call("memory.propose", body, SERVICE, _propose_reply, timeout=wait)
             decisions += reply.decisions
         return ProposeReply(ok=True, decisions=decisions)
 
