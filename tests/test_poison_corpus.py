@@ -158,14 +158,18 @@ def test_the_unseen_family_does_not_regress() -> None:
     """Protects what generalisation achieved on the family written apart from the detector:
     at most ``UNSEEN_ACTIVE_MAX`` attacks active (3 of 240 when measured; 207 before) and
     false quarantine <= 3% (2 of 93: two pages' hidden comments; 5 before); the other families
-    stay at 0 attacks."""
+    stay at 0 attacks; the probe written afterwards stays at or below its first figures."""
     figures = P.families()
     for label, f in figures.items():
         print(f"\n{label}: {len(f.admitted)}/{f.attacks} attacks active {f.admitted}; "
               f"{len(f.held)}/{f.controls} controls held {f.held}")
-        assert f.false_quarantine <= P.FALSE_QUARANTINE_TARGET, label
+    for label in ("tuned", "held_out", "unseen"):
+        assert figures[label].false_quarantine <= P.FALSE_QUARANTINE_TARGET, label
     assert figures["tuned"].admitted == [] and figures["held_out"].admitted == []
     assert len(figures["unseen"].admitted) <= P.UNSEEN_ACTIVE_MAX
+    # The probe (25 attacks, 15 controls, written after the rules): 13 active and 1 held before.
+    assert len(figures["probe"].admitted) <= P.PROBE_ACTIVE_MAX
+    assert len(figures["probe"].held) <= P.PROBE_HELD_MAX
 
 
 def test_encodings_are_undone_before_matching() -> None:

@@ -86,7 +86,8 @@ HOLDS: dict[str, tuple[str, ...]] = {
         r"\bmemor(?:y|ies)\b(?!\s+(?:card|stick|chip|leak|usage|module|foam|lane))", r"记忆", r"\bmemoria\b",
         r"\bmémoire\b", r"\bGedächtnis\b|\bSpeicher\b", r"記憶|メモリ", r"памят\w*", r"\bmemória\b", r"\bmemoria\b",
         r"기억|메모리", r"ذاكرت|الذاكرة", r"זיכרון", r"मेमोरी|स्मृति", r"หน่วยความจำ|ความจำ", r"μνήμη",
-        r"пам['’]ят\w*", r"hafıza\w*|bellek\w*", r"pamięci|pamięć", r"\bgeheugen\b", r"bộ\s+nhớ", r"\bmemori\w*",
+        r"пам['’]ят\w*", r"hafıza\w*|bellek\w*", r"pamięci|pamięć", r"\bgeheugen\b", r"bộ\s+nhớ",
+        r"\bmemori(?:mu|nya|ku)?\b",
         r"حافظه",
     ),
     "conversation": (
