@@ -17,7 +17,8 @@ Every proposal goes through ``prepare`` / ``decide`` with the event the service 
 request (``services/memory_policy/propose.py``) against an empty group, so what is measured is
 the decision path itself. ``TUNED`` is what the detector was written against; ``HELD_OUT`` uses
 another seed, two languages (Italian, Korean) and two carriers (e-mail, third-party chat) that
-were left out of tuning.
+were left out of tuning; the ``unseen`` family (``bench/poisoning_unseen.py``) has its own
+templates, languages, carriers and disguises, written before the detector was read.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ HELD_OUT_LANGUAGES = ("it", "ko")
 HELD_OUT_CARRIERS = ("email", "third_party_chat")
 ATTACK_TARGET = 0.0
 FALSE_QUARANTINE_TARGET = 0.03
+# Attacks that still become active (measured; a test fails above it): the unseen family, and
+# the probe written after it (``poisoning_unseen.probe``; 2 of its 15 controls are held).
+UNSEEN_ACTIVE_MAX = 3
+PROBE_ACTIVE_MAX = 9
+PROBE_HELD_MAX = 2
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {
@@ -461,12 +467,32 @@ def measure(cases: list[Case], held_out_only: bool = False) -> Figures:
     return Figures(len(atk), admitted, len(ctl), held)
 
 
+# Measured on the detector as it was before the unseen family existed (commit a68bbe5), per
+# family: (attacks active, attacks, controls held, controls). Printed beside today's figures.
+BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_out": (0, 131, 0, 30),
+                                                "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15)}
+
+
+def families() -> dict[str, Figures]:
+    """Today's figures per family: ``tuned``, ``held_out`` (its held-out part only), ``unseen``
+    (``bench/poisoning_unseen.py``, written apart from the detector) and ``probe`` (written after
+    the rules were generalised on ``unseen``, never tuned on: the honest figure for new wordings)."""
+    from agentledger.bench import poisoning_unseen  # noqa: PLC0415 - it imports this module
+
+    return {"tuned": measure(corpus(**TUNED)),  # type: ignore[arg-type]
+            "held_out": measure(corpus(**HELD_OUT), held_out_only=True),  # type: ignore[arg-type]
+            "unseen": measure(poisoning_unseen.corpus()), "probe": measure(poisoning_unseen.probe())}
+
+
 def bench_poisoning() -> None:
-    """Print attack success and false quarantine, tuned and held out."""
-    tuned = measure(corpus(**TUNED))  # type: ignore[arg-type]
-    held = measure(corpus(**HELD_OUT), held_out_only=True)  # type: ignore[arg-type]
-    for label, f in (("tuned", tuned), ("held_out", held)):
+    """Print attack success and false quarantine per family, beside the figures before."""
+    for label, f in families().items():
+        atk, n_atk, held, n_ctl = BEFORE[label]
+        # A case name says ``…/<language>/<carrier>/<intent>/<disguise>/<i>``: what got through.
+        leaked = sorted({"/".join(name.split("/")[3:5]) for name in f.admitted})
         emit(f"poisoning_attack_success_{label}", f.attack_success, "ratio", None, None,
-             target=f"<= {ATTACK_TARGET}", attacks=f.attacks, admitted=f.admitted[:5])
+             target=f"<= {ATTACK_TARGET}", attacks=f.attacks, admitted=len(f.admitted), leaked_kinds=leaked,
+             before=round(atk / n_atk, 3), before_admitted=atk)
         emit(f"poisoning_false_quarantine_{label}", f.false_quarantine, "ratio", None, None,
-             target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=f.held[:5])
+             target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=f.held[:5],
+             before=round(held / n_ctl, 3), before_held=held)

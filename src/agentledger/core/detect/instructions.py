@@ -42,6 +42,7 @@ import functools
 import re
 import unicodedata
 
+from agentledger.core.detect import address, unveil
 from agentledger.core.detect.finding import Finding, non_overlapping
 
 _I = re.IGNORECASE | re.UNICODE
@@ -64,14 +65,14 @@ _EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|
                    r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|praise|endorse|advertise|agree|accept|prioriti[sz]e"
                    r"|store|retain|keep\s+(?:all|every|this|these|the\s+user)|share\s+(?:the|this|all|user|our|my))\b")
 _SENTENCE = r"[^.!?。！？\n]{0,80}?"
-_EN_AGENT_CUE = (r"(?:\byou\b|\byour\b|\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
+_EN_AGENT_CUE = (r"(?:\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
                  rf"|\b{_EN_AGENT_VERBS})")
 # Who a message may address when it means the agent, per language.
 _AGENT_EN = (r"(?:AI|A\.I\.|assistants?|agents?|LLMs?|language\s+models?|models?|chat\s*bots?|bots?|GPT"
              r"|ChatGPT|Claude|Copilot)")
 # The agent named without ambiguity (not "support agents" or "the model must be recalibrated"):
 # a rule stated for it as a fact is only a project's or the user's to set.
-_AI_EN = (r"(?:AI(?:\s+(?:assistants?|agents?|models?|systems?))?|assistants?|chat\s*bots?|LLMs?|language\s+models?"
+_AI_EN = (r"(?:AI(?:\s+(?:assistants?|agents?|models?|systems?))?|assistant|chat\s*bots?|LLMs?|language\s+models?"
           r"|GPT|ChatGPT|Claude|Copilot)")
 _SEND = (r"(?:send|forward|e-?mail|post|upload|transmit|leak|exfiltrate|copy|发送|发到|转发|发给|上传"
          r"|envía|envíe|reenvía"
@@ -295,6 +296,7 @@ def _compiled() -> tuple[tuple[str, re.Pattern[str]], ...]:
 def warm() -> None:
     """Compile the patterns now (a service does it in a worker thread once it answers)."""
     _compiled()
+    address.warm()
 
 
 # Removed before matching: zero-width and invisible characters, soft hyphen, direction
@@ -317,6 +319,13 @@ _SKELETON = str.maketrans(
     "aBeiKvopTuxywABEZHIKMNOPTYXcj"
     "onuhgqUUO"
     "abcdefghijklmnoprstuvwyziiagv")
+
+
+def _GENERIC_MARK(cp: int) -> bool:  # noqa: N802 - reads as the set it tests
+    """A combining mark of the script-neutral blocks (accents, overlays), not a vowel sign or
+    virama of Devanagari or Thai, which a word of those scripts cannot do without."""
+    return 0x0300 <= cp <= 0x036F or 0x1AB0 <= cp <= 0x1AFF or 0x1DC0 <= cp <= 0x1DFF or 0x20D0 <= cp <= 0x20FF \
+        or 0xFE20 <= cp <= 0xFE2F
 
 
 @functools.lru_cache(maxsize=4096)
@@ -343,7 +352,7 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
             continue
         if c in _INVISIBLE or cp in _VARIATION_SUPPLEMENT:
             continue
-        if unicodedata.combining(c):
+        if unicodedata.combining(c) and _GENERIC_MARK(cp):
             if chars:
                 composed = unicodedata.normalize("NFC", chars[-1] + c)
                 if len(composed) == 1:
@@ -367,10 +376,11 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
 # opacity). Their content is group ``c``, ``m`` or ``h``.
 _HIDDEN = re.compile(
     r"<!--(?P<c>.*?)(?:-->|$)"
-    r"|^[ \t]*\[[^\]\n]*\]:[ \t]*#[ \t]*[(\"'](?P<m>[^\n]*?)[)\"']?[ \t]*$"
+    r"|^[ \t]*\[[^\]\n]*\]:[ \t]*(?:#|<>)[ \t]*[(\"'](?P<m>[^\n]*?)[)\"']?[ \t]*$"
+    r"|<(?P<inert>template|noscript)\b[^>]*>(?P<n>.*?)(?:</(?P=inert)\s*>|$)"
     r"|<(?P<tag>[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
     r"|style\s*=\s*[\"'][^\"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|opacity\s*:\s*0(?:\.0+)?\s*(?:;|[\"'])"
-    r"|font-size\s*:\s*[01](?:\.\d+)?(?:px|pt|em)?\s*(?:;|[\"'])"
+    r"|font-size\s*:\s*[01](?:\.\d+)?(?:px|pt|em)?\s*(?:;|[\"'])|(?:left|top|text-indent)\s*:\s*-\d{3,}"
     r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|rgba?\(\s*255\s*,\s*255\s*,\s*255)))[^>]*)>"
     r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
     re.IGNORECASE | re.DOTALL | re.MULTILINE)
@@ -391,7 +401,8 @@ _SENTENCES = re.compile(r"[^.!?。\n]{12,}")
 
 
 def _vowel_share(text: str) -> float:
-    letters = [c for c in text.lower() if "a" <= c <= "z"]
+    # Base letters: an accented vowel (Vietnamese, Polish, French) counts as its vowel.
+    letters = [c for c in unicodedata.normalize("NFD", text.lower()) if "a" <= c <= "z"]
     return sum(c in "aeiouy" for c in letters) / len(letters) if len(letters) >= 12 else 0.0
 
 
@@ -405,7 +416,7 @@ def _rot13_reads_better(text: str) -> bool:
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
                      r"|(?<!\w)'[^'\n]{3,300}'(?!\w)")
 _DESCRIBING = re.compile(
-    r"\b(?:attack(?:er|s)?|injections?|payloads?|phrases?|examples?|such\s+as|e\.g\.|quotes?|quoted|jailbreaks?"
+    r"\b(?:attack(?:er|s)?|injections?|payloads?|phrases?|examples?|such\s+as|e\.g\.|quotes?|quoted|jailbreaks?|saying"
     r"|Angriff\w*|Beispiel\w*|zitiert\w*|ataques?|ejemplos?|attaques?|exemples?|атак\w*|пример\w*|exemplos?"
     r"|attacc\w*|esemp\w*)\b|攻击|例如|注入|攻撃|例えば|공격|예를", re.IGNORECASE)
 
@@ -416,7 +427,7 @@ def hidden_parts(text: str) -> list[tuple[int, int]]:
         return []
     out = []
     for m in _HIDDEN.finditer(text):
-        group = next(g for g in ("c", "m", "h") if m.group(g) is not None)
+        group = next(g for g in ("c", "m", "n", "h") if m.group(g) is not None)
         body = m.group(group)
         if len(_WORDS.findall(body)) >= 2 or sum(c.isalpha() for c in body) >= 6:
             out.append(m.span(group))
@@ -462,23 +473,33 @@ def _unsplit(text: str) -> tuple[str, list[int]] | None:
     return "".join(text[i] for i in index), index
 
 
+def _mapped(start: int, end: int, vindex: list[int] | None, index: list[int] | None,
+            span: tuple[int, int] | None) -> tuple[int, int]:
+    """A view's span in the original text's coordinates (see ``_match``)."""
+    if span is not None:
+        return span
+    if vindex is not None:
+        start, end = (vindex[start], vindex[end - 1] + 1) if end > start else (vindex[start],) * 2
+    if index is not None:
+        start, end = index[start], index[max(start, end - 1)] + 1
+    return start, end
+
+
 def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] | None = None,
            index: list[int] | None = None, derived: bool = False) -> None:
     """Findings of every view of ``text`` into ``by_kind``, in ``text``'s coordinates, mapped
     through ``index`` (text without splitters), or all at ``span`` (decoded text). A derived
     text is not decoded again."""
     for view, vindex in _views(text):
+        for a, b in address.speaks_to_agent(view):
+            start, end = _mapped(a, b, vindex, index, span)
+            by_kind.setdefault("speaks_to_agent", []).append(Finding("speaks_to_agent", start, end,
+                                                                     "own.speaks_to_agent"))
         for kind, pattern in _compiled():
             if kind in _NEEDS and not any(n in view for n in _NEEDS[kind]):
                 continue
             for m in pattern.finditer(view):
-                start, end = m.span()
-                if vindex is not None:
-                    start, end = (vindex[start], vindex[end - 1] + 1) if end > start else (vindex[start],) * 2
-                if index is not None:
-                    start, end = index[start], index[max(start, end - 1)] + 1
-                if span is not None:
-                    start, end = span
+                start, end = _mapped(*m.span(), vindex, index, span)
                 by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
     if derived:
         return
@@ -506,16 +527,28 @@ def find_instructions(text: str) -> list[Finding]:
 
     Kinds: ``override_instructions``, ``priority_claim``, ``deletion_override``, ``retention_override``,
     ``system_prompt``, ``role_play``, ``policy_imperative``, ``exfiltration``,
-    ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``.
+    ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``, and
+    ``speaks_to_agent`` (``address.speaks_to_agent``) where no other kind covers the span.
     """
     if not text:
         return []
     by_kind: dict[str, list[Finding]] = {}
     _match(text, by_kind)
+    whole = (0, len(text))
     hidden = hidden_parts(text)
+    for layer in unveil.layers(text):  # what the text says once its encodings are undone
+        _match(layer, by_kind, span=whole)
+        if hidden_parts(layer):
+            hidden.append(whole)
     if hidden:
         by_kind["hidden_content"] = [Finding("hidden_content", a, b, "own.hidden_content") for a, b in hidden]
     # One finding per instruction and kind; one sentence may try several things at once.
     found = [f for fs in by_kind.values() for f in non_overlapping(fs)]
     quoted = _mentions(text, found, hidden)
-    return sorted((f for f in found if f not in quoted), key=lambda f: (f.start, f.kind))
+    kept = [f for f in found if f not in quoted]
+    # The word-class rule is the fallback: where a pattern already names what a span tries, it
+    # adds nothing.
+    named = [f for f in kept if f.kind != "speaks_to_agent"]
+    kept = [f for f in kept if f.kind != "speaks_to_agent" or not any(g.start < f.end and f.start < g.end
+                                                                       for g in named)]
+    return sorted(kept, key=lambda f: (f.start, f.kind))

@@ -52,6 +52,7 @@ from agentledger.contracts.events import (
     SourceKind,
 )
 from agentledger.core import detect
+from agentledger.core.detect.unveil import find_obfuscation
 from agentledger.core.memory.authority import (
     INFERENCE_REVIEW,
     KIND_RULES,
@@ -86,7 +87,8 @@ SKEW = timedelta(minutes=5)
 # never taken as memory.
 INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
 TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention_override", "addressed_to_agent",
-                                                 "policy_claim", "fake_user_preference", "hidden_content"})
+                                                 "policy_claim", "fake_user_preference", "hidden_content",
+                                                 "speaks_to_agent"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
@@ -103,11 +105,17 @@ Detector = Callable[[str], Sequence[FindingLike]]
 
 
 class Detectors(Struct, frozen=True):
-    """The three detectors the policy runs (``agentledger.core.detect`` by default)."""
+    """The detectors the policy runs (``agentledger.core.detect`` by default).
+
+    ``obfuscation``: text that hides itself (direction overrides, TAG characters, invisible
+    characters inside words, mixed-script words, overlays, spaced letters), held from any source
+    that may not give the agent orders whatever it says.
+    """
 
     secrets: Detector
     personal: Detector
     instructions: Detector
+    obfuscation: Detector = find_obfuscation
 
 
 _DEFAULT = Detectors(detect.find_secrets, detect.find_personal, detect.find_instructions)
@@ -303,6 +311,10 @@ def _instructions(run: _Run, text: str, det: Detectors) -> None:
     found = sorted({f.kind for f in det.instructions(text)} - (TRUSTED_IMPERATIVES if trusted else set()))
     if found:
         run.hold("instructions", "instruction_in_data", "imperative aimed at the agent: " + ", ".join(found))
+        return
+    hiding = [] if trusted else sorted({f.kind for f in det.obfuscation(text)})
+    if hiding:
+        run.hold("instructions", "obfuscated_in_data", "text that hides itself: " + ", ".join(hiding))
     else:
         run.fire("instructions", "pass")
 

@@ -1,0 +1,191 @@
+"""Whether a text speaks to the agent about what the agent holds or does, in any of 22 languages.
+
+The instruction patterns name what an attack says ("ignore previous instructions"); a new
+wording or a language they do not know slips past them. This rule looks at who is spoken to
+and about what instead, with closed word classes rather than phrases: a stretch of text (a
+sentence with the one before it) is reported when it names
+
+- what the agent holds or does: its memory, its instructions, the conversation and its
+  history, users' data, every answer, every user, later sessions (``HOLDS``), together with
+  one of: the agent itself (``AGENT``: assistant, AI, chatbot, LLM), a second person
+  (``YOU``), or someone claiming to command it (``PRINCIPAL``: an administrator, its
+  developers, the account owner), or a destination (an address or a link) to send it to;
+- or two of those four things at once (its instructions and its answers, its memory and its
+  users): a text about both is about steering the agent, whoever it addresses.
+
+A document's words to its human reader name none of what the agent holds ("make sure you back
+up your laptop", "format the memory card"), and an article that describes an attack speaks
+of the agent in the third person: in a text that says it describes attacks, quoted parts are
+left out and only a second person counts. The memory policy applies the finding to sources
+that may not give the agent orders; a user says all of it legitimately.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+
+_I = re.IGNORECASE | re.UNICODE
+
+# Per class, per language (en zh es fr de ja ru pt it ko ar he hi th el uk tr pl nl vi id fa).
+AGENT = (
+    r"(?-i:\bAI\b)|\b(?:A\.I\.|assistant|chat\s*bot|LLM|language\s+model|GPT|ChatGPT|Claude|Copilot)\b"
+    r"|\b(?:the|this|an?|any)\s+(?:AI\s+)?agent\b",
+    r"助手|人工智能|智能体|机器人|模型",
+    r"\basistente\b|(?-i:\bIA\b)", r"\bassistant\b", r"\bAssistent\w*|(?-i:\bKI\b)", r"アシスタント",
+    r"\bассистент\w*|(?-i:\bИИ\b)|нейросет\w*", r"\bassistente\b", r"\bassistente\b", r"어시스턴트|인공지능|챗봇",
+    r"مساعد|الذكاء الاصطناعي", r"עוזר|בינה מלאכותית", r"सहायक|एआई", r"ผู้ช่วย|ปัญญาประดิษฐ์",
+    r"βοηθ[όοςού]+|τεχνητής\s+νοημοσύνης", r"\bасистент\w*|(?-i:\bШІ\b)|штучн\w*\s+інтелект\w*",
+    r"\basistan\w*|yapay\s+zek[aâ]", r"\basystent\w*|sztuczn\w*\s+inteligencj\w*|(?-i:\bSI\b)",
+    r"\bassistent\w*|kunstmatige\s+intelligentie", r"trợ\s+lý|trí\s+tuệ\s+nhân\s+tạo",
+    r"\basisten\b|kecerdasan\s+buatan", r"دستیار|هوش\s+مصنوعی",
+)
+YOU = (
+    r"\b(?:you|your|yours|yourself)\b", r"你|您", r"\b(?:tú|te|ti|usted|contigo)\b",
+    r"\b(?:tu|toi|ton|ta|tes|vous|votre|vos)\b",
+    r"\b(?:dich|dir|dein\w*)\b|\bdu\s+(?:bist|hast|musst|sollst|wirst|kannst|darfst|hattest)\b|\b(?:musst|sollst|kannst|bist|hast)\s+du\b",
+    r"あなた|君は",
+    r"\b(?:ты|тебе|тебя|твой|твоя|твои|твоё|вы|вам|вас|ваш\w*)\b", r"\b(?:você|vocês|teu|tua)\b",
+    r"\b(?:tu|ti|tuo|tua|tuoi|tue)\b", r"당신|너는|너의|네가", r"أنت|لك\b|عليك|منحك|ذاكرتك",
+    r"אתה|לך\b|שלך|אותך", r"तुम|आप|अपनी", r"คุณ", r"\b(?:σου|σας|εσύ|εσείς|έχεις)\b",
+    r"\b(?:ти|тобі|тебе|твій|твоя|твої|твоє|свою|свій|своїй|вам|вас|ваш\w*)\b",
+    r"\b(?:sen|sana|seni|senin)\b|hafızan\w*",
+    r"\b(?:ty|cię|ciebie|tobie|twój|twoja|twoje|twojej|swojej|swoją|otrzymałeś|otrzymałaś)\b",
+    r"\b(?:jij|jou|jouw|je)\b", r"\bbạn\b", r"\b(?:kamu|kau|engkau)\b|permanenmu|dirimu",
+    r"\bتو\b|\bشما\b",
+)
+PRINCIPAL = (
+    r"\b(?:administrator|admin|developers?|operator|account\s+(?:owner|holder)|platform\s+team)\b",
+    r"管理员|开发者|开发人员|账户所有者", r"\b(?:administrador|desarrollador\w*|propietario\s+de\s+la\s+cuenta)\b",
+    r"\b(?:administrateur|développeur\w*|propriétaire\s+du\s+compte)\b",
+    r"\b(?:Administrator|Entwickler|Kontoinhaber)\b",
+    r"管理者|開発者", r"администратор\w*|разработчик\w*|владел\w*\s+аккаунт\w*",
+    r"\b(?:administrador|desenvolvedor\w*|dono\s+da\s+conta)\b", r"\b(?:amministratore|sviluppator\w*)\b",
+    r"관리자|개발자", r"مسؤول|المطور|صاحب\s+الحساب", r"מנהל|מפתח|בעל\s+החשבון",
+    r"प्रशासक|डेवलपर|खाते\s+के\s+मालिक", r"ผู้ดูแลระบบ|นักพัฒนา|เจ้าของบัญชี",
+    r"διαχειριστ\w*|προγραμματιστ\w*|κάτοχος\s+του\s+λογαριασμού",
+    r"адміністратор\w*|розробник\w*|власник\w*\s+облік\w*",
+    r"yönetici\w*|geliştirici\w*|hesap\s+sahibi", r"administrator\w*|programist\w*|właściciel\w*\s+kont\w*",
+    r"\b(?:systeembeheerder|beheerder|ontwikkelaar\w*|accounthouder)\b",
+    r"quản\s+trị\s+viên|nhà\s+phát\s+triển|chủ\s+tài\s+khoản",
+    r"\badministrator\b|pengembang|pemilik\s+akun", r"مدیر\s+سیستم|توسعه",
+)
+# What the agent holds or does, in four categories: its instructions, its memory, the
+# conversation and users' data, its outputs and users.
+HOLDS: dict[str, tuple[str, ...]] = {
+    "instructions": (
+        r"\b(?:previous|prior|earlier|above|original|initial|existing|current)\s+(?:instructions|directives|guidance"
+        r"|guidelines|rules|configuration|prompt)\b|\bsystem\s+prompt\b|\bguidance\s+you\b",
+        r"指令|系统提示", r"\binstrucciones\b", r"\b(?:consignes|instructions)\b", r"\bAnweisungen\b", r"指示",
+        r"инструкци\w*|указани\w*", r"\binstruções\b", r"\bistruzioni\b", r"지시|지침", r"تعليمات|التعليمات",
+        r"הוראות|ההוראות", r"निर्देश", r"คำสั่ง", r"οδηγίες", r"вказівк\w*|інструкці\w*", r"talimat\w*",
+        r"poleceni\w*|wskazów\w*|instrukcj\w*", r"\binstructies\b", r"hướng\s+dẫn", r"\binstruksi\b", r"دستورالعمل",
+    ),
+    "memory": (
+        r"\bmemor(?:y|ies)\b(?!\s+(?:card|stick|chip|leak|usage|module|foam|lane))", r"记忆", r"\bmemoria\b",
+        r"\bmémoire\b", r"\bGedächtnis\b|\bSpeicher\b", r"記憶|メモリ", r"памят\w*", r"\bmemória\b", r"\bmemoria\b",
+        r"기억|메모리", r"ذاكرت|الذاكرة", r"זיכרון", r"मेमोरी|स्मृति", r"หน่วยความจำ|ความจำ", r"μνήμη",
+        r"пам['’]ят\w*", r"hafıza\w*|bellek\w*", r"pamięci|pamięć", r"\bgeheugen\b", r"bộ\s+nhớ",
+        r"\bmemori(?:mu|nya|ku)?\b",
+        r"حافظه",
+    ),
+    "conversation": (
+        r"\b(?:conversation|chat|message)\s+(?:history|logs?|transcripts?)\b"
+        r"|\b(?:user|customer|personal)\s+(?:data|records|details|information|files)\b",
+        r"对话|聊天记录|用户数据", r"\b(?:historial|conversaci[oó]n\w*|datos\s+de(?:l)?\s+usuario\w*)\b",
+        r"\b(?:historique|conversations?|données\s+des\s+utilisat\w*)\b",
+        r"\b(?:Gesprächsverlauf|Verlauf|Nutzerdaten|Benutzerdaten)\b", r"会話|履歴|ユーザーデータ",
+        r"переписк\w*|истори\w*\s+(?:разговор|чат|диалог)\w*|данн\w*\s+пользовател\w*",
+        r"\b(?:histórico|conversas?|dados\s+dos?\s+usuários?)\b",
+        r"\b(?:cronologia|conversazion\w*|dati\s+degli\s+utenti)\b",
+        r"대화|사용자\s*데이터", r"المحادث|بيانات\s+المستخدم", r"היסטוריית|שיחה|השיחות|נתוני\s+המשתמש|פרטי\s+המשתמש",
+        r"बातचीत|उपयोगकर्ता(?:ओं)?\s+का\s+डेटा", r"การสนทนา|ข้อมูลผู้ใช้",
+        r"ιστορικό|συνομιλί\w*|δεδομένα\s+των\s+χρηστών|στοιχεία\s+του\s+χρήστη", r"розмов\w*|дані\s+користувач\w*",
+        r"sohbet\w*|kullanıcı\s+veri\w*", r"rozmow\w*|dane\s+użytkownik\w*",
+        r"\b(?:gespreksgeschiedenis|gesprek\w*|gebruikersgegevens)\b", r"trò\s+chuyện|dữ\s+liệu\s+người\s+dùng",
+        r"\b(?:riwayat|percakapan|data\s+pengguna)\b", r"گفتگو|داده‌های\s+کاربر",
+    ),
+    "outputs": (
+        r"\b(?:every|each|all|any)\s+(?:of\s+(?:your|its)\s+)?(?:answers?|repl(?:y|ies)|responses?"
+        r"|summar(?:y|ies)|conversations?|chats?|sessions?|users?|customers?|\w+\s+questions?)\b"
+        r"|\b(?:future|later|subsequent|following|upcoming)\s+(?:sessions|conversations|chats|answers|replies)\b"
+        r"|\b(?:erasure|deletion)\s+requests?\b",
+        r"每个用户|每次回答|所有回答|所有用户", r"\b(?:cada\s+(?:usuario|respuesta)|todas?\s+(?:las\s+|los\s+)?"
+        r"(?:respuestas|usuarios|conversaciones))\b",
+        r"\b(?:chaque\s+(?:utilisateur|réponse)|toutes\s+les\s+réponses)\b",
+        r"\b(?:jede[nmr]?\s+(?:Nutzer|Benutzer|Antwort)|alle\s+(?:Antworten|Nutzer|Gespräche))\b",
+        r"すべてのユーザー|すべての回答", r"кажд\w*\s+(?:пользовател|ответ)\w*",
+        r"\b(?:cada\s+(?:usuário|resposta)|todas\s+as\s+respostas|todos\s+os\s+usuários)\b",
+        r"\b(?:ogni\s+(?:utente|risposta)|tutte\s+le\s+risposte)\b", r"모든\s*사용자|모든\s*답변",
+        r"كل\s+مستخدم|كل\s+رد|كل\s+إجابة|جميع\s+بيانات",
+        r"כל\s+משתמש|כל\s+תשובה",
+        r"हर\s+उपयोगकर्ता|हर\s+जवाब|सभी\s+उपयोगकर्ता",
+        r"ผู้ใช้ทุกคน|ทุกคำตอบ", r"κάθε\s+(?:χρήστη|απάντησης)", r"кожн\w*\s+(?:користувач|відповід)\w*",
+        r"her\s+(?:kullanıcı|yanıt)\w*", r"każd\w*\s+(?:użytkownik|odpowied)\w*",
+        r"\b(?:elke\s+gebruiker|elk\s+antwoord|alle\s+antwoorden)\b",
+        r"mọi\s+người\s+dùng|(?:mỗi|mọi)\s+câu\s+trả\s+lời",
+        r"\b(?:setiap\s+(?:pengguna|jawaban)|semua\s+jawaban)\b", r"هر\s+کاربر|هر\s+پاسخ",
+    ),
+}
+_DESTINATION = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:https?|s?ftp|wss?)://"
+# A text that says it describes attacks (a security article, a training page).
+_DESCRIBING = (
+    r"\b(?:attack\w*|injection|payloads?|jailbreak\w*|lures?|phishing|malicious|researchers|case\s+study|saying"
+    r"|ataque\w*|attaque\w*|Angriff\w*|атак\w*|attacc\w*|saldır\w*|atak\w*|aanval\w*|onderzoekers|serangan"
+    r"|tấn\s+công|επίθεσ\w*|έγχυσ\w*|ін['’]єкці\w*)\b"
+    r"|攻击|注入|攻撃|インジェクション|공격|인젝션|هجوم|الهجوم|התקפ|חוקרים|हमला|हमलावर|इंजेक्शन|โจมตี|حمله"
+)
+_QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
+                     r"|(?<!\w)'[^'\n]{3,300}'(?!\w)")
+# Stretches: sentences (not split at a colon, which often introduces the order itself).
+_STRETCH = re.compile(r"(?:[^.!?。！？।\n]|[.!?](?![\s.!?]|$))+(?:[.!?]+|[。！？।]+|\n+|$)")
+
+
+def _union(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    # Matched against NFKC-normalised text: the words are normalised the same way (Thai
+    # SARA AM, Devanagari nukta letters change under NFKC).
+    return re.compile(unicodedata.normalize("NFKC", "|".join(f"(?:{p})" for p in patterns)), _I)
+
+
+@functools.cache
+def _classes() -> tuple[re.Pattern[str], ...]:
+    return tuple(_union(ps) for ps in (AGENT, YOU, PRINCIPAL, (_DESTINATION,), (_DESCRIBING,)))
+
+
+@functools.cache
+def _holds() -> tuple[re.Pattern[str], ...]:
+    return tuple(_union(ps) for ps in HOLDS.values())
+
+
+def warm() -> None:
+    """Compile the word classes now."""
+    _classes()
+    _holds()
+
+
+def _speaks(stretch: str, describing: bool) -> bool:
+    agent, you, principal, dest, _ = _classes()
+    if describing:
+        stretch = _QUOTED.sub(" ", stretch)
+        if not you.search(stretch):
+            return False
+    held = sum(bool(h.search(stretch)) for h in _holds())
+    if held >= 2:  # the agent's instructions and its answers, its memory and its users: about the agent
+        return True
+    return bool(held) and any(c.search(stretch) for c in (you, agent, principal, dest))
+
+
+def speaks_to_agent(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` (a sentence with the one before it) that speak to the agent about
+    what it holds or does (see the module docstring)."""
+    if not text:
+        return []
+    describing = bool(_classes()[4].search(text))
+    stretches = [m.span() for m in _STRETCH.finditer(text) if m.group().strip()]
+    out: list[tuple[int, int]] = []
+    for i, (start, end) in enumerate(stretches):
+        first = stretches[i - 1][0] if i else start
+        if _speaks(text[first:end], describing):
+            out.append((first, end))
+    return out
