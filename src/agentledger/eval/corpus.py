@@ -202,16 +202,17 @@ def _histories(patch1: Artifact, patch2: Artifact, report: Artifact) -> dict[str
     }
 
 
+# How the conversation states a fact: plain remarks and, as people do, decisions and
+# confirmations (the words the structured compactor's cues look for appear in some of them).
 _SAY = {
-    "page_style": ["The cards change: {v}.", "Design note, {v} from now on for the pages.",
-                   "Reminder that {v}."],
-    "schema_contract": ["Checkpoints are written as {v}.", "We bumped the contract, {v}."],
-    "privacy_rule": ["Privacy: {v}.", "Legal replied, {v} applies to every trace."],
-    "acceptance_rule": ["The acceptance rule is {v}.", "As agreed, {v}."],
+    "page_style": ["The cards change: {v}.", "We decided on {v} for the pages.", "Reminder that {v}."],
+    "schema_contract": ["Checkpoints are written as {v}.", "Confirmed with the runtime team: {v}."],
+    "privacy_rule": ["Privacy: {v}.", "Legal replied, {v} must apply to every trace."],
+    "acceptance_rule": ["The acceptance rule is {v}.", "As agreed, {v} is required."],
     "next_step": ["Cursor moved, {v}.", "Plan updated, {v}."],
-    "done_set": ["Progress so far, {v}.", "Ledger says {v}."],
+    "done_set": ["Progress so far, {v}.", "Verified in the ledger: {v}."],
     "artifact_patch": ["Stored the patch, {v}.", "New patch in the store, {v}."],
-    "artifact_report": ["The test report is {v}."],
+    "artifact_report": ["The test report is {v}.", "Tests passed, report stored as {v}."],
     "budget_left": ["Budget check, {v}.", "After that step {v}."],
 }
 _FILLER = [
