@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import sys
 import time
 import uuid
@@ -23,6 +24,8 @@ from agentledger import logs
 from agentledger.bench.common import PROFILES, ServiceProcess, bench_stack
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
+from agentledger.eval.locomo import LocomoResult, evaluate_file
+from agentledger.eval.locomo import markdown as locomo_markdown
 from agentledger.eval.report import write
 from agentledger.eval.run import PRESETS, Scenario, ScenarioResult, run_scenario
 from agentledger.eval.strategies import NAMES, Env, ensure_known
@@ -45,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="strategies to run (repeatable; Off always runs: the delta needs it)")
     p.add_argument("--repeats", type=int, default=None, help="reads per strategy for the latency (default 3)")
     p.add_argument("--running", action="store_true", help="use the stack `agentledger up` started")
+    p.add_argument("--locomo", default=None, metavar="FILE",
+                   help="instead of the presets: evidence recall per strategy on this LoCoMo-format file")
+    p.add_argument("--budget", type=int, default=2000, help="token budget of --locomo (default 2000)")
     p.set_defaults(fn=command)
 
 
@@ -116,9 +122,30 @@ async def run_eval(settings: Settings, scenarios: Sequence[Scenario], strategies
     return results
 
 
+async def run_locomo(settings: Settings, path: Path, budget: int, strategies: Sequence[str], *, running: bool,
+                     out: Path) -> LocomoResult:
+    """Score the file's questions per strategy; write ``locomo.md`` and ``locomo.json``."""
+    async with stack_client(settings, running=running) as (client, s, _):
+        res = await evaluate_file(client, s, load_embedder(s), path, budget=budget,
+                                  tenant_prefix=f"locomo{uuid.uuid4().hex[:6]}", strategies=strategies)
+    _write_locomo(out, res, path.name)
+    return res
+
+
+def _write_locomo(out: Path, res: LocomoResult, source: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "locomo.md").write_text(locomo_markdown(res, source), encoding="utf-8")
+    (out / "locomo.json").write_text(json.dumps(dataclasses.asdict(res), indent=1), encoding="utf-8")
+    print(out / "locomo.md", flush=True)
+
+
 def command(args: argparse.Namespace) -> int:
     logs.configure("warning")
     settings = from_env(data_dir=getattr(args, "data_dir", None), nats_creds=getattr(args, "creds", None))
     strategies = ["off", *[n for n in (args.strategy or NAMES) if n != "off"]]
+    if args.locomo is not None:
+        asyncio.run(run_locomo(settings, Path(args.locomo), args.budget, strategies, running=args.running,
+                               out=Path(args.out)))
+        return 0
     asyncio.run(run_eval(settings, scenarios_of(args), strategies, running=args.running, out=Path(args.out)))
     return 0
