@@ -11,9 +11,11 @@ import dataclasses
 
 import pytest
 
+from agentledger.cli.main import build_parser
 from agentledger.core.context.render import data_block
 from agentledger.core.context.units import Unit
 from agentledger.eval import corpus as c
+from agentledger.eval.command import scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
 
@@ -190,3 +192,21 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "n": 0}
     p = percentiles([float(i) for i in range(1, 101)])
     assert (p["p50"], p["p95"], p["p99"]) == (51.0, 96.0, 100.0)
+
+
+def test_without_an_interruption_resume_success_is_na() -> None:
+    corpus = c.generate(c.Options(interrupted=False))
+    s, _ = evaluate(_result("all", _wm_context(corpus) + " ".join(str(i) for i in corpus.truth)), corpus)
+    assert s.resume_success is None and s.task_success == 1.0
+
+
+def test_a_sweep_changes_one_variable_and_keeps_the_rest() -> None:
+    args = build_parser().parse_args(["eval", "--preset", "risk", "--sweep", "k=2,12", "--turns", "24"])
+    scenarios = scenarios_of(args)
+    assert [s.name for s in scenarios] == ["risk k=2", "risk k=12"]
+    assert [s.knobs.k for s in scenarios] == [2, 12]
+    assert {s.options.turns for s in scenarios} == {24} and all(s.options.poison for s in scenarios)
+    off = scenarios_of(build_parser().parse_args(["eval", "--preset", "clean", "--sweep", "stale=off,on"]))
+    assert [s.options.stale for s in off] == [False, True]
+    with pytest.raises(SystemExit, match="--sweep"):
+        scenarios_of(build_parser().parse_args(["eval", "--sweep", "colour=red"]))

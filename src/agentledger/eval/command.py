@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", action="append", choices=NAMES, default=None,
                    help="strategies to run (repeatable; Off always runs: the delta needs it)")
     p.add_argument("--repeats", type=int, default=None, help="reads per strategy for the latency (default 3)")
+    p.add_argument("--sweep", default=None, metavar="VAR=V1,V2,...",
+                   help="re-run each preset once per value of one variable (Off re-runs each time): "
+                        f"{', '.join(SWEEPABLE)}")
     p.add_argument("--running", action="store_true", help="use the stack `agentledger up` started")
     p.add_argument("--locomo", default=None, metavar="FILE",
                    help="instead of the presets: evidence recall per strategy on this LoCoMo-format file")
@@ -54,14 +57,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(fn=command)
 
 
+# What ``--sweep`` may vary: the corpus options and the strategies' knobs of seed 000 §22.
+SWEEPABLE = ("turns", "stale", "poison", "interrupted", "summary_budget", "k", "window")
+_OPTION_FIELDS = {"turns", "stale", "poison", "interrupted", "seed", "secret"}
+
+
+def _sweep(spec: str) -> tuple[str, list[Any]]:
+    var, _, values = spec.partition("=")
+    if var not in SWEEPABLE or not values:
+        raise SystemExit(f"--sweep takes VAR=V1,V2,... with VAR one of {', '.join(SWEEPABLE)}, not {spec!r}")
+    parsed: list[Any] = []
+    for v in values.split(","):
+        parsed.append(v.lower() in ("1", "true", "on", "yes") if var in ("stale", "poison", "interrupted")
+                      else int(v))
+    return var, parsed
+
+
 def scenarios_of(args: argparse.Namespace) -> list[Scenario]:
     out = []
+    sweep = _sweep(args.sweep) if getattr(args, "sweep", None) else None
     for name in args.preset or ["clean", "risk", "budget"]:
         sc = PRESETS[name]
         opts = {k: v for k, v in (("seed", args.seed), ("turns", args.turns)) if v is not None}
         knobs = {k: v for k, v in (("summary_budget", args.summary_budget), ("k", args.k), ("window", args.window),
                                    ("repeats", args.repeats)) if v is not None}
-        out.append(Scenario(sc.name, dataclasses.replace(sc.options, **opts), dataclasses.replace(sc.knobs, **knobs)))
+        base = Scenario(sc.name, dataclasses.replace(sc.options, **opts), dataclasses.replace(sc.knobs, **knobs))
+        if sweep is None:
+            out.append(base)
+            continue
+        var, values = sweep
+        for v in values:
+            o = dataclasses.replace(base.options, **{var: v}) if var in _OPTION_FIELDS else base.options
+            k = base.knobs if var in _OPTION_FIELDS else dataclasses.replace(base.knobs, **{var: v})
+            out.append(Scenario(f"{sc.name} {var}={v}", o, k))
     return out
 
 
@@ -109,8 +137,8 @@ async def run_eval(settings: Settings, scenarios: Sequence[Scenario], strategies
     async with stack_client(settings, running=running) as (client, s, stack_word):
         embedder = load_embedder(s)
         run_id = uuid.uuid4().hex[:6]
-        for sc in scenarios:
-            env = Env(client, s, embedder, f"eval-{sc.name}-{run_id}")
+        for n, sc in enumerate(scenarios):
+            env = Env(client, s, embedder, f"eval-{run_id}-{n}")
             results.append(await run_scenario(env, sc, strategies, progress=progress))
     if out is not None:
         meta: dict[str, Any] = {"seed": scenarios[0].options.seed if scenarios else None,

@@ -9,7 +9,9 @@ wrong". Recall ``|A∩G|/|G|`` compares whole items: a key read at another versi
 Stale use is the share of U that is stale (an older version or an expired record); a record a
 strategy retrieved and then gated is in its *candidates*, not in A, and so never in U.
 Contradiction: the keys of A with more than one value over the keys of A. Task success is the
-share of the 10 acceptance checks passed; its delta is taken against Memory Off of the same
+share of the 10 acceptance checks passed; resume success whether the checkpoint's fields
+(cursor, done set, both artifact hashes, budget) were all reconciled, N/A without an
+interruption; the task-success delta is taken against Memory Off of the same
 scenario (``with_delta``). Tokens are counted with the project's tokenizer (tiktoken,
 ``agentledger.models.tokens``), as the context-builder counts them.
 """
@@ -67,7 +69,7 @@ class Scores:
     poison_used: tuple[Item, ...]
     contradiction: float | None
     contradicted_keys: tuple[str, ...]
-    resume_success: float
+    resume_success: float | None  # None: no interruption in this scenario, nothing to resume
     task_success: float
     checks: dict[str, bool]
     tokens: int
@@ -142,7 +144,7 @@ def evaluate(result: StrategyResult, corpus: Corpus) -> tuple[Scores, Actions]:
         poison_used=tuple(it for it in used if corpus.label(it) == POISON),
         contradiction=len(contradicted) / len(values) if values else None,
         contradicted_keys=contradicted,
-        resume_success=1.0 if s.resume_ok and corpus.options.interrupted else 0.0,
+        resume_success=(1.0 if s.resume_ok else 0.0) if corpus.options.interrupted else None,
         task_success=s.success,
         checks=s.checks,
         tokens=tokens.count(result.context, ENCODING) if result.context else 0,
