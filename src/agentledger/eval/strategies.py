@@ -32,7 +32,10 @@ import msgspec
 
 from agentledger.client import Client
 from agentledger.config import Settings
-from agentledger.eval.corpus import CHAT, PROJECT, RESUME_PROMPT, RESUME_QUERY, TASK, items_in
+from agentledger.core.context.render import data_block, frame_tokens, message_segment
+from agentledger.core.context.units import Unit
+from agentledger.core.validate import goal_hash
+from agentledger.eval.corpus import ACCEPTANCE, CHAT, GOAL, PROJECT, RESUME_PROMPT, RESUME_QUERY, TASK, items_in
 from agentledger.eval.metrics import ENCODING, StrategyResult
 from agentledger.models import tokens
 from agentledger.models.embedding import Embedder
@@ -47,9 +50,20 @@ FULL_WINDOW = 128_000
 SUMMARY_BUDGET = 260
 RECENT_TOKENS = 120
 VECTOR_K = 6
-# Tokens of the units every build of this task carries beside the summary (goal + input +
-# frames), measured on the default corpus: the summary's window is this plus its two budgets.
-SUMMARY_OVERHEAD = 260
+
+
+def summary_overhead() -> int:
+    """Tokens of what every build of the conversation carries beside the summary and the recent
+    turns: the data frame, the goal contract (as ``build._goal_unit`` renders it) and the input
+    turn. The summary's window is this plus its two budgets, so the summary gets its budget."""
+    criteria = list(ACCEPTANCE)
+    text = f"{GOAL}\nacceptance criteria:\n" + "\n".join(f"- {c}" for c in criteria)
+    goal = Unit(id="goal", source="goal", text=text, version=goal_hash(GOAL, criteria)[:16])
+
+    def count(text: str) -> int:
+        return tokens.count(text, ENCODING)
+
+    return frame_tokens(count) + count(data_block(goal)) + count(message_segment("user", RESUME_PROMPT))
 
 VECTOR_SQL = (
     "SELECT * FROM ("
@@ -203,7 +217,7 @@ async def _timed_builds(env: Env, knobs: Knobs, task: str, ordinal: int, **optio
 
 
 async def summary(env: Env, knobs: Knobs) -> StrategyResult:
-    window = SUMMARY_OVERHEAD + knobs.summary_budget + knobs.recent_tokens
+    window = summary_overhead() + knobs.summary_budget + knobs.recent_tokens
     gen, times = await _timed_builds(
         env, knobs, CHAT, env.chat_input, window_tokens=window, reserve_tokens=0, encoding=ENCODING,
         compaction={"mode": "auto", "high_watermark": 0.05, "recent_exact_tokens": knobs.recent_tokens})
