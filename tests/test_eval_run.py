@@ -69,6 +69,15 @@ async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settin
     # The structured build read through the gates: no poison, no stale item in its context.
     assert not any(risk.corpus.label(i) == POISON for i in by["structured"].accepted)
     assert by["structured"].stale_use == 0.0
+    # ... yet it retrieved them: its candidates hold the older versions, the expired probe and the
+    # poisoned rule, each refused by a gate (retrieved-then-gated is not use).
+    structured = next(r for r in risk.results if r.name == "structured")
+    refused = {(str(i), o) for i, o in structured.candidates if o.startswith("gated")}
+    assert ("budget_left=22units@v6", "gated:ttl") in refused
+    assert ("privacy_rule=retain-all-forever@v9", "gated:status") in refused
+    assert ("schema_contract=checkpoint-v2@v2", "gated:status") in refused
+    assert {str(i) for i in by["structured"].stale_retrieved} >= {"budget_left=22units@v6",
+                                                                  "schema_contract=checkpoint-v2@v2"}
     # Every read was timed, and every kind of write.
     assert all(len(s.read_ms) == PRESETS["risk"].knobs.repeats for s in risk.scores)
     assert {"ledger.append", "memory.propose", "context.ingest", "artifact.put"} <= set(risk.write_ms)

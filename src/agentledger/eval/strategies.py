@@ -35,7 +35,17 @@ from agentledger.config import Settings
 from agentledger.core.context.render import data_block, frame_tokens, message_segment
 from agentledger.core.context.units import Unit
 from agentledger.core.validate import goal_hash
-from agentledger.eval.corpus import ACCEPTANCE, CHAT, GOAL, PROJECT, RESUME_PROMPT, RESUME_QUERY, TASK, items_in
+from agentledger.eval.corpus import (
+    ACCEPTANCE,
+    CHAT,
+    GOAL,
+    PROJECT,
+    REQUIRED_KEYS,
+    RESUME_PROMPT,
+    RESUME_QUERY,
+    TASK,
+    items_in,
+)
 from agentledger.eval.metrics import ENCODING, StrategyResult
 from agentledger.models import tokens
 from agentledger.models.embedding import Embedder
@@ -266,25 +276,32 @@ async def structured(env: Env, knobs: Knobs) -> StrategyResult:
         memory_query=RESUME_QUERY, project_id=PROJECT, compaction={"mode": "off"})
     branch = _branch(gen)
     # The candidate set: the receipt of the build's gated read (the first build's: the newest
-    # receipts are the regenerations', which read the same records).
+    # receipts are the regenerations', which read the same records), then one exact-key read
+    # per required key, whose receipts also list the key's records a gate stopped, with why.
+    # Those audit reads show what was retrieved and refused; they add nothing to the context.
     receipts = (await env.client.memory_receipts(env.tenant, task_id=TASK, limit=knobs.repeats)).receipts
+    audit = [r.receipt for k in REQUIRED_KEYS
+             if (r := await env.client.memory_read(env.tenant, key=k, task_id=TASK, project_id=PROJECT,
+                                                   purpose="eval candidate audit")).receipt is not None]
     candidates: list[tuple[Any, str]] = []
     trace = _trace(branch)
-    if receipts:
-        receipt = receipts[-1]
-        ids = [c.record_id for c in receipt.candidates]
-        conn = await asyncpg.connect(env.settings.database_url)
-        try:
-            rows = {r["record_id"]: decode_row(r["row"]) for r in await conn.fetch(RECORD_SQL, env.tenant, ids)}
-        finally:
-            await conn.close()
+    looked = [*((r, False) for r in receipts[-1:]), *((r, True) for r in audit)]
+    ids = sorted({c.record_id for r, _ in looked for c in r.candidates})
+    conn = await asyncpg.connect(env.settings.database_url)
+    try:
+        rows = {r["record_id"]: decode_row(r["row"]) for r in await conn.fetch(RECORD_SQL, env.tenant, ids)}
+    finally:
+        await conn.close()
+    for receipt, is_audit in looked:
         for c in receipt.candidates:
             row = rows.get(c.record_id)
             text = _value_text(row.body.value) if row is not None and row.body.value is not None else ""
-            candidates += [(it, c.outcome) for it in items_in(text)]
-            trace.append({"receipt": receipt.receipt_id, "record_id": c.record_id, "key": c.key,
-                          "found_by": c.found_by, "outcome": c.outcome, "score": c.score,
-                          "gates": [msgspec.to_builtins(g) for g in c.gates]})
+            failed = [g.gate for g in c.gates if not g.passed]
+            outcome = c.outcome + (f":{','.join(failed)}" if failed else "")
+            candidates += [(it, outcome) for it in items_in(text)]
+            trace.append({"receipt": receipt.receipt_id, "audit": is_audit,
+                          "record_id": c.record_id, "key": c.key, "found_by": c.found_by, "outcome": c.outcome,
+                          "score": c.score, "gates": [msgspec.to_builtins(g) for g in c.gates]})
     notes = [f"window {knobs.window}: {sum(t.outcome == 'accepted' for t in branch.trace)} units accepted, "
              f"{sum(t.outcome == 'rejected' for t in branch.trace)} rejected"]
     return StrategyResult("structured", branch.rendered, received=[branch.rendered], candidates=candidates,
