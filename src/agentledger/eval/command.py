@@ -26,6 +26,7 @@ from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
 from agentledger.eval.locomo import LocomoResult, evaluate_file
 from agentledger.eval.locomo import markdown as locomo_markdown
+from agentledger.eval.model import ModelExecutor
 from agentledger.eval.report import write
 from agentledger.eval.run import PRESETS, Scenario, ScenarioResult, run_scenario
 from agentledger.eval.strategies import NAMES, Env, ensure_known
@@ -50,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", default=None, metavar="VAR=V1,V2,...",
                    help="re-run each preset once per value of one variable (Off re-runs each time): "
                         f"{', '.join(SWEEPABLE)}")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="also let this chat model act on every context (an OpenAI-compatible endpoint)")
+    p.add_argument("--model-url", default=None, metavar="URL", help="its base URL, with the version (.../v1)")
+    p.add_argument("--model-key-file", default=None, metavar="PATH", help="a file holding its API key")
     p.add_argument("--running", action="store_true", help="use the stack `agentledger up` started")
     p.add_argument("--locomo", default=None, metavar="FILE",
                    help="instead of the presets: evidence recall per strategy on this LoCoMo-format file")
@@ -120,7 +125,8 @@ async def stack_client(settings: Settings, *, running: bool) -> AsyncIterator[tu
 
 
 async def run_eval(settings: Settings, scenarios: Sequence[Scenario], strategies: Sequence[str], *,
-                   running: bool = False, out: Path | None = None, quiet: bool = False) -> list[ScenarioResult]:
+                   running: bool = False, out: Path | None = None, quiet: bool = False,
+                   model: ModelExecutor | None = None) -> list[ScenarioResult]:
     """Run ``scenarios`` (each in a fresh tenant) and write the report to ``out`` if given."""
     ensure_known(list(strategies))
     started = time.monotonic()
@@ -139,7 +145,7 @@ async def run_eval(settings: Settings, scenarios: Sequence[Scenario], strategies
         run_id = uuid.uuid4().hex[:6]
         for n, sc in enumerate(scenarios):
             env = Env(client, s, embedder, f"eval-{run_id}-{n}")
-            results.append(await run_scenario(env, sc, strategies, progress=progress))
+            results.append(await run_scenario(env, sc, strategies, progress=progress, model=model))
     if out is not None:
         meta: dict[str, Any] = {"seed": scenarios[0].options.seed if scenarios else None,
                                 "elapsed_s": time.monotonic() - started, "stack": stack_word,
@@ -175,5 +181,12 @@ def command(args: argparse.Namespace) -> int:
         asyncio.run(run_locomo(settings, Path(args.locomo), args.budget, strategies, running=args.running,
                                out=Path(args.out)))
         return 0
-    asyncio.run(run_eval(settings, scenarios_of(args), strategies, running=args.running, out=Path(args.out)))
+    model = None
+    if args.model is not None:
+        if not args.model_url:
+            raise SystemExit("--model needs --model-url (an OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1)")
+        model = ModelExecutor.from_files(args.model_url, args.model,
+                                         Path(args.model_key_file) if args.model_key_file else None)
+    asyncio.run(run_eval(settings, scenarios_of(args), strategies, running=args.running, out=Path(args.out),
+                         model=model))
     return 0

@@ -77,6 +77,8 @@ class Scores:
     truncated: bool
     outranked: tuple[str, ...] = ()
     delta_vs_off: float | None = None
+    # Items the executor acted on that its context does not hold (a model's guesses).
+    unsupported: tuple[Item, ...] = ()
 
     def row(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "task_success": self.task_success, "delta_vs_off": self.delta_vs_off,
@@ -118,10 +120,17 @@ def _outranked(result: StrategyResult, corpus: Corpus) -> tuple[str, ...]:
     return tuple(out)
 
 
-def evaluate(result: StrategyResult, corpus: Corpus) -> tuple[Scores, Actions]:
-    """Score one strategy's context (after the leak check)."""
+def secret_markers(corpus: Corpus) -> tuple[str, ...]:
+    return (corpus.secret_value,) if corpus.secret_value else ()
+
+
+def evaluate(result: StrategyResult, corpus: Corpus, actions: Actions | None = None,
+             executor: str = "") -> tuple[Scores, Actions]:
+    """Score one strategy's context (after the leak check), acted on by the deterministic
+    executor, or by ``actions`` another executor (``executor`` names it) took on the same context."""
     check_leak(result, corpus)
-    actions = act(result.context, (corpus.secret_value,) if corpus.secret_value else ())
+    if actions is None:
+        actions = act(result.context, secret_markers(corpus))
     s = score(actions, corpus)
     truth = set(corpus.truth)
     accepted = tuple(sorted(set(read(result.context))))
@@ -133,7 +142,7 @@ def evaluate(result: StrategyResult, corpus: Corpus) -> tuple[Scores, Actions]:
     used = actions.used
     stale = tuple(it for it in used if corpus.label(it) in (STALE, EXPIRED))
     return Scores(
-        strategy=result.name,
+        strategy=f"{result.name}·{executor}" if executor else result.name,
         accepted=accepted,
         used=used,
         precision=len(hits) / len(accepted) if accepted else None,
@@ -151,15 +160,22 @@ def evaluate(result: StrategyResult, corpus: Corpus) -> tuple[Scores, Actions]:
         read_ms=tuple(result.read_ms),
         truncated=result.truncated,
         outranked=_outranked(result, corpus),
+        unsupported=tuple(it for it in used if it not in accepted),
     ), actions
 
 
 def with_delta(scores: list[Scores]) -> list[Scores]:
-    """Each strategy's task-success delta against Memory Off of the same scenario (in points)."""
-    off = next((s for s in scores if s.strategy == "off"), None)
-    if off is None:
-        raise ValueError("a scenario's delta needs its own Memory Off run")
-    return [replace(s, delta_vs_off=round(100 * (s.task_success - off.task_success), 1)) for s in scores]
+    """Each strategy's task-success delta against Memory Off of the same scenario and the same
+    executor (``full·model`` against ``off·model``), in points."""
+    out = []
+    for s in scores:
+        executor = s.strategy.partition("·")[2]
+        base = f"off·{executor}" if executor else "off"
+        off = next((o for o in scores if o.strategy == base), None)
+        if off is None:
+            raise ValueError(f"a scenario's delta needs its own Memory Off run ({base})")
+        out.append(replace(s, delta_vs_off=round(100 * (s.task_success - off.task_success), 1)))
+    return out
 
 
 def percentiles(samples: list[float]) -> dict[str, float | None]:

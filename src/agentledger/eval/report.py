@@ -74,6 +74,8 @@ def _why(s: Scores, res: ScenarioResult) -> list[str]:
     if missing and s.strategy != "off":
         out.append(f"not in the context at its current version: {', '.join(missing)}")
     out += [f"outranked: {o}" for o in s.outranked]
+    if s.unsupported:
+        out.append(f"acted on items its context does not hold: {', '.join(map(str, s.unsupported))}")
     if s.stale_retrieved:
         out.append(f"stale among the candidates (retrieved, not necessarily used): "
                    f"{', '.join(map(str, s.stale_retrieved))}")
@@ -130,6 +132,7 @@ def payload(results: Sequence[ScenarioResult], meta: dict[str, Any]) -> dict[str
                 "candidates": [{"item": str(i), "outcome": o, "label": c.label(i)} for i, o in r.candidates],
                 "stale_used": list(map(str, s.stale_used)), "stale_retrieved": list(map(str, s.stale_retrieved)),
                 "poison_used": list(map(str, s.poison_used)), "contradicted_keys": list(s.contradicted_keys),
+                "unsupported": list(map(str, s.unsupported)),
                 "checks": s.checks, "outranked": list(s.outranked), "truncated": s.truncated,
                 "dispatch": a.dispatch, "skip": list(a.skip), "read_ms": list(s.read_ms), "notes": r.notes,
                 "trace": r.trace, "context": r.context})
@@ -167,7 +170,7 @@ def svg_scatter(results: Sequence[ScenarioResult]) -> str:
             out.append(f'<text x="{x(t)}" y="{h - pad + 14}" text-anchor="middle">{t}</text>')
     shapes = {n: i for i, n in enumerate(dict.fromkeys(r.scenario.name for r in results))}
     for scen, s in points:
-        cx, cy, col = x(s.tokens), y(s.task_success), COLOURS.get(s.strategy, "black")
+        cx, cy, col = x(s.tokens), y(s.task_success), COLOURS.get(s.strategy.partition("·")[0], "black")
         r = 5 + 2 * shapes[scen]
         out.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{r}" fill="none" stroke="{col}" stroke-width="2">'
                    f'<title>{html.escape(scen)} / {s.strategy}: success {s.task_success:.2f}, {s.tokens} tokens'
@@ -207,9 +210,10 @@ def svg_metrics(results: Sequence[ScenarioResult]) -> str:
                     out.append(f'<text x="{bx + bw / 2}" y="{base - 3}" text-anchor="middle" font-size="7">N/A</text>')
                     continue
                 bh = (ph - 2 * pad) * float(v)
+                col = COLOURS.get(s.strategy.partition("·")[0], "black")
                 out.append(f'<rect x="{bx:.1f}" y="{base - bh:.1f}" width="{bw * 0.9:.1f}" height="{bh:.1f}" '
-                           f'fill="{COLOURS.get(s.strategy, "black")}"><title>{html.escape(res.scenario.name)} / '
-                           f'{s.strategy}: {v:.2f}</title></rect>')
+                           f'fill="{col}"><title>{html.escape(res.scenario.name)} / {s.strategy}: {v:.2f}'
+                           '</title></rect>')
     out.append("</svg>")
     return "\n".join(out)
 

@@ -24,7 +24,8 @@ from agentledger.client import Client
 from agentledger.core.validate import goal_hash
 from agentledger.eval.corpus import ACCEPTANCE, CHAT, GOAL, PROJECT, RESUME_PROMPT, TASK, Corpus, Options, generate
 from agentledger.eval.executor import Actions
-from agentledger.eval.metrics import Scores, StrategyResult, evaluate, percentiles, with_delta
+from agentledger.eval.metrics import Scores, StrategyResult, evaluate, percentiles, secret_markers, with_delta
+from agentledger.eval.model import ModelExecutor
 from agentledger.eval.strategies import NAMES, STRATEGIES, Env, Knobs
 
 PRODUCER = "agentledger-eval"
@@ -127,7 +128,8 @@ async def ingest(client: Client, tenant: str, corpus: Corpus) -> dict[str, list[
 
 
 async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] = NAMES,
-                       progress: Callable[[str], None] | None = None) -> ScenarioResult:
+                       progress: Callable[[str], None] | None = None,
+                       model: ModelExecutor | None = None) -> ScenarioResult:
     """Ingest the scenario's corpus into ``env.tenant`` (a fresh one), run each strategy, score them."""
     corpus = generate(scenario.options)
     say = progress or (lambda _: None)
@@ -143,6 +145,11 @@ async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] =
         results.append(result)
         scores.append(s)
         actions.append(a)
+        if model is not None:  # the same context, answered by the model, scored the same way
+            ms, ma = evaluate(result, corpus, await model.act(result.context, secret_markers(corpus)), "model")
+            results.append(result)
+            scores.append(ms)
+            actions.append(ma)
     return ScenarioResult(scenario, env.tenant, corpus, with_delta(scores), results, actions, write_ms)
 
 
