@@ -8,6 +8,7 @@ must be caught by the code the real run uses.
 from __future__ import annotations
 
 import dataclasses
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -18,6 +19,8 @@ from agentledger.eval import corpus as c
 from agentledger.eval.command import scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
+from agentledger.eval.report import svg_growth
+from agentledger.eval.run import Scenario, ScenarioResult
 
 RISK = c.Options(stale=True, poison=True, secret=True)
 
@@ -210,3 +213,25 @@ def test_a_sweep_changes_one_variable_and_keeps_the_rest() -> None:
     assert [s.options.stale for s in off] == [False, True]
     with pytest.raises(SystemExit, match="--sweep"):
         scenarios_of(build_parser().parse_args(["eval", "--sweep", "colour=red"]))
+
+
+def _scenario(name: str, contexts: dict[str, str]) -> ScenarioResult:
+    corpus = c.generate()
+    results = [StrategyResult(n, ctx, received=[ctx], read_ms=[1.0, 2.0, 3.0]) for n, ctx in contexts.items()]
+    pairs = [evaluate(r, corpus) for r in results]
+    return ScenarioResult(Scenario(name), "t", corpus, with_delta([s for s, _ in pairs]), results,
+                          [a for _, a in pairs])
+
+
+def test_a_numeric_sweep_draws_its_cost_growth_and_nothing_else_does() -> None:
+    truth = " ".join(str(i) for i in c.generate().truth)
+    small = _scenario("clean turns=10", {"off": c.RESUME_PROMPT, "full": truth})
+    big = _scenario("clean turns=1000", {"off": c.RESUME_PROMPT, "full": " ".join([truth] * 20)})
+    svg = svg_growth([small, big])
+    assert svg is not None
+    root = ET.fromstring(svg)
+    lines = [e for e in root.iter() if e.tag.endswith("polyline")]
+    assert len(lines) == 4  # tokens and latency, for off and full
+    assert svg_growth([small]) is None
+    assert svg_growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
+        is None

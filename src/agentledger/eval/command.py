@@ -63,8 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # What ``--sweep`` may vary: the corpus options and the strategies' knobs of seed 000 §22.
-SWEEPABLE = ("turns", "stale", "poison", "interrupted", "summary_budget", "k", "window")
-_OPTION_FIELDS = {"turns", "stale", "poison", "interrupted", "seed", "secret"}
+SWEEPABLE = ("turns", "records", "stale", "poison", "interrupted", "summary_budget", "k", "window")
+_OPTION_FIELDS = {"turns", "stale", "poison", "interrupted", "seed", "secret", "noise_records"}
 
 
 def _sweep(spec: str) -> tuple[str, list[Any]]:
@@ -91,10 +91,11 @@ def scenarios_of(args: argparse.Namespace) -> list[Scenario]:
             out.append(base)
             continue
         var, values = sweep
+        var = "noise_records" if var == "records" else var
         for v in values:
             o = dataclasses.replace(base.options, **{var: v}) if var in _OPTION_FIELDS else base.options
             k = base.knobs if var in _OPTION_FIELDS else dataclasses.replace(base.knobs, **{var: v})
-            out.append(Scenario(f"{sc.name} {var}={v}", o, k))
+            out.append(Scenario(f"{sc.name} {sweep[0]}={v}", o, k))
     return out
 
 

@@ -141,6 +141,8 @@ class Options:
     secret: bool = False
     irrelevant: bool = True
     interrupted: bool = True
+    # Further irrelevant episodes (the scale sweep's record count): notes of other runs.
+    noise_records: int = 0
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,12 @@ def _memory(o: Options, hist: dict[str, list[Item]], risks: dict[str, str],
         risks[f"deploy_token={secret_value}@v1"] = SECRET
         mem.append(MemoryWrite("m-secret", "fact", "task", "tool_output", "deploy_token",
                                f"deploy_token={secret_value}@v1", 1, DAY // 8))
+    for n in range(o.noise_records):
+        it = Item(f"episode_{n:06d}", f"run-{n % 97}-ok", 1)
+        risks[str(it)] = IRRELEVANT
+        mem.append(MemoryWrite(f"m-noise-{n}", "fact", "project", "runtime_evidence", it.key,
+                               f"No.{n % 40} run-{n} note on the {_FILLER[n % len(_FILLER)][:-1].lower()}: {it}",
+                               1, 40 * DAY))
     if o.irrelevant:
         for n, (key, value, version) in enumerate(_IRRELEVANT):
             it = Item(key, value, version)

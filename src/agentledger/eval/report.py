@@ -218,17 +218,82 @@ def svg_metrics(results: Sequence[ScenarioResult]) -> str:
     return "\n".join(out)
 
 
+def _swept(results: Sequence[ScenarioResult]) -> tuple[str, list[float]] | None:
+    """The swept variable and its numeric values, when every scenario is ``<preset> var=<number>``."""
+    parts = [r.scenario.name.rpartition(" ")[2].partition("=") for r in results]
+    if len(results) < 2 or any(not sep or not v.isdigit() for _, sep, v in parts) or len({p[0] for p in parts}) != 1:
+        return None
+    return parts[0][0], [float(v) for _, _, v in parts]
+
+
+def _p50(s: Scores) -> float:
+    return sorted(s.read_ms)[len(s.read_ms) // 2] if s.read_ms else 0.0
+
+
+def _growth_panel(ox: int, title: str, var: str, xs: list[float], series: dict[str, list[float]]) -> list[str]:
+    """One log-log panel: a line per strategy of ``series`` (values at ``xs``)."""
+    pw, ph, pad = 420, 300, 56
+    ys = [max(y, 0.01) for vals in series.values() for y in vals]
+    lo_x, hi_x = math.log10(max(min(xs), 1)), math.log10(max(*xs, 10))
+    lo_y, hi_y = math.log10(min(ys)), math.log10(max(ys)) + 0.1
+
+    def px(x: float) -> float:
+        return ox + pad + (pw - 2 * pad) * (math.log10(max(x, 1)) - lo_x) / max(hi_x - lo_x, 1e-9)
+
+    def py(y: float) -> float:
+        return ph - pad - (ph - 2 * pad) * (math.log10(max(y, 0.01)) - lo_y) / max(hi_y - lo_y, 1e-9)
+
+    out = [f'<text x="{ox + pw / 2}" y="16" text-anchor="middle" font-weight="bold">{title} against '
+           f'{html.escape(var)} (log-log)</text>',
+           f'<line x1="{ox + pad}" y1="{ph - pad}" x2="{ox + pw - pad}" y2="{ph - pad}" stroke="black"/>',
+           f'<line x1="{ox + pad}" y1="{pad}" x2="{ox + pad}" y2="{ph - pad}" stroke="black"/>']
+    out += [f'<text x="{px(x):.1f}" y="{ph - pad + 14}" text-anchor="middle">{x:g}</text>' for x in xs]
+    out += [f'<text x="{ox + pad - 4}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>'
+            for y in (min(ys), max(ys))]
+    for name, vals in series.items():
+        col = COLOURS.get(name.partition("·")[0], "black")
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, vals, strict=True))
+        out.append(f'<polyline points="{path}" fill="none" stroke="{col}" stroke-width="2">'
+                   f'<title>{html.escape(name)}</title></polyline>')
+    return out
+
+
+def svg_growth(results: Sequence[ScenarioResult]) -> str | None:
+    """Cost growth of a numeric sweep: tokens and read p50 (ms) per strategy, both log scale."""
+    swept = _swept(results)
+    if swept is None:
+        return None
+    var, xs = swept
+    tokens_of: dict[str, list[float]] = {}
+    ms_of: dict[str, list[float]] = {}
+    for res in results:
+        for s in res.scores:
+            tokens_of.setdefault(s.strategy, []).append(float(s.tokens))
+            ms_of.setdefault(s.strategy, []).append(_p50(s))
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="840" height="300" font-family="sans-serif" '
+           'font-size="11">', '<rect width="840" height="300" fill="white"/>',
+           *_growth_panel(0, "context tokens", var, xs, tokens_of),
+           *_growth_panel(420, "read p50 ms", var, xs, ms_of)]
+    out += [f'<text x="{360 + 70 * i}" y="292" fill="{col}">{name}</text>' for i, (name, col) in
+            enumerate(COLOURS.items())]
+    out.append("</svg>")
+    return "\n".join(out)
+
+
 def write(out_dir: Path, results: Sequence[ScenarioResult], meta: dict[str, Any]) -> list[Path]:
     """Write report.md, report.json, report.html and the two SVG plots; their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     md = markdown(results, meta)
     files = {"report.md": md, "report.json": json.dumps(payload(results, meta), indent=1, ensure_ascii=False),
              "success-vs-tokens.svg": svg_scatter(results), "metrics.svg": svg_metrics(results)}
+    growth = svg_growth(results)
+    if growth is not None:
+        files["growth.svg"] = growth
     body = f"<pre>{html.escape(md)}</pre>"
     files["report.html"] = ("<!doctype html><meta charset='utf-8'><title>agentledger eval</title>"
                             "<body style='font-family:sans-serif;max-width:70em'>"
                             f"{_html_tables(results)}<h2>plots</h2>{files['success-vs-tokens.svg']}"
-                            f"{files['metrics.svg']}<h2>report</h2>{body}</body>")
+                            f"{files['metrics.svg']}{growth or ''}<h2>report</h2>{body}</body>")
     paths = []
     for name, text in files.items():
         p = out_dir / name

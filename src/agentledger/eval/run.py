@@ -22,13 +22,25 @@ import msgspec
 
 from agentledger.client import Client
 from agentledger.core.validate import goal_hash
-from agentledger.eval.corpus import ACCEPTANCE, CHAT, GOAL, PROJECT, RESUME_PROMPT, TASK, Corpus, Options, generate
+from agentledger.eval.corpus import (
+    ACCEPTANCE,
+    CHAT,
+    GOAL,
+    PROJECT,
+    RESUME_PROMPT,
+    TASK,
+    Corpus,
+    MemoryWrite,
+    Options,
+    generate,
+)
 from agentledger.eval.executor import Actions
 from agentledger.eval.metrics import Scores, StrategyResult, evaluate, percentiles, secret_markers, with_delta
 from agentledger.eval.model import ModelExecutor
 from agentledger.eval.strategies import NAMES, STRATEGIES, Env, Knobs
 
 PRODUCER = "agentledger-eval"
+NOISE_BATCH = 500
 DATA_SUBJECT = "no19-author"
 
 
@@ -113,14 +125,22 @@ async def ingest(client: Client, tenant: str, corpus: Corpus) -> dict[str, list[
     for i in range(0, len(chat), 100):
         await _timed(ms, "ledger.append_batch", client.append_batch(chat[i:i + 100]))
     now = datetime.now(UTC)
+
+    def proposal(m: MemoryWrite) -> dict[str, Any]:
+        return {"proposal_id": m.proposal_id, "kind": m.kind,
+                "scope": {"level": m.scope, "id": TASK if m.scope == "task" else PROJECT},
+                "source": {"kind": m.source, "quotes_external": m.quotes_external}, "key": m.key,
+                "value": m.value, "subject_version": m.subject_version,
+                "observed_at": (now - timedelta(seconds=m.age_s)).isoformat(), "origin_task": TASK,
+                "evidence": [refs[f"{a}@1"] for a in m.evidence]}
+
+    noise = [m for m in corpus.memory if m.proposal_id.startswith("m-noise-")]
+    for i in range(0, len(noise), NOISE_BATCH):  # the scale sweep's bulk, as a bulk import sends it
+        await _timed(ms, f"memory.propose x{NOISE_BATCH}", client.memory_propose(
+            tenant, [proposal(m) for m in noise[i:i + NOISE_BATCH]]))
     for m in corpus.memory:
-        scope = {"level": m.scope, "id": TASK if m.scope == "task" else PROJECT}
-        proposal = {"proposal_id": m.proposal_id, "kind": m.kind, "scope": scope,
-                    "source": {"kind": m.source, "quotes_external": m.quotes_external}, "key": m.key,
-                    "value": m.value, "subject_version": m.subject_version,
-                    "observed_at": (now - timedelta(seconds=m.age_s)).isoformat(), "origin_task": TASK,
-                    "evidence": [refs[f"{a}@1"] for a in m.evidence]}
-        await _timed(ms, "memory.propose", client.memory_propose(tenant, [proposal]))
+        if not m.proposal_id.startswith("m-noise-"):
+            await _timed(ms, "memory.propose", client.memory_propose(tenant, [proposal(m)]))
     for d in corpus.documents:
         await _timed(ms, "context.ingest", client.ingest_document(tenant, d.doc_id, d.version, d.text,
                                                                    source=d.source, title=d.title))
