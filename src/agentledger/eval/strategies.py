@@ -75,6 +75,7 @@ def summary_overhead() -> int:
 
     return frame_tokens(count) + count(data_block(goal)) + count(message_segment("user", RESUME_PROMPT))
 
+
 VECTOR_SQL = (
     "SELECT * FROM ("
     " SELECT 'memory' AS source, record_id AS id, row, NULL::text AS text, embedding <=> $2::vector AS dist"
