@@ -305,6 +305,10 @@ async def structured(env: Env, knobs: Knobs) -> StrategyResult:
                           "score": c.score, "gates": [msgspec.to_builtins(g) for g in c.gates]})
     notes = [f"window {knobs.window}: {sum(t.outcome == 'accepted' for t in branch.trace)} units accepted, "
              f"{sum(t.outcome == 'rejected' for t in branch.trace)} rejected"]
+    if receipts:  # the gated read's own time, as the memory-policy measured it (its receipts)
+        served = sorted(r.latency_ms for r in receipts)
+        notes.append(f"memory.read inside the builds: {served[len(served) // 2]:.1f} ms p50 service-side "
+                     f"(n {len(served)})")
     return StrategyResult("structured", branch.rendered, received=[branch.rendered], candidates=candidates,
                           read_ms=times, trace=trace, notes=notes)
 
