@@ -26,6 +26,7 @@ from agentledger.demo.context import render_compaction, run_compaction
 from agentledger.demo.memory import render_lab, run_lab
 from agentledger.demo.scenario import render, render_resume, run_demo
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.eval import command as eval_command
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
 from agentledger.security import auth
@@ -389,6 +390,8 @@ def _add_load_commands(sub: Any) -> None:
                    help="the recall bench scores this LoCoMo-like JSON file instead of generated "
                         "conversations (docs/benchmarks.md)")
     p.set_defaults(fn=cmd_bench)
+    eval_command.add_arguments(sub.add_parser(
+        "eval", help="the five-strategy memory evaluation of seed 000 (report: Markdown, HTML, JSON)"))
 
 
 def build_parser() -> argparse.ArgumentParser:
