@@ -60,6 +60,7 @@ from agentledger.errors import (
     UnavailableError,
 )
 from agentledger.security.identity import Caller, PermissionDeniedError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.security.on_behalf import acting_for
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
@@ -147,7 +148,8 @@ class LedgerWriter(Shell):
         await self._quotas.start(nc)
         committer = self._committer = GroupCommitter(
             nc, s.stream, max_batch=s.max_batch_events, max_inflight=s.max_inflight_batches,
-            timeout=ACK_TIMEOUT_S, on_no_stream=self._stream_missing, admission=self._quotas)
+            timeout=ACK_TIMEOUT_S, on_no_stream=self._stream_missing, admission=self._quotas,
+            keys=keys_of(s) if s.integrity else None)
         committer.high_seq = (await nc.jetstream().stream_info(s.stream)).state.last_seq
         parts.task(committer.run(), name="writer-flusher", vital=True)
         parts.on_stop(committer.close)  # the last commits, and their replies

@@ -133,6 +133,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # beside the key-encryption key, outside the data folder and its backups; default
     # <kek_path>.integrity.
     integrity_key_file: Path | None = None
+    # Chain every ledger message (core/ledger_chain.py) and check the chain on every read of
+    # the ledger. Off only to measure what it costs (`make bench`); a chained task's reads
+    # refuse unchained messages whatever this says.
+    integrity: bool = True
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -292,7 +296,7 @@ _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "mem
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
           "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
           "tenant_artifact_bytes_per_s", "up_timeout_s", "up_stall_s"}
-_BOOL = {"embeddings_send_dims", "redact_secrets"}
+_BOOL = {"embeddings_send_dims", "redact_secrets", "integrity"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
