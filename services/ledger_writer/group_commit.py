@@ -80,6 +80,7 @@ from agentledger.errors import (
     ConflictError,
     DuplicateError,
     EventIdConflictError,
+    IntegrityViolationError,
     StorageFullError,
     UnavailableError,
 )
@@ -248,6 +249,8 @@ class GroupCommitter:
         self._known: dict[str, int] = {}
         # Subject -> (sequence, chain head) of its last message, learnt as ``_known`` is.
         self._heads: dict[str, tuple[int, Head]] = {}
+        # Subjects whose head moved since ``take_heads`` last handed them to the witness.
+        self._unwitnessed: set[str] = set()
 
     def submit_nowait(self, unit: Unit) -> asyncio.Future[list[AppendResult]]:
         """Queue ``unit`` now (its place in its task's order is taken here); its future
@@ -375,14 +378,15 @@ class GroupCommitter:
                 # A few single events: plain publishes, pipelined, are cheaper than an
                 # atomic batch (which has a fixed commit cost) and fail independently.
                 # All are published before the first ack is awaited.
-                sent = [await self._send([u]) for u in batch]
+                sent = [await self._send_or_refuse(u) for u in batch]
                 for unit, acked in zip(batch, sent, strict=True):
-                    await self._commit_alone(unit, sent=acked)
+                    if acked is not None:
+                        await self._commit_alone(unit, sent=acked)
                     await self._notify(unit)
                 return
             try:
                 last, _ = await self._publish(batch)
-            except (_BatchFailed, UnavailableError) as exc:
+            except (_BatchFailed, UnavailableError, IntegrityViolationError) as exc:
                 # Someone's expectation or id sank the shared batch: commit each unit
                 # alone, in arrival order, so only the offender is refused.
                 log.info("group_commit.split", units=len(batch), reason=str(exc))
@@ -398,6 +402,15 @@ class GroupCommitter:
                     future.set_exception(exc)
         finally:
             await self._settled_batch(batch)
+
+    async def _send_or_refuse(self, unit: Unit) -> _Sent | None:
+        """``_send`` of one unit; None after refusing it when its task's head fails its tag
+        (the others of a pipelined batch go on)."""
+        try:
+            return await self._send([unit])
+        except IntegrityViolationError as exc:
+            unit.future.set_exception(exc)
+            return None
 
     @staticmethod
     async def _notify(unit: Unit) -> None:
@@ -439,6 +452,9 @@ class GroupCommitter:
             try:
                 last, duplicate = await self._acked([unit], sent or await self._send([unit]))
                 break
+            except IntegrityViolationError as exc:  # the task's stored head fails its tag
+                unit.future.set_exception(exc)
+                return
             except _BatchFailed as exc:
                 try:
                     outcome: list[AppendResult] | AgentLedgerError = await self._explain(unit, exc)
@@ -491,6 +507,7 @@ class GroupCommitter:
                 self._known[subject] = seq
                 if unit.chain_end is not None:
                     self._heads[subject] = (seq, unit.chain_end)
+                    self._unwitnessed.add(subject)
                 if len(self._known) > MAX_KNOWN_SUBJECTS:
                     del self._known[next(iter(self._known))]
                 if len(self._heads) > MAX_KNOWN_SUBJECTS:
@@ -554,6 +571,11 @@ class GroupCommitter:
                     return await self._acks.send(unit.subject, body, self._timeout, headers)
                 await self._nc.publish(unit.subject, body, headers=headers)
         raise AssertionError("a unit holds at least one event")
+
+    def take_heads(self) -> dict[str, Head]:
+        """The chain heads (by subject) that moved since the last call, for the witness."""
+        subjects, self._unwitnessed = self._unwitnessed, set()
+        return {s: self._heads[s][1] for s in subjects if s in self._heads}
 
     def _chain(self, unit: Unit, i: int, headers: dict[str, str], head: Head) -> Head:
         """Add message ``i``'s chain header after ``head`` to ``headers``; the new head."""

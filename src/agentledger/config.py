@@ -262,6 +262,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.integrity_key_file or self.kek_path.with_suffix(".integrity")
 
     @property
+    def witness_path(self) -> Path:
+        """The witness of ledger heads (stores/witness.py): beside the integrity keys, with
+        suffix ``.witness``, so a restored data folder cannot roll it back."""
+        return self.integrity_key_path.with_suffix(".witness")
+
+    @property
     def legacy_kek_path(self) -> Path:
         """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
         return self.data_dir / "keyring.key"
