@@ -137,6 +137,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # the ledger. Off only to measure what it costs (`make bench`); a chained task's reads
     # refuse unchained messages whatever this says.
     integrity: bool = True
+    # The witness of ledger heads (stores/witness.py); default beside the integrity keys. The
+    # supervisor points a writer running as a user of its own at its home (service_users.py).
+    witness_file: Path | None = None
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -265,7 +268,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     def witness_path(self) -> Path:
         """The witness of ledger heads (stores/witness.py): beside the integrity keys, with
         suffix ``.witness``, so a restored data folder cannot roll it back."""
-        return self.integrity_key_path.with_suffix(".witness")
+        return self.witness_file or self.integrity_key_path.with_suffix(".witness")
 
     @property
     def legacy_kek_path(self) -> Path:
@@ -323,8 +326,8 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
-            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "server_root", "auth_dir",
-                           "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
+            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file", "server_root",
+                           "auth_dir", "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
                            "context_compactor_key_file", "context_signing_key_file"):
                 values[field] = Path(raw)
             else:

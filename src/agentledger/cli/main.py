@@ -26,6 +26,7 @@ from agentledger.demo.memory import render_lab, run_lab
 from agentledger.demo.scenario import render, render_resume, run_demo
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.runtime.commands import down, up
+from agentledger.runtime.service_users import with_witness
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
 from agentledger.security import auth
 from agentledger.services.context_builder import docs_replay
@@ -200,7 +201,7 @@ def verify_command(settings: Settings, tenant: str | None, task_id: str | None) 
 async def _audit_ledger(settings: Settings, tenant: str | None, task_id: str | None) -> ledger_audit.LedgerAudit:
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
-        return await ledger_audit.audit(nc, settings, tenant=tenant, task_id=task_id)
+        return await ledger_audit.audit(nc, with_witness(settings), tenant=tenant, task_id=task_id)
     finally:
         await nc.close()
 

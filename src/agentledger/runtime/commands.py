@@ -39,6 +39,7 @@ from nats.aio.client import Client
 
 from agentledger.config import Settings, nats_servers
 from agentledger.errors import RuntimeStateError
+from agentledger.runtime import service_users
 from agentledger.runtime.embedded import (
     EmbeddedCluster,
     EmbeddedNats,
@@ -47,6 +48,7 @@ from agentledger.runtime.embedded import (
     pid_alive,
     terminate_pid,
 )
+from agentledger.runtime.hosting import isolating
 from agentledger.runtime.logfiles import log_folder, open_log
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
@@ -210,13 +212,15 @@ async def _prepare(settings: Settings, *, accept_rollback: bool = False) -> None
 async def _check_witness(settings: Settings, *, accept_rollback: bool) -> None:
     """Refuse a ledger behind its witness (``stores.witness.check_at_start``); log what an
     accepted rollback lost."""
-    from agentledger.stores import witness  # noqa: PLC0415 - needs the servers, as above
+    from agentledger.stores.witness import check_up  # noqa: PLC0415 - needs the servers, as above
 
-    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
-    try:
-        lost = await witness.check_at_start(nc, settings, accept_rollback=accept_rollback)
-    finally:
-        await nc.close()
+    if isolating():
+        # The writer runs as its own user and keeps the witness in its home.
+        service_users.writer_home(settings).prepare()
+        settings = service_users.with_witness(settings)
+    lost = await check_up(settings, accept_rollback=accept_rollback)
+    if isolating():
+        service_users.hand_witness_to_writer(settings)
     if lost:
         log.warning("up.rollback_accepted", lost=len(lost))
         print("agentledger: rollback accepted and recorded in the witness; lost:\n  " + "\n  ".join(lost),

@@ -44,6 +44,7 @@ from agentledger.core.integrity import WITNESS
 from agentledger.core.ledger_chain import Head
 from agentledger.errors import IntegrityViolationError
 from agentledger.projection.stream import read_ordered
+from agentledger.security import auth
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.private_files import write_private
 from agentledger.stores.ledger import ledger_subject, subject_key
@@ -125,7 +126,7 @@ def _write(settings: Settings, keys: IntegrityKeys, body: Body) -> None:
 @contextlib.contextmanager
 def _locked(settings: Settings) -> Iterator[None]:
     """Held across a read-merge-write, so two writer processes never lose each other's heads."""
-    lock = settings.witness_path.with_suffix(".witness-lock")
+    lock = settings.witness_path.with_name(settings.witness_path.name + "-lock")
     lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with lock.open("a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -292,3 +293,12 @@ async def check_at_start(nc: Client, settings: Settings, *, accept_rollback: boo
                                     heads={name: (h.index, h.tag) for name, h in heads.items() if h.tag},
                                     accepted=[*body.accepted, accepted]))
     return lost
+
+
+async def check_up(settings: Settings, *, accept_rollback: bool = False) -> list[str]:
+    """``check_at_start`` on a connection of its own (``up``, before any service runs)."""
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        return await check_at_start(nc, settings, accept_rollback=accept_rollback)
+    finally:
+        await nc.close()
