@@ -572,6 +572,15 @@ class GroupCommitter:
                 await self._nc.publish(unit.subject, body, headers=headers)
         raise AssertionError("a unit holds at least one event")
 
+    def forget_heads(self, match: Callable[[str], bool]) -> int:
+        """Drop the heads (and last sequences) of the subjects ``match`` accepts (a forget
+        request erased their messages: a new append starts a new chain)."""
+        subjects = [s for s in self._heads if match(s)]
+        for subject in subjects:
+            del self._heads[subject]
+            self._known.pop(subject, None)
+        return len(subjects)
+
     def take_heads(self) -> dict[str, Head]:
         """The chain heads (by subject) that moved since the last call, for the witness."""
         subjects, self._unwitnessed = self._unwitnessed, set()
@@ -594,9 +603,13 @@ class GroupCommitter:
         A wrong guess costs nothing: the expectation then fails and the unit is refused (or
         retried at the actual last sequence) before anything links to it.
         """
-        if expected == 0:
-            return GENESIS
         known = self._heads.get(unit.subject)
+        if expected == 0:
+            # The task has no message in the stream. One this committer stored messages of lost
+            # them with the stream (deleted and recreated): its chain goes on from where it was,
+            # so a reader that folded it carries on. A forgotten task's head was dropped first
+            # (``forget_heads``), so it starts again.
+            return known[1] if known is not None else GENESIS
         if known is not None and (expected is None or known[0] == expected):
             return known[1]
         query = {"seq": expected} if expected is not None else {"last_by_subj": unit.subject}

@@ -224,9 +224,18 @@ class LedgerWriter(Shell):
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop the cached keys and mirrored leases."""
         assert self._keyring is not None and self._leases is not None
+        assert self._committer is not None
+        chains = 0
+        if e.whole_tenant:
+            tenant_subjects = f"{self.settings.prefix}.ledger.{e.tenant}."
+            chains = self._committer.forget_heads(lambda s: s.startswith(tenant_subjects))
+        elif e.task_id:
+            task_subject = ledger_subject(self.settings.prefix, e.tenant, e.task_id)
+            chains = self._committer.forget_heads(lambda s: s == task_subject)
         return {"keys": evict.keys_of(self._keyring, e),
                 "leases": self._leases.evict(e.tenant) if e.whole_tenant
-                else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0}
+                else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0,
+                "chain_heads": chains}
 
     async def _stream_missing(self, high_seq: int) -> bool:
         """Recreate a deleted ledger stream after ``high_seq``; whether it was missing.

@@ -51,6 +51,11 @@ class Head:
 
 
 GENESIS = Head()
+# A head that cannot be known: the message it would be read from is gone with the start of the
+# ledger (a stream deleted and recreated after it, or purged: a ``ledger_gap`` the readers report
+# on their own). The next message is then taken on its own tag alone, and the chain is checked
+# link by link from there.
+RESYNC = Head(index=-1)
 
 
 def _parts(tenant: str, task: str, index: int, prev: str | None, *, body: bytes,
@@ -114,6 +119,8 @@ def check(head: Head, key_of: KeyOf, *, tenant: str, task: str, seq: int, body: 
     naming tenant, task and index for an unchained message in a chained task, a failed tag, or
     a message that does not link to ``head`` (reordered, replayed, one before it missing)."""
     new = own_head(key_of, tenant=tenant, task=task, seq=seq, body=body, headers=headers)
+    if head.index < 0:
+        return new if new is not None else head
     if new is None:
         if head.index:
             raise IntegrityViolationError(

@@ -25,7 +25,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from agentledger.config import Settings
 from agentledger.contracts.events import EventBase
 from agentledger.core import ledger_chain
-from agentledger.core.ledger_chain import GENESIS, Head, KeyOf
+from agentledger.core.ledger_chain import GENESIS, RESYNC, Head, KeyOf
 from agentledger.errors import IntegrityViolationError, RuntimeStateError, UnavailableError
 from agentledger.security import auth
 from agentledger.security.integrity_keys import keys_of
@@ -67,7 +67,9 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
     """The chain head a task's message at ``seq`` makes (its own tag checked; ``GENESIS`` for
     an unchained one), for a reader that folds the task on from there (a checkpoint's cursor,
     a state's watermark). One direct get. A message that is not there, or not this task's, is
-    ``IntegrityViolationError``: what was folded up to it is no longer what the ledger holds."""
+    ``IntegrityViolationError``: what was folded up to it is no longer what the ledger holds;
+    unless the whole ledger now starts after it (``RESYNC``: a ledger gap, see
+    ``core.ledger_chain``)."""
     try:
         reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}",
                                  msgspec.json.encode({"seq": seq}), timeout=5)
@@ -75,6 +77,10 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
         raise UnavailableError("JetStream did not answer a direct get") from exc
     headers = reply.headers or {}
     if headers.get("Nats-Subject") != ledger_subject(settings.prefix, tenant, task_id):
+        if not headers.get("Nats-Subject"):
+            info = await nc.jetstream().stream_info(settings.stream)
+            if int(info.state.first_seq) > seq:
+                return RESYNC  # gone with the ledger's start: a ledger gap, reported as such
         raise IntegrityViolationError(
             f"ledger event seq {seq} of tenant {tenant!r} task {task_id!r}, the last one folded, is "
             "no longer in the ledger (or is another task's): the ledger was cut back or edited "
