@@ -29,6 +29,7 @@ import asyncio
 import base64
 import contextlib
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 
@@ -128,12 +129,15 @@ def _locked(settings: Settings) -> Iterator[None]:
     """Held across a read-merge-write, so two writer processes never lose each other's heads."""
     lock = settings.witness_path.with_name(settings.witness_path.name + "-lock")
     lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with lock.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def task_name(tenant: str, task_id: str) -> str:
