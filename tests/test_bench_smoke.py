@@ -20,12 +20,13 @@ from agentledger.contracts.codec import decode_event
 from agentledger.core.reducer import fold
 from agentledger.core.state import new_state
 
-SERVER_BENCHES = ["single", "batch", "one_task", "pause", "sustained", "history", "rebuild", "detector",
-                  "memory", "forget", "quotas"]
+SERVER_BENCHES = ["single", "batch", "one_task", "pause", "integrity", "sustained", "history", "rebuild",
+                  "detector", "memory", "forget", "quotas"]
 EXPECTED = {
     "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
     "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
     "wm_get_p50", "wm_get_vs_hop_p50",
+    "integrity_append_throughput", "integrity_append_latency_p50", "integrity_cpu_per_event",
     "detector_us_per_kb",
     "detector_append_throughput",
     "detector_strict_recall",

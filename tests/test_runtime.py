@@ -293,15 +293,21 @@ def test_up_starts_everything_and_down_stops_everything(
         prepared.append(f"stream {settings.nats_url}")
 
     monkeypatch.setitem(sys.modules, "agentledger.stores.db", types.SimpleNamespace(migrate=migrate))
+    async def check_up(settings: Settings, *, accept_rollback: bool) -> list[str]:
+        prepared.append(f"witness {settings.nats_url} accept_rollback={accept_rollback}")
+        return []
+
     monkeypatch.setitem(sys.modules, "agentledger.stores.ledger",
                         types.SimpleNamespace(ensure_stream=ensure_stream))
+    monkeypatch.setitem(sys.modules, "agentledger.stores.witness", types.SimpleNamespace(check_up=check_up))
     monkeypatch.setattr(commands, "SERVICES", [("ledger-writer", FAKE_WRITER),
                                                ("projector", SLEEPER)])
     settings = Settings(data_dir=tmp_path, prefix="uptest", server_root=server_root)
     try:
         info = commands.up(settings)
         assert urlsplit(info.database_url).path == "/agentledger"
-        assert prepared == [f"migrate {info.database_url}", f"stream {info.nats_url}"]
+        assert prepared == [f"migrate {info.database_url}", f"stream {info.nats_url}",
+                            f"witness {info.nats_url} accept_rollback=False"]
         assert set(info.services) == {"ledger-writer", "projector"}
         pids = [info.supervisor_pid, info.nats_pid, info.postgres_pid, *info.services.values()]
         assert all(pid is not None and pid_alive(pid) for pid in pids)

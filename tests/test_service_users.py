@@ -37,13 +37,16 @@ SERVICES = [name for name, _ in commands.SERVICES]
 TENANT = "svcusers"
 # What each service's home holds besides its ready files: copies of what it reads, nothing more.
 HOME_FILES = {
-    "ledger-writer": {"nats.creds", "kek"},
-    "projector": {"nats.creds", "pgpass", "kek"},
-    "checkpointer": {"nats.creds", "pgpass"},
-    "memory-policy": {"nats.creds", "pgpass", "kek"},
-    "context-builder": {"nats.creds", "pgpass", "kek", "context-signing.key"},
-    "tombstone-fanout": {"nats.creds", "pgpass", "kek"},
+    "ledger-writer": {"nats.creds", "kek", "integrity"},
+    "projector": {"nats.creds", "pgpass", "kek", "integrity"},
+    "checkpointer": {"nats.creds", "pgpass", "integrity"},
+    "memory-policy": {"nats.creds", "pgpass", "kek", "integrity"},
+    "context-builder": {"nats.creds", "pgpass", "kek", "context-signing.key", "integrity"},
+    "tombstone-fanout": {"nats.creds", "pgpass", "kek", "integrity"},
 }
+# The one file a service writes besides its ready file: the writer's witness of ledger heads
+# (and its lock), its own and 0600.
+WITNESS_FILES = {"ledger.witness", "ledger.witness-lock"}
 
 
 class Identity:
@@ -169,8 +172,12 @@ def test_a_service_reads_its_own_credentials_and_no_one_elses(stack: Settings) -
     who = identities(settings)
     for name, expected in HOME_FILES.items():
         home = Path(who[name].env["HOME"])
-        files = {p.name: p.stat() for p in home.iterdir() if not p.name.endswith(".ready")}
+        files = {p.name: p.stat() for p in home.iterdir()
+                 if not p.name.endswith(".ready") and p.name not in WITNESS_FILES}
         assert set(files) == expected, name
+        for witness in WITNESS_FILES & {p.name for p in home.iterdir()}:
+            st = (home / witness).stat()
+            assert name == "ledger-writer" and (st.st_uid, st.st_mode & 0o777) == (who[name].uid, 0o600)
         assert {(st.st_uid, st.st_mode & 0o777) for st in files.values()} == {(who[name].uid, 0o400)}
         assert (home.stat().st_uid, home.stat().st_mode & 0o777) == (who[name].uid, 0o700)
     store = auth.AuthStore(settings.auth_root)
@@ -184,9 +191,10 @@ def test_a_service_reads_its_own_credentials_and_no_one_elses(stack: Settings) -
         assert Path(mine).read_text().startswith("-----BEGIN NATS USER JWT-----")
         assert who[f"{name}-2"].env["AGENTLEDGER_NATS_CREDS"] == mine
         others = [Path(who[other].env[variable]) for other in SERVICES if other != name
-                  for variable in ("AGENTLEDGER_NATS_CREDS", "AGENTLEDGER_KEK_FILE")
+                  for variable in ("AGENTLEDGER_NATS_CREDS", "AGENTLEDGER_KEK_FILE",
+                                   "AGENTLEDGER_INTEGRITY_KEY_FILE")
                   if variable in who[other].env]
-        assert {p.name for p in others} == {"nats.creds", "kek"}
+        assert {p.name for p in others} == {"nats.creds", "kek", "integrity"}
         for path in (*others, *operator_files):
             assert not who[name].reads(path), (name, path)
 

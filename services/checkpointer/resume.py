@@ -76,7 +76,7 @@ from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_messa
 from agentledger.services.projector.store import Store as ProjectionStore
 from agentledger.stores import db
 from agentledger.stores.artifacts import ArtifactStore
-from agentledger.stores.ledger import ledger_subject
+from agentledger.stores.ledger import chain_head_at, chain_key_of, ledger_subject
 
 # Messages fetched one by one with direct gets before switching to an ordered consumer.
 DIRECT_FIRST = 64
@@ -297,7 +297,8 @@ class Resumer:
                seeded: dict[str, int]) -> Fold:
         """A fold of the task at the checkpoint (or empty), knowing ``seeded`` as consumed."""
         key = (req.tenant, req.task_id)
-        fold = Fold()
+        # The chain is checked as the task is replayed: a broken link refuses the resume.
+        fold = Fold(chain_key_of(self.settings), strict=True)
         applied, _ = fold.task(key)
         applied.update(seeded)
         fold.states[key] = (self._restore(found, cp) if found is not None and cp is not None
@@ -338,6 +339,10 @@ class Resumer:
         """Fold this task's messages in [start, upto] into ``fold`` (``fold.events`` counts them)."""
         key = (req.tenant, req.task_id)
         subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
+        if fold.key_of is not None and start > 1 and key not in fold.heads:
+            # The chain goes on from the checkpoint's cursor: the head its message makes.
+            fold.heads[key] = await chain_head_at(self.nc, self.settings, fold.key_of, tenant=key[0],
+                                                  task_id=key[1], seq=start - 1)
         count = 0
         seq = start
         while seq <= upto:

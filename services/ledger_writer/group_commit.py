@@ -34,6 +34,16 @@ What is known of a subject is learnt only from units stored with an expectation 
 one, in one atomic batch): after any other, nothing is known and the next guarded unit expects
 0, which the server refuses unless the task is new.
 
+The chain. With integrity keys (``Settings.integrity``), every message is sent with its
+``Agentledger-Chain`` header (``core.ledger_chain``): a keyed blake3 over its bytes, its task,
+its per-task index and the tag of the task's previous message. It is made in ``_send``, from
+the head the message is committed after: the expectation names that head's sequence, so the
+server refuses the message if anything else was stored on its task since, and the link can
+never be to the wrong predecessor. The head is what this committer learnt from its own acks
+(kept beside ``_known``); only a subject it knows nothing of costs one direct get of the
+message at the expectation (after a start, or another writer's append), whose own tag is
+checked before anything links to it. Nothing else is read per append.
+
 A duplicate is only a duplicate if it says the same thing. Every message
 carries its event's digest (``Agentledger-Digest``); when the server reports an
 id as already stored, the stored message's digest is read back by sequence
@@ -63,14 +73,18 @@ from agentledger.client import Replies
 from agentledger.contracts.api import AppendResult
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import EventBase
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import CHAIN, GENESIS, Head
 from agentledger.errors import (
     AgentLedgerError,
     ConflictError,
     DuplicateError,
     EventIdConflictError,
+    IntegrityViolationError,
     StorageFullError,
     UnavailableError,
 )
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
 from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
 
@@ -145,6 +159,10 @@ class Unit:
     size: int = 0
     sent_bytes: int = 0
     erasure: bool = False
+    # The task (the subject's last token), and the chain head after its last message as last
+    # sent (``GroupCommitter._send``), learnt as the subject's head once it is stored.
+    task_id: str = ""
+    chain_end: Head | None = None
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -168,7 +186,8 @@ def make_unit(subject: str, events: Sequence[EventBase], stored: Sequence[EventB
                 event_ids=[e.event_id for e in stored],
                 expected_last_seq=expected_last_seq,
                 digests=[event_digest(e) for e in events],
-                tenant=events[0].tenant, size=estimated_bytes(subject, msg_ids, bodies),
+                tenant=events[0].tenant, task_id=events[0].task_id,
+                size=estimated_bytes(subject, msg_ids, bodies),
                 erasure=is_erasure(events))
 
 
@@ -196,8 +215,10 @@ class GroupCommitter:
     def __init__(self, nc: Client, stream: str, *, max_batch: int = 1000,
                  max_inflight: int = 4, pipeline_below: int = 16, timeout: float = 5.0,
                  on_no_stream: Callable[[int], Awaitable[bool]] | None = None,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, keys: IntegrityKeys | None = None) -> None:
         self._nc = nc
+        # The integrity keys every message's chain tag is made with (None: not chained).
+        self._keys = keys
         # Asked before a unit is queued (every append and lease grant of this writer passes
         # here) and told of each one stored: see ``Admission``.
         self._admission = admission
@@ -226,6 +247,10 @@ class GroupCommitter:
         self._flying: dict[str, int] = {}
         # Subject -> the sequence of its last message, learnt from our own acks (``_resolve``).
         self._known: dict[str, int] = {}
+        # Subject -> (sequence, chain head) of its last message, learnt as ``_known`` is.
+        self._heads: dict[str, tuple[int, Head]] = {}
+        # Subjects whose head moved since ``take_heads`` last handed them to the witness.
+        self._unwitnessed: set[str] = set()
 
     def submit_nowait(self, unit: Unit) -> asyncio.Future[list[AppendResult]]:
         """Queue ``unit`` now (its place in its task's order is taken here); its future
@@ -353,14 +378,15 @@ class GroupCommitter:
                 # A few single events: plain publishes, pipelined, are cheaper than an
                 # atomic batch (which has a fixed commit cost) and fail independently.
                 # All are published before the first ack is awaited.
-                sent = [await self._send([u]) for u in batch]
+                sent = [await self._send_or_refuse(u) for u in batch]
                 for unit, acked in zip(batch, sent, strict=True):
-                    await self._commit_alone(unit, sent=acked)
+                    if acked is not None:
+                        await self._commit_alone(unit, sent=acked)
                     await self._notify(unit)
                 return
             try:
                 last, _ = await self._publish(batch)
-            except (_BatchFailed, UnavailableError) as exc:
+            except (_BatchFailed, UnavailableError, IntegrityViolationError) as exc:
                 # Someone's expectation or id sank the shared batch: commit each unit
                 # alone, in arrival order, so only the offender is refused.
                 log.info("group_commit.split", units=len(batch), reason=str(exc))
@@ -376,6 +402,15 @@ class GroupCommitter:
                     future.set_exception(exc)
         finally:
             await self._settled_batch(batch)
+
+    async def _send_or_refuse(self, unit: Unit) -> _Sent | None:
+        """``_send`` of one unit; None after refusing it when its task's head fails its tag
+        (the others of a pipelined batch go on)."""
+        try:
+            return await self._send([unit])
+        except IntegrityViolationError as exc:
+            unit.future.set_exception(exc)
+            return None
 
     @staticmethod
     async def _notify(unit: Unit) -> None:
@@ -417,6 +452,9 @@ class GroupCommitter:
             try:
                 last, duplicate = await self._acked([unit], sent or await self._send([unit]))
                 break
+            except IntegrityViolationError as exc:  # the task's stored head fails its tag
+                unit.future.set_exception(exc)
+                return
             except _BatchFailed as exc:
                 try:
                     outcome: list[AppendResult] | AgentLedgerError = await self._explain(unit, exc)
@@ -464,10 +502,16 @@ class GroupCommitter:
             if subject not in anchored:
                 anchored[subject] = unit.guard or unit.expected_last_seq is not None
             self._known.pop(subject, None)
+            self._heads.pop(subject, None)
             if anchored[subject]:
                 self._known[subject] = seq
+                if unit.chain_end is not None:
+                    self._heads[subject] = (seq, unit.chain_end)
+                    self._unwitnessed.add(subject)
                 if len(self._known) > MAX_KNOWN_SUBJECTS:
                     del self._known[next(iter(self._known))]
+                if len(self._heads) > MAX_KNOWN_SUBJECTS:
+                    del self._heads[next(iter(self._heads))]
 
     async def _publish(self, units: Sequence[Unit]) -> tuple[int, bool]:
         """Store ``units`` together: (last stored sequence, whether it was a duplicate)."""
@@ -490,6 +534,8 @@ class GroupCommitter:
             unit = units[0]
             headers = unit.headers(0)
             expected = self._expectation(unit)
+            if self._keys is not None:
+                self._chain(unit, 0, headers, await self._head_at(unit, expected))
             if expected is not None:
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
             unit.sent_bytes = message_bytes(unit.subject, unit.bodies[0], headers)
@@ -498,6 +544,12 @@ class GroupCommitter:
         total = sum(len(u) for u in units)
         n = 0
         written: set[str] = set()
+        # Each subject's head before the batch, read (if it must be) before anything is sent.
+        heads: dict[str, Head | None] = {}
+        for unit in units:
+            if unit.subject not in heads:
+                heads[unit.subject] = (await self._head_at(unit, self._expectation(unit))
+                                       if self._keys is not None else None)
         for unit in units:
             unit.sent_bytes = 0
             # Only a subject's first unit in the batch: the server checks the pre-batch state.
@@ -505,8 +557,11 @@ class GroupCommitter:
             written.add(unit.subject)
             for i, body in enumerate(unit.bodies):
                 n += 1
-                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n),
-                           **unit.headers(i)}
+                headers = unit.headers(i)
+                head = heads[unit.subject]
+                if head is not None:
+                    heads[unit.subject] = self._chain(unit, i, headers, head)
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(n), **headers}
                 if i == 0 and expected is not None:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
                 if n == total:
@@ -516,6 +571,61 @@ class GroupCommitter:
                     return await self._acks.send(unit.subject, body, self._timeout, headers)
                 await self._nc.publish(unit.subject, body, headers=headers)
         raise AssertionError("a unit holds at least one event")
+
+    def forget_heads(self, match: Callable[[str], bool]) -> int:
+        """Drop the heads (and last sequences) of the subjects ``match`` accepts (a forget
+        request erased their messages: a new append starts a new chain)."""
+        subjects = [s for s in self._heads if match(s)]
+        for subject in subjects:
+            del self._heads[subject]
+            self._known.pop(subject, None)
+        return len(subjects)
+
+    def take_heads(self) -> dict[str, Head]:
+        """The chain heads (by subject) that moved since the last call, for the witness."""
+        subjects, self._unwitnessed = self._unwitnessed, set()
+        return {s: self._heads[s][1] for s in subjects if s in self._heads}
+
+    def _chain(self, unit: Unit, i: int, headers: dict[str, str], head: Head) -> Head:
+        """Add message ``i``'s chain header after ``head`` to ``headers``; the new head."""
+        assert self._keys is not None
+        value, new = ledger_chain.link(self._keys.current, self._keys.mac_key, head, tenant=unit.tenant,
+                                       task=unit.task_id, body=unit.bodies[i], headers=headers)
+        headers[CHAIN] = value
+        unit.chain_end = new
+        return new
+
+    async def _head_at(self, unit: Unit, expected: int | None) -> Head:
+        """The chain head of ``unit``'s task at sequence ``expected`` (the message it is
+        committed after; None: the task's last message), from this committer's acks or, when
+        it knows nothing of it, from the stored message itself (its own tag checked).
+
+        A wrong guess costs nothing: the expectation then fails and the unit is refused (or
+        retried at the actual last sequence) before anything links to it.
+        """
+        known = self._heads.get(unit.subject)
+        if expected == 0:
+            # The task has no message in the stream. One this committer stored messages of lost
+            # them with the stream (deleted and recreated): its chain goes on from where it was,
+            # so a reader that folded it carries on. A forgotten task's head was dropped first
+            # (``forget_heads``), so it starts again.
+            return known[1] if known is not None else GENESIS
+        if known is not None and (expected is None or known[0] == expected):
+            return known[1]
+        query = {"seq": expected} if expected is not None else {"last_by_subj": unit.subject}
+        try:
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
+                                           json.dumps(query).encode(), timeout=self._timeout)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise UnavailableError("the ledger did not answer a direct get of the task's last "
+                                   "message") from exc
+        headers = reply.headers or {}
+        if headers.get("Nats-Subject") != unit.subject or not headers.get("Nats-Sequence"):
+            return GENESIS  # none, or another task's: the expectation refuses the unit
+        assert self._keys is not None
+        head = ledger_chain.own_head(self._keys.mac_key_of, tenant=unit.tenant, task=unit.task_id,
+                                     seq=int(headers["Nats-Sequence"]), body=reply.data, headers=headers)
+        return head if head is not None else GENESIS
 
     async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """A publish that waits for JetStream's ack; raise on an error ack or no ack."""

@@ -50,6 +50,7 @@ from agentledger.contracts.codec import (
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
 from agentledger.core.detect import redact_event
 from agentledger.core.detect import secrets as secret_detectors
+from agentledger.core.ledger_chain import Head
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
 from agentledger.erasure import evict
 from agentledger.errors import (
@@ -60,6 +61,7 @@ from agentledger.errors import (
     UnavailableError,
 )
 from agentledger.security.identity import Caller, PermissionDeniedError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.security.on_behalf import acting_for
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, seal_event
 from agentledger.services.ledger_writer import artifact_endpoints
@@ -69,9 +71,9 @@ from agentledger.services.ledger_writer.quotas import Quotas
 from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.parts import Parts, Warming
 from agentledger.shell.service import Shape, Shell
-from agentledger.stores import artifacts
+from agentledger.stores import artifacts, witness
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
-from agentledger.stores.ledger import ensure_stream, ledger_subject
+from agentledger.stores.ledger import ensure_stream, ledger_subject, subject_key
 from agentledger.stores.numbering import Numbering
 
 log = structlog.get_logger()
@@ -147,9 +149,15 @@ class LedgerWriter(Shell):
         await self._quotas.start(nc)
         committer = self._committer = GroupCommitter(
             nc, s.stream, max_batch=s.max_batch_events, max_inflight=s.max_inflight_batches,
-            timeout=ACK_TIMEOUT_S, on_no_stream=self._stream_missing, admission=self._quotas)
+            timeout=ACK_TIMEOUT_S, on_no_stream=self._stream_missing, admission=self._quotas,
+            keys=keys_of(s) if s.integrity else None)
         committer.high_seq = (await nc.jetstream().stream_info(s.stream)).state.last_seq
         parts.task(committer.run(), name="writer-flusher", vital=True)
+        if s.integrity:
+            # The heads it committed reach the witness regularly and once more after the last
+            # commits (this is on the stack before ``close``, so it runs after it).
+            parts.on_stop(self._publish_witness)
+            parts.task(self._witness_loop(), name="writer-witness")
         parts.on_stop(committer.close)  # the last commits, and their replies
         # Grants are ledger events (their sequence is the fencing token): see leases.py.
         self._leases = await parts.part(LeaseTable(nc, s.leases_bucket, LedgerGrants(nc, s, committer),
@@ -163,6 +171,26 @@ class LedgerWriter(Shell):
             # detect-secrets' patterns load once the endpoints answer, not on the first append.
             parts.warm("secret detectors", secret_detectors.warm)
         self._warming = parts.warming
+
+    async def _witness_loop(self) -> None:
+        while True:
+            await asyncio.sleep(witness.WITNESS_INTERVAL_S)
+            await self._publish_witness()
+
+    async def _publish_witness(self) -> None:
+        """Hand the heads committed since the last time to the witness (``stores.witness``)."""
+        assert self._committer is not None
+        heads: dict[str, Head] = {}
+        for subject, head in self._committer.take_heads().items():
+            key = subject_key(self.settings.prefix, subject)
+            if key is not None:
+                heads[witness.task_name(*key)] = head
+        if not heads:
+            return
+        try:
+            await asyncio.to_thread(witness.publish, self.settings, heads, self._committer.high_seq)
+        except Exception:
+            log.exception("writer.witness_failed")
 
     def endpoints(self) -> list[RawEndpoint]:
         # Their own wire form: appends are group-committed and answered by the committer.
@@ -196,9 +224,18 @@ class LedgerWriter(Shell):
     async def _evict(self, e: evict.Eviction) -> dict[str, int]:
         """A forget request reached these: drop the cached keys and mirrored leases."""
         assert self._keyring is not None and self._leases is not None
+        assert self._committer is not None
+        chains = 0
+        if e.whole_tenant:
+            tenant_subjects = f"{self.settings.prefix}.ledger.{e.tenant}."
+            chains = self._committer.forget_heads(lambda s: s.startswith(tenant_subjects))
+        elif e.task_id:
+            task_subject = ledger_subject(self.settings.prefix, e.tenant, e.task_id)
+            chains = self._committer.forget_heads(lambda s: s == task_subject)
         return {"keys": evict.keys_of(self._keyring, e),
                 "leases": self._leases.evict(e.tenant) if e.whole_tenant
-                else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0}
+                else self._leases.evict(e.tenant, e.task_id) if e.task_id else 0,
+                "chain_heads": chains}
 
     async def _stream_missing(self, high_seq: int) -> bool:
         """Recreate a deleted ledger stream after ``high_seq``; whether it was missing.

@@ -21,8 +21,11 @@ import structlog
 
 from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
 from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK, AnyEvent, kind_of
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import GENESIS, Head, KeyOf
 from agentledger.core.reducer import apply, duplicate
 from agentledger.core.state import Changes, WorkingMemory, new_state
+from agentledger.errors import IntegrityViolationError
 from agentledger.services.projector.store import RejectionRow
 from agentledger.stores.ledger import subject_key
 
@@ -184,11 +187,29 @@ def fold_event(states: MutableMapping[Key, WorkingMemory], key: Key, event: AnyE
                                          trace.code or "", trace.reason or "")))
 
 
+def chain_violation_row(key: Key, seq: int, headers: dict[str, str] | None,
+                        exc: IntegrityViolationError) -> RejectionRow:
+    """The rejection row of a message whose chain check failed (``integrity_violation``)."""
+    return rejection_row((key[0], key[1], seq, event_id_of(headers), "", exc.code, exc.message))
+
+
 class Fold:
     """States of many tasks folded from the stream, with what a projection needs: the ids
-    each task consumed (its idempotency record), the turns appended and the rejections."""
+    each task consumed (its idempotency record), the turns appended and the rejections.
 
-    def __init__(self) -> None:
+    With ``key_of`` (the integrity keys' lookup) every task message's chain link is checked
+    against its task's head before it is decoded (``core.ledger_chain``): one that fails is
+    never folded. ``strict`` (resume): it raises ``IntegrityViolationError``; otherwise it is
+    an ``integrity_violation`` rejection row, the task's head stays where it was (so every
+    later message of the task fails too: the task stays frozen at its last good event) and
+    the first violation of each task is kept in ``violations``."""
+
+    def __init__(self, key_of: KeyOf | None = None, *, strict: bool = False) -> None:
+        self.key_of = key_of
+        self.strict = strict
+        # Chain head of each task as folded so far (a task not in it: ``GENESIS``).
+        self.heads: dict[Key, Head] = {}
+        self.violations: dict[Key, IntegrityViolationError] = {}
         self.states: dict[Key, WorkingMemory] = {}
         # Sequence of the last message folded into each task's state.
         self.seqs: dict[Key, int] = {}
@@ -208,16 +229,36 @@ class Fold:
         return applied, self.changes[key]
 
 
+    def chained(self, key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None) -> bool:
+        """Whether the message links to its task's head (which then moves on); see the class."""
+        if self.key_of is None or key is None or is_service_ledger(key):
+            return True
+        try:
+            self.heads[key] = ledger_chain.check(self.heads.get(key, GENESIS), self.key_of, tenant=key[0],
+                                                 task=key[1], seq=seq, body=data, headers=headers)
+        except IntegrityViolationError as exc:
+            if self.strict:
+                raise
+            self.violations.setdefault(key, exc)
+            self.rejections.append(chain_violation_row(key, seq, headers, exc))
+            log.error("ledger.integrity_violation", tenant=key[0], task=key[1], seq=seq)
+            return False
+        return True
+
+
 def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
-                 headers: dict[str, str] | None, *, subject: str = "") -> bool:
+                 headers: dict[str, str] | None, *, subject: str = "", chained: bool = False) -> bool:
     """Replay's fold of one ledger message into ``fold``; True if a task's state was touched.
 
     Duplicates follow the reducer's rule over the ids the fold recorded: the
     first occurrence of an event id in a task is consumed, later ones are no-ops
     (the fold must therefore start at the task's first message, or carry the ids
     consumed before, as resume seeds them; a ``SpillingFold`` asks its schema's
-    index for a task it read back).
+    index for a task it read back). The chain is checked first (``Fold.chained``) unless
+    the caller did (``chained``).
     """
+    if not chained and not fold.chained(key, data, seq, headers):
+        return False
     event = decode_message(key, data, seq, headers, rejections=fold.rejections, subject=subject)
     if event is None or key is None:
         return False

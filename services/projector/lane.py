@@ -54,6 +54,7 @@ than fold anything twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -67,8 +68,11 @@ from agentledger.config import Settings
 from agentledger.contracts.api import EventRejected
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import AnyEvent
+from agentledger.core import ledger_chain
 from agentledger.core.checkpoint_policy import task_changed
+from agentledger.core.ledger_chain import GENESIS, Head
 from agentledger.core.state import Changes, core_hash, encode_core, encode_turn, encode_variable
+from agentledger.errors import IntegrityViolationError
 from agentledger.projection.loop import (
     FETCH_TIMEOUT,
     LOOP_STALL_S,
@@ -87,6 +91,7 @@ from agentledger.projection.stream import (
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import (
     SubjectKeys,
+    chain_violation_row,
     decode_message,
     event_id_of,
     fold_event,
@@ -108,7 +113,7 @@ from agentledger.services.projector.store import (
 )
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.stores import db
-from agentledger.stores.ledger import ledger_wildcard, partition_of, subject_key
+from agentledger.stores.ledger import chain_head_at, chain_key_of, ledger_wildcard, partition_of, subject_key
 
 # ``LOOP_STALL_S``: the projector's own loop stalls by the lanes' measure.
 __all__ = ["DURABLE", "LOOP_STALL_S", "Lane", "LaneEndedError", "LedgerUnusableError", "OutOfOrderError",
@@ -180,6 +185,13 @@ class Lane(ProjectionLoop[TaskRow]):
         self._cache = StateCache()
         # Rejections committed but not yet announced.
         self._rejected: list[RejectionRow] = []
+        # The ledger chain (core.ledger_chain): each task's head as committed; the heads a batch
+        # being committed moves on to (kept once it commits); tasks whose head cannot be
+        # established (their last folded message is gone), with why.
+        self._key_of = chain_key_of(settings)
+        self._heads: dict[Key, Head] = {}
+        self._pending: dict[Key, Head] = {}
+        self._broken: dict[Key, IntegrityViolationError] = {}
 
     @property
     def cache(self) -> StateCache:
@@ -200,7 +212,13 @@ class Lane(ProjectionLoop[TaskRow]):
         states = [k for k in self._cache if k[0] == tenant and (task_id is None or k[1] == task_id)]
         for key in states:
             self._cache.pop(key, None)
+        self._forget_heads()
         return len(states)
+
+    def _forget_heads(self) -> None:
+        """Drop the chain heads: they are re-read from the ledger at each task's watermark."""
+        self._heads.clear()
+        self._broken.clear()
 
     # ---- initialization and consumer ----------------------------------------------------
 
@@ -208,6 +226,7 @@ class Lane(ProjectionLoop[TaskRow]):
         """Derive everything from PostgreSQL: rebuild an empty projection, bind the consumer."""
         s = self.settings
         self._cache.clear()
+        self._forget_heads()
         self._committed = self._projection = None
         await db.migrate(s.database_url)
         async with self._pool.acquire() as conn:
@@ -309,6 +328,7 @@ class Lane(ProjectionLoop[TaskRow]):
     async def _reset(self) -> None:
         """Forget everything derived: the next iteration re-derives it from PostgreSQL."""
         self._cache.clear()
+        self._forget_heads()
         await super()._reset()
         await self._pool.expire_connections()  # drop plans cached against dropped tables
 
@@ -346,6 +366,7 @@ class Lane(ProjectionLoop[TaskRow]):
         conn = await self._writer.get()
         decoded: tuple[list[tuple[int, Any]], list[tuple[int, Key, AnyEvent]], list[RejectionRow]] | None = None
         wm, projection = self._committed, self._projection
+        await self._load_heads(conn, items)
         if wm is not None and projection is not None:
             fresh = [(seq, msg) for seq, msg in items if seq > wm]
             if fresh:
@@ -356,6 +377,7 @@ class Lane(ProjectionLoop[TaskRow]):
                 if all(key in self._cache for _, key, _ in events):
                     rows = await self._write_fast(conn, fresh, events, rejected)
                     if rows is not None:
+                        self._heads.update(self._pending)
                         return rows
         async with conn.transaction():
             wm = self._check_position(await self.store.lock_position(conn, self.name))
@@ -367,6 +389,7 @@ class Lane(ProjectionLoop[TaskRow]):
                 rejected = []
                 events = self._decode(fresh, rejected)
             rows = await self._apply(conn, wm, fresh, events, rejected) if fresh else []
+        self._heads.update(self._pending)
         self._committed = fresh[-1][0] if fresh else wm
         self._rejected.extend(rejected)  # committed: tell the producers after the ack
         return rows
@@ -411,6 +434,13 @@ class Lane(ProjectionLoop[TaskRow]):
             await self.store.insert_rejections(conn, [row])
             await self.store.set_watermark(conn, seq, self.name)
         self._committed = seq
+        task = subject_key(self.settings.prefix, msg.subject)
+        if self._key_of is not None and task is not None and task in self._heads:
+            # Moved past, not refused for its chain: the task's chain goes on after it.
+            with contextlib.suppress(IntegrityViolationError):
+                self._heads[task] = ledger_chain.check(self._heads[task], self._key_of, tenant=task[0],
+                                                       task=task[1], seq=seq, body=msg.data,
+                                                       headers=msg.headers)
 
     async def _apply(self, conn: asyncpg.Connection, wm: int, fresh: list[tuple[int, Any]],
                      events: list[tuple[int, Key, AnyEvent]],
@@ -471,21 +501,29 @@ class Lane(ProjectionLoop[TaskRow]):
         """The events of ``fresh`` of this partition's tasks filed under their tasks; the
         other messages of this partition become rows, those of other partitions are passed by."""
         events: list[tuple[int, Key, AnyEvent]] = []
-        keys, mine = self._subject_keys, self._mine
+        keys = self._subject_keys
         if len(keys) > CACHE_MAX:
             keys.clear()
-        if len(mine) > CACHE_MAX:
-            mine.clear()
+        if len(self._mine) > CACHE_MAX:
+            self._mine.clear()
+        self._pending = pending = {}
         for seq, msg in fresh:
             subject = msg.subject
             key = keys[subject]
-            if self.partitions > 1:
-                ours = mine.get(subject)
-                if ours is None:
-                    # A subject that names no task is recorded (once) by partition 0.
-                    ours = mine[subject] = (partition_of(key[0], key[1], self.partitions)
-                                            if key is not None else 0) == self.partition
-                if not ours:
+            if not self._ours(subject, key):
+                continue
+            if self._key_of is not None and key is not None and not is_service_ledger(key):
+                # The chain first: a message that does not link is never decoded nor folded.
+                try:
+                    broken = self._broken.get(key)
+                    if broken is not None:
+                        raise broken
+                    head = pending[key] if key in pending else self._heads.get(key, GENESIS)
+                    pending[key] = ledger_chain.check(head, self._key_of, tenant=key[0], task=key[1],
+                                                      seq=seq, body=msg.data, headers=msg.headers)
+                except IntegrityViolationError as exc:
+                    rejections.append(chain_violation_row(key, seq, msg.headers, exc))
+                    self.log.error("projector.integrity_violation", tenant=key[0], task=key[1], seq=seq)
                     continue
             event = decode_message(key, msg.data, seq, msg.headers, rejections=rejections,
                                    subject=subject)
@@ -495,6 +533,51 @@ class Lane(ProjectionLoop[TaskRow]):
                 self.log.info("projector.rejected", code=rejections[-1][5], tenant=key[0] if key else "",
                          task=key[1] if key else "", seq=seq)
         return events
+
+    def _ours(self, subject: str, key: Key | None) -> bool:
+        """Whether a subject's messages are this partition's (decided once per subject)."""
+        if self.partitions == 1:
+            return True
+        ours = self._mine.get(subject)
+        if ours is None:
+            # A subject that names no task is recorded (once) by partition 0.
+            ours = self._mine[subject] = (partition_of(key[0], key[1], self.partitions)
+                                          if key is not None else 0) == self.partition
+        return ours
+
+    async def _load_heads(self, conn: asyncpg.Connection, items: list[tuple[int, Any]]) -> None:
+        """Know the chain head of every task of ``items`` this lane folds: a task not known yet
+        is read back (its state, if it is not cached) and its head is the one its last folded
+        message makes, read from the ledger at the state's watermark (one direct get per task
+        not seen since the lane started; a task with no state starts at ``GENESIS``)."""
+        if self._key_of is None:
+            return
+        if len(self._heads) > 2 * CACHE_MAX:
+            self._forget_heads()
+        keys = self._subject_keys
+        wanted = {key for _, msg in items if (key := keys[msg.subject]) is not None
+                  and not is_service_ledger(key) and key not in self._heads and key not in self._broken
+                  and self._ours(msg.subject, key)}
+        if not wanted:
+            return
+        missing = [key for key in wanted if key not in self._cache]
+        if missing:
+            for loaded in await self.store.load_states(conn, missing):
+                self._cache.load(loaded)
+
+        async def head(key: Key) -> None:
+            state = self._cache.get(key)
+            if state is None or not state.watermark:
+                self._heads[key] = GENESIS
+                return
+            assert self._key_of is not None
+            try:
+                self._heads[key] = await chain_head_at(self._nc, self.settings, self._key_of, tenant=key[0],
+                                                       task_id=key[1], seq=state.watermark)
+            except IntegrityViolationError as exc:
+                self._broken[key] = exc
+
+        await asyncio.gather(*(head(key) for key in wanted))
 
     async def _first_occurrences(self, conn: asyncpg.Connection, events: list[tuple[int, Key, AnyEvent]]
                                  ) -> dict[tuple[str, str, str], int]:

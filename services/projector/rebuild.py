@@ -35,7 +35,7 @@ from agentledger.services.projector.fold import Fold, SubjectKeys, fold_message
 from agentledger.services.projector.spill import EVENT_OVERHEAD, SpillingFold, read_stream
 from agentledger.services.projector.store import Store
 from agentledger.stores import db
-from agentledger.stores.ledger import ledger_subject
+from agentledger.stores.ledger import chain_key_of, ledger_subject
 
 # Names the projector, the checkpointer, resume and the benchmarks import from here.
 __all__ = ["EVENT_OVERHEAD", "LIVE_SCHEMA", "REBUILD_SCHEMA", "VERIFY_SCHEMA", "Fold", "RebuildReport",
@@ -89,6 +89,9 @@ class VerifyReport(msgspec.Struct, frozen=True):
     extra: list[TaskDiff]
     different: list[TaskDiff]
     seconds: float
+    # Tasks whose ledger chain fails (``core.ledger_chain``): the first violation of each, which
+    # names the tenant, task and index; such a task is folded only up to its last good event.
+    violations: list[str] = []
 
     def summary(self) -> str:
         """Human-readable lines for the CLI."""
@@ -101,6 +104,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
             parts = f" in {', '.join(diff.parts)}" if diff.parts else ""
             lines.append(f"  {diff.problem}: {diff.tenant}/{diff.task_id}{parts}"
                          f" (live seq {diff.live_seq}, replay seq {diff.replay_seq})")
+        lines.extend(f"  integrity_violation: {v}" for v in self.violations)
         return "\n".join(lines)
 
 
@@ -161,7 +165,7 @@ class WorkingMemoryRebuild:
         if partitions is None:
             live = await Store(LIVE_SCHEMA).layout(conn)
             partitions = live.partitions if live is not None else 1
-        fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes)
+        fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes, key_of=chain_key_of(settings))
         await read_stream(nc, settings, None, fold=fold, progress=self.progress)
         await fold.spill()
         if not self.allow_shrink:
@@ -221,10 +225,12 @@ class WorkingMemoryRebuild:
                                           replay_seq=seq, live_hash=got[1], replay_hash=digest))
         extra = [TaskDiff(key[0], key[1], "extra", live_seq=seq, live_hash=digest)
                  for key, (seq, digest) in live.items() if key not in replay]
+        violations = [exc.message for exc in fold.violations.values()]
         return VerifyReport(
-            ok=not (missing or extra or different), last_seq=last, live_watermark=self.live_watermark,
-            tasks=len(replay), events=events, refolded=refolded, missing=missing, extra=extra,
-            different=different, seconds=round(time.perf_counter() - self.started, 3))
+            ok=not (missing or extra or different or violations), last_seq=last,
+            live_watermark=self.live_watermark, tasks=len(replay), events=events, refolded=refolded,
+            missing=missing, extra=extra, different=different,
+            seconds=round(time.perf_counter() - self.started, 3), violations=violations)
 
 
 async def shrinks(nc: Client, conn: asyncpg.Connection, settings: Settings, built: Store,

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 
 from agentledger.config import Settings
 from agentledger.contracts.events import AnyEvent
+from agentledger.core.ledger_chain import KeyOf
 from agentledger.core.state import core_hash, encode_core, encode_turn, encode_variable
 from agentledger.projection.stream import Progress, read_ordered
 from agentledger.services.projector.cache import StateCache
@@ -54,8 +55,9 @@ class SpillingFold(Fold):
     is the most the fold held (it holds the most just before it writes).
     """
 
-    def __init__(self, conn: asyncpg.Connection, schema: str, budget: int) -> None:
-        super().__init__()
+    def __init__(self, conn: asyncpg.Connection, schema: str, budget: int,
+                 key_of: KeyOf | None = None) -> None:
+        super().__init__(key_of)
         self.conn = conn
         self.store = Store(schema)
         self.budget = max(budget, 1)
@@ -81,12 +83,14 @@ class SpillingFold(Fold):
         """Fold one ledger message (or defer it, if its task may have rows); spill past the budget."""
         size = len(data) + EVENT_OVERHEAD
         self.used += size
-        if self.spilled and key is not None and (key not in self.states or key in self.stored):
+        # The chain is checked in stream order, deferred or not (a failure is a rejection row).
+        linked = self.chained(key, data, seq, headers)
+        if linked and self.spilled and key is not None and (key not in self.states or key in self.stored):
             self.deferred.append((seq, key, data, headers))
             self.deferred_bytes += size
             if len(self.deferred) >= DEFER_EVENTS or self.deferred_bytes * 8 >= self.budget:
                 await self.settle()
-        elif fold_message(self, key, data, seq, headers, subject=subject) and key:
+        elif linked and fold_message(self, key, data, seq, headers, subject=subject, chained=True) and key:
             self.seqs[key] = seq
         if self.used + self.states.total_bytes > self.budget:
             await self.spill()

@@ -133,6 +133,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # beside the key-encryption key, outside the data folder and its backups; default
     # <kek_path>.integrity.
     integrity_key_file: Path | None = None
+    # Chain every ledger message (core/ledger_chain.py) and check the chain on every read of
+    # the ledger. Off only to measure what it costs (`make bench`); a chained task's reads
+    # refuse unchained messages whatever this says.
+    integrity: bool = True
+    # The witness of ledger heads (stores/witness.py); default beside the integrity keys. The
+    # supervisor points a writer running as a user of its own at its home (service_users.py).
+    witness_file: Path | None = None
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -258,6 +265,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.integrity_key_file or self.kek_path.with_suffix(".integrity")
 
     @property
+    def witness_path(self) -> Path:
+        """The witness of ledger heads (stores/witness.py): beside the integrity keys, with
+        suffix ``.witness``, so a restored data folder cannot roll it back."""
+        return self.witness_file or self.integrity_key_path.with_suffix(".witness")
+
+    @property
     def legacy_kek_path(self) -> Path:
         """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
         return self.data_dir / "keyring.key"
@@ -292,7 +305,7 @@ _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "mem
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
           "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
           "tenant_artifact_bytes_per_s", "up_timeout_s", "up_stall_s"}
-_BOOL = {"embeddings_send_dims", "redact_secrets"}
+_BOOL = {"embeddings_send_dims", "redact_secrets", "integrity"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -313,8 +326,8 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
-            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "server_root", "auth_dir",
-                           "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
+            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file", "server_root",
+                           "auth_dir", "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
                            "context_compactor_key_file", "context_signing_key_file"):
                 values[field] = Path(raw)
             else:

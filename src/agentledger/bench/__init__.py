@@ -44,6 +44,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "batch": appends.bench_batch,
     "one_task": appends.bench_one_task,
     "pause": appends.bench_pause,
+    "integrity": appends.bench_integrity,
     "sustained": sustained.bench_sustained,
     "history": projection.bench_history,
     "rebuild": ledger.bench_rebuild,

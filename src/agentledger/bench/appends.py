@@ -45,6 +45,7 @@ from agentledger.bench.common import (
     median_ratio,
     pct,
     raw_atomic_batch,
+    restart_services,
     variable_event,
 )
 from agentledger.client import Client, connect
@@ -324,3 +325,44 @@ async def bench_pause(stack: Stack) -> None:
              value_is="projector and checkpointer SIGSTOPped", target="<= 1.2",
              agents=shape.agents, events_per_append=1, repeats=p.repeats)
         await stack.wait_projected()
+
+
+async def bench_integrity(stack: Stack) -> None:
+    """Append throughput with the ledger chain and its checks on vs off, in the same run.
+
+    Per repeat, the services are restarted with ``AGENTLEDGER_INTEGRITY`` on and off (the order
+    alternating between repeats, so neither side always runs on a warmer server) and the same
+    closed-loop single-event agents append to tasks of their own; the ratio is on / off.
+    """
+    p = stack.profile
+    shape = Shape("integrity", p.pause_agents)
+    on: list[Run] = []
+    off: list[Run] = []
+    try:
+        async with Agents(stack) as agents:
+            for r in range(p.repeats):
+                for chained in ((True, False) if r % 2 == 0 else (False, True)):
+                    await stack.wait_projected()
+                    await restart_services(stack, AGENTLEDGER_INTEGRITY="true" if chained else "false")
+                    tag = f"integrity{r}{'on' if chained else 'off'}{uuid.uuid4().hex[:4]}"
+                    run = await closed_loop(stack, shape.agents, await agents.system_op(shape, tag),
+                                            stack.stack_procs())
+                    (on if chained else off).append(run)
+    finally:
+        await restart_services(stack)
+    ctx = {"agents": shape.agents, "events_per_append": 1, "tasks": shape.agents, "repeats": p.repeats}
+    emit("integrity_append_throughput", median(r.rate for r in on), "events/s",
+         median(r.rate for r in off), median_ratio([r.rate for r in on], [r.rate for r in off]),
+         baseline_is="the same stack with AGENTLEDGER_INTEGRITY=false (no chain, no checks)",
+         target=">= 0.95", on_rates=[round(r.rate, 1) for r in on], off_rates=[round(r.rate, 1) for r in off],
+         **ctx)
+    if all(r.cpu_ms is not None for r in on + off):
+        v, b = [r.cpu_ms or 0.0 for r in on], [r.cpu_ms or 0.0 for r in off]
+        mid = sorted(on, key=lambda r: r.cpu_ms or 0.0)[len(on) // 2]
+        emit("integrity_cpu_per_event", median(v), "cpu-ms/event", median(b), median_ratio(v, b),
+             baseline_is="the same stack with AGENTLEDGER_INTEGRITY=false, every process",
+             cpu_by_process=mid.cpu_by, **ctx)
+    v = [pct(r.latencies_ms, 0.5) for r in on]
+    b = [pct(r.latencies_ms, 0.5) for r in off]
+    emit("integrity_append_latency_p50", median(v), "ms", median(b), median_ratio(v, b),
+         baseline_is="the same stack with AGENTLEDGER_INTEGRITY=false", **ctx)

@@ -382,6 +382,25 @@ async def _wait_services(s: Settings, services: dict[str, subprocess.Popen[bytes
         await nc.close()
 
 
+async def restart_services(stack: Stack, **env: str) -> None:
+    """Stop the stack's services and start them again with ``env`` added to their environment
+    (e.g. ``AGENTLEDGER_INTEGRITY="false"``); returns once every one answers."""
+    services = stack.services
+    for proc in services.values():
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+    for proc in services.values():
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    full = {**os.environ, **settings_env(stack.settings), **env}
+    for name, module, _ in SERVICES:
+        services[name] = subprocess.Popen([sys.executable, "-m", module], env=full)
+    await _wait_services(stack.settings, services)
+
+
 @asynccontextmanager
 async def bench_stack(settings: Settings, profile: Profile) -> AsyncIterator[Stack]:
     """Embedded servers (unless configured) and the three services as processes.

@@ -28,11 +28,13 @@ from agentledger.demo.scenario import render, render_resume, run_demo
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.eval import command as eval_command
 from agentledger.runtime.commands import down, up
+from agentledger.runtime.service_users import with_witness
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
 from agentledger.security import auth
 from agentledger.services.context_builder import docs_replay
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.projector import rebuild
+from agentledger.stores import ledger_audit
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -56,7 +58,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if settings.runtime_file.exists() and supervisor_alive(info := read_runtime(settings.runtime_file)):
         print("agentledger is already up")
     else:
-        info = up(settings)
+        info = up(settings, accept_rollback=args.accept_rollback)
         print("agentledger is up")
     print(f"  NATS          {info.nats_url}")
     for node in info.nats_nodes:
@@ -162,7 +164,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.verify:
         report = asyncio.run(rebuild.verify(settings, progress=_progress))
         print(report.summary())
-        problems = []
+        chain = asyncio.run(_audit_ledger(settings, None, None))
+        print(chain.summary())
+        problems = list(chain.problems)
         for name, check in (("memory", memory_replay.verify_memory),
                             ("documents", docs_replay.verify_documents)):
             found = asyncio.run(check(settings))
@@ -180,6 +184,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"rebuilt the memory projection: {asyncio.run(memory_replay.rebuild_memory(settings))}")
     print(f"rebuilt the document index: {asyncio.run(docs_replay.rebuild_documents(settings))}")
     return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``agentledger verify``: 0 when every link holds and the ledger reaches its witness."""
+    if args.task_id is not None and args.tenant is None:
+        raise ContractError("--task needs --tenant", code="missing_field", path="--tenant")
+    return verify_command(_connected(args), args.tenant, args.task_id)
+
+
+def verify_command(settings: Settings, tenant: str | None, task_id: str | None) -> int:
+    """Print the ledger audit; exit 0 when every link holds and the ledger reaches its witness."""
+    report = asyncio.run(_audit_ledger(settings, tenant, task_id))
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+async def _audit_ledger(settings: Settings, tenant: str | None, task_id: str | None) -> ledger_audit.LedgerAudit:
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        return await ledger_audit.audit(nc, with_witness(settings), tenant=tenant, task_id=task_id)
+    finally:
+        await nc.close()
 
 
 def cmd_artifact(args: argparse.Namespace) -> int:
@@ -407,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=None, metavar="N",
                    help="projector partitions of a new projection (re-partitions an existing one "
                         "when its partitions are level; docs/scaling.md)")
+    p.add_argument("--accept-rollback", action="store_true",
+                   help="serve a ledger that is behind its witness (its newer copy is gone for good); "
+                        "what was lost is recorded in the witness (docs/security.md)")
     p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
     sub.add_parser("demo", help="run the seeds' crash-and-replan scenario").set_defaults(fn=cmd_demo)
@@ -434,6 +463,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="switch to the rebuilt projection even when it is smaller than the live one "
                         "(tasks the ledger no longer holds are dropped); refused without it")
     p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("verify", help="check the ledger's chain link by link and against its witness "
+                                      "(one task, one tenant or everything)")
+    p.add_argument("--tenant", default=None)
+    p.add_argument("--task", dest="task_id", default=None, help="with --tenant: one task")
+    p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("resume", help="resume a task: checks, replay, reconcile, lease (JSON out)")
     p.add_argument("tenant")
     p.add_argument("task_id")

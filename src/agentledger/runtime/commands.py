@@ -39,6 +39,7 @@ from nats.aio.client import Client
 
 from agentledger.config import Settings, nats_servers
 from agentledger.errors import RuntimeStateError
+from agentledger.runtime import service_users
 from agentledger.runtime.embedded import (
     EmbeddedCluster,
     EmbeddedNats,
@@ -47,6 +48,7 @@ from agentledger.runtime.embedded import (
     pid_alive,
     terminate_pid,
 )
+from agentledger.runtime.hosting import isolating
 from agentledger.runtime.logfiles import log_folder, open_log
 from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.state import (
@@ -105,7 +107,7 @@ _left_running: list[object] = []
 
 
 def up(settings: Settings, *, foreground: bool = False,
-       on_ready: Callable[[RuntimeInfo], None] | None = None) -> RuntimeInfo:
+       on_ready: Callable[[RuntimeInfo], None] | None = None, accept_rollback: bool = False) -> RuntimeInfo:
     """Start the runtime and return what runs where once the ledger writer answers.
 
     Synchronous (it runs its own event loops): call it from a thread when an
@@ -116,6 +118,10 @@ def up(settings: Settings, *, foreground: bool = False,
     SIGTERM, calls ``on_ready`` once the runtime is up (so the caller can say
     so while blocked), and stops everything before returning.
     Anything started before a failure is stopped again before the error propagates.
+
+    A ledger behind its witness (``stores.witness``: cut back, or the data folder restored
+    from an older copy) is refused with ``IntegrityViolationError`` before any service runs;
+    ``accept_rollback`` serves it anyway and records in the witness what was lost.
     """
     settings = msgspec.structs.replace(settings, data_dir=settings.data_dir.absolute())
     _clear_stale(settings)
@@ -153,7 +159,7 @@ def up(settings: Settings, *, foreground: bool = False,
         if nats_nodes:
             # JetStream must elect its meta leader before a stream can be created.
             asyncio.run(wait_for_cluster(settings, len(nats_nodes), time.monotonic() + settings.up_timeout_s))
-        asyncio.run(_prepare(settings))
+        asyncio.run(_prepare(settings, accept_rollback=accept_rollback))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
         supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground, nats_nodes)
         undo.callback(_stop_process, supervisor)
@@ -181,9 +187,9 @@ def cluster_replicas(settings: Settings) -> int:
     return settings.stream_replicas if settings.stream_replicas > 1 else min(settings.cluster_size, 3)
 
 
-async def _prepare(settings: Settings) -> None:
+async def _prepare(settings: Settings, *, accept_rollback: bool = False) -> None:
     """Bring the database schema, the ledger stream and (replicated) buckets up to date before
-    any service runs."""
+    any service runs, once the ledger is found at or past its witness."""
     # Imported here: these modules need the servers this module starts, not the reverse.
     from agentledger.stores.db import migrate  # noqa: PLC0415
     from agentledger.stores.ledger import ensure_stream  # noqa: PLC0415
@@ -193,12 +199,32 @@ async def _prepare(settings: Settings) -> None:
     # A cluster that restarts elects each stream's leader after its meta leader: until then the
     # stream API times out or answers 503, so these are retried for a while.
     await _until_streams_answer(lambda: ensure_stream(settings), deadline)
+    if settings.integrity:
+        await _check_witness(settings, accept_rollback=accept_rollback)
     await _until_streams_answer(lambda: ensure_erasable_buckets(settings), deadline)
     if settings.stream_replicas > 1:
         await _until_streams_answer(lambda: ensure_bucket_replicas(settings), deadline)
     if auth.auth_store(settings).initialized:
         # A server that lost its resolver folder would not know the tenants any more.
         await auth.sync_tenants(settings)
+
+
+async def _check_witness(settings: Settings, *, accept_rollback: bool) -> None:
+    """Refuse a ledger behind its witness (``stores.witness.check_at_start``); log what an
+    accepted rollback lost."""
+    from agentledger.stores.witness import check_up  # noqa: PLC0415 - needs the servers, as above
+
+    if isolating():
+        # The writer runs as its own user and keeps the witness in its home.
+        service_users.writer_home(settings).prepare()
+        settings = service_users.with_witness(settings)
+    lost = await check_up(settings, accept_rollback=accept_rollback)
+    if isolating():
+        service_users.hand_witness_to_writer(settings)
+    if lost:
+        log.warning("up.rollback_accepted", lost=len(lost))
+        print("agentledger: rollback accepted and recorded in the witness; lost:\n  " + "\n  ".join(lost),
+              file=sys.stderr)
 
 
 async def wait_for_cluster(settings: Settings, size: int, deadline: float) -> None:

@@ -14,6 +14,9 @@ that home exactly what the service reads, each file 0400 and its user's:
 * ``embeddings.key`` / ``compactor.key``: the endpoints' API keys, when configured (the memory
   policy and the context builder / the context builder);
 * ``nats-ca.pem``: the NATS servers' CA bundle, when configured (every service);
+* ``integrity``: the integrity keys (every service: each writes or checks MACs), and for the
+  ledger writer the witness of ledger heads it keeps in its home (``ledger.witness``, its own
+  file, outside the data folder; ``up`` reads it there, ``with_witness``);
 
 and starts the service on those copies (``AGENTLEDGER_NATS_CREDS``, the URL's
 ``passfile``, ``AGENTLEDGER_KEK_FILE``, ...) with its home as data folder and
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import pwd
 import shutil
 import stat
 import sys
@@ -45,6 +49,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import msgspec
 import structlog
 
 from agentledger.config import Settings
@@ -81,6 +86,35 @@ PYTHON_DIR = "python"
 _STDLIB_SKIPPED = frozenset({"site-packages", "dist-packages", "test"})
 # agentledger's packages, each its own folder in an editable install (pyproject's package-dir).
 _PACKAGES = ("agentledger", "agentledger.contracts", "agentledger.services")
+
+
+WITNESS_NAME = "ledger.witness"
+
+
+def writer_home(settings: Settings) -> ServiceHome:
+    """The home of the ledger writer of ``settings``'s data folder when it runs as its own user."""
+    return ServiceHome(settings.data_dir, "ledger-writer", settings.server_root or DEFAULT_SERVER_ROOT)
+
+
+def with_witness(settings: Settings) -> Settings:
+    """``settings`` naming the witness the writer keeps: in its home when the services of this
+    data folder run as users of their own (root ran ``up``), else as configured."""
+    if settings.witness_file is not None or not isolating():
+        return settings
+    home = writer_home(settings)
+    if not home.dir.is_dir():
+        return settings
+    return msgspec.structs.replace(settings, witness_file=home.dir / WITNESS_NAME)
+
+
+def hand_witness_to_writer(settings: Settings) -> None:
+    """Make the witness ``up`` wrote in the writer's home the writer's own (it reads and
+    replaces it from then on)."""
+    home = writer_home(settings)
+    entry = pwd.getpwnam(home.user)
+    for path in (home.dir / WITNESS_NAME, home.dir / f"{WITNESS_NAME}-lock"):
+        with contextlib.suppress(FileNotFoundError):
+            os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
 
 def service_of(name: str) -> str | None:
@@ -151,6 +185,13 @@ class ServiceHome(UserHome):
 
             kek_of(settings)  # made on first use, as the writer would (and moved out of the data folder)
             out["AGENTLEDGER_KEK_FILE"] = self._copy("kek", settings.kek_path.read_bytes())
+        # Imported here, as above.
+        from agentledger.security.integrity_keys import keys_of  # noqa: PLC0415
+
+        keys_of(settings)  # made on first use, beside the key-encryption key
+        out["AGENTLEDGER_INTEGRITY_KEY_FILE"] = self._copy("integrity", settings.integrity_key_path.read_bytes())
+        if self.kind == "ledger-writer":
+            out["AGENTLEDGER_WITNESS_FILE"] = str(self.dir / WITNESS_NAME)
         if SIGNING_KEY in needs:
             from agentledger.services.context_builder.keys import load_signing_key  # noqa: PLC0415
 

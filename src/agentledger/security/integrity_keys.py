@@ -17,7 +17,10 @@ operator act followed by a restart of the services.
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +119,25 @@ def load(path: Path, *, create: bool = True) -> IntegrityKeys:
         if not create:
             raise AgentLedgerError(f"no integrity keys at {path}; stored state cannot be verified here",
                                    code="invalid_config")
-        write_private(path, _encode(_KeyFile(version=_FILE_VERSION, current=1,
-                                             epochs={"1": _new_epoch()})).decode())
+        _create(path, _encode(_KeyFile(version=_FILE_VERSION, current=1,
+                                       epochs={"1": _new_epoch()})).decode())
     return _keys(_parse(path), path)
+
+
+def _create(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (0600) only if nothing is there yet: processes starting
+    together must all end up with the one key file, never each with a key of its own."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)  # atomic, and refused if another process made it first
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def rotate(path: Path) -> int:

@@ -7,7 +7,9 @@ is ``tenant/task/event_id``: event ids are chosen by clients, so the dedupe key 
 scoped to the task and two tenants can never collide. ``Agentledger-Digest`` is
 the blake3 of the event's canonical encoding before sealing (sealing draws a
 random nonce, so the stored bytes of a retry differ): a re-sent event id is a
-duplicate only if its digest is the stored one.
+duplicate only if its digest is the stored one. ``Agentledger-Chain`` links the
+message to its task's previous one under the integrity key (``core.ledger_chain``);
+``chain_key_of`` and ``chain_head_at`` are how readers check it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 
 from agentledger.config import Settings
 from agentledger.contracts.events import EventBase
-from agentledger.errors import RuntimeStateError, UnavailableError
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import GENESIS, RESYNC, Head, KeyOf
+from agentledger.errors import IntegrityViolationError, RuntimeStateError, UnavailableError
 from agentledger.security import auth
+from agentledger.security.integrity_keys import keys_of
 from agentledger.stores.numbering import read_mark
 
 MSG_ID = "Nats-Msg-Id"
@@ -50,6 +55,39 @@ async def task_last_seq(nc: Client, settings: Settings, tenant: str, task_id: st
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         raise UnavailableError("JetStream did not answer") from exc
     return int(msg.seq or 0)
+
+
+def chain_key_of(settings: Settings) -> KeyOf | None:
+    """The MAC key lookup a reader checks ledger chains with; None with ``integrity`` off."""
+    return keys_of(settings).mac_key_of if settings.integrity else None
+
+
+async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant: str, task_id: str,
+                        seq: int) -> Head:
+    """The chain head a task's message at ``seq`` makes (its own tag checked; ``GENESIS`` for
+    an unchained one), for a reader that folds the task on from there (a checkpoint's cursor,
+    a state's watermark). One direct get. A message that is not there, or not this task's, is
+    ``IntegrityViolationError``: what was folded up to it is no longer what the ledger holds;
+    unless the whole ledger now starts after it (``RESYNC``: a ledger gap, see
+    ``core.ledger_chain``)."""
+    try:
+        reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}",
+                                 msgspec.json.encode({"seq": seq}), timeout=5)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        raise UnavailableError("JetStream did not answer a direct get") from exc
+    headers = reply.headers or {}
+    if headers.get("Nats-Subject") != ledger_subject(settings.prefix, tenant, task_id):
+        if not headers.get("Nats-Subject"):
+            info = await nc.jetstream().stream_info(settings.stream)
+            if int(info.state.first_seq) > seq:
+                return RESYNC  # gone with the ledger's start: a ledger gap, reported as such
+        raise IntegrityViolationError(
+            f"ledger event seq {seq} of tenant {tenant!r} task {task_id!r}, the last one folded, is "
+            "no longer in the ledger (or is another task's): the ledger was cut back or edited "
+            "outside the services", where="ledger")
+    head = ledger_chain.own_head(key_of, tenant=tenant, task=task_id, seq=seq, body=reply.data,
+                                 headers=headers)
+    return head if head is not None else GENESIS
 
 
 def msg_id(tenant: str, task_id: str, event_id: str) -> str:
