@@ -14,7 +14,7 @@ from agentledger.config import Settings
 from agentledger.erasure.erase import scan_subject
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, sealing
-from agentledger.security.kek_epochs import KekRing, epochs_dir
+from agentledger.security.kek_epochs import KekRing, ring_files, stone_path
 from agentledger.security.sealing import Keyring, _seal, aad_for, kek_of, marker_key_of, unseal
 
 AAD = aad_for("acme", "t1")
@@ -30,7 +30,7 @@ def test_a_ring_rotates_retires_and_never_makes_a_retired_epoch_again(tmp_path: 
     old = path.read_bytes()
     ring.retire(0)
     assert not path.exists() and ring.key_of(0) is None and ring.is_retired(0)
-    assert (epochs_dir(path) / "0.retired").exists()
+    assert stone_path(path, 0).exists()
     # A later start must not make a fresh epoch 0 where the retired one was.
     again = KekRing.load(path)
     assert not path.exists() and again.live_epochs() == [1]
@@ -71,7 +71,7 @@ async def test_a_backup_taken_before_a_forget_opens_nothing_once_its_epoch_is_re
         early = await _restore(nc, "EARLY_KEYS", backup, settings)
         assert await unseal(gone[0], "acme", "t1", early) == b"gone"
 
-        done = await rotate(settings, retire=True, grace_s=0)
+        done = await rotate(settings, retire_after=True, grace_s=0)
         assert done["retired"] == [0] and "refused" not in done
         assert done["rewrap"] == {"epoch": 1, "rewrapped": 1, "kept": 0, "unreadable": 0, "raced": 0}
 
@@ -94,7 +94,8 @@ async def test_a_backup_taken_before_a_forget_opens_nothing_once_its_epoch_is_re
             await late.key_for("acme", "s-kept", create=False)
         # No file beside the keys holds the retired key's bytes any more.
         assert not settings.kek_path.exists()
-        assert {p.name for p in epochs_dir(settings.kek_path).iterdir()} == {"0.retired", "1.key"}
+        name = settings.kek_path.name
+        assert ring_files(settings.kek_path) == {f"{name}.e0.retired": (0, True), f"{name}.e1": (1, False)}
         assert all(retired not in f.read_bytes() and base64.b64decode(retired) not in f.read_bytes()
                    for f in settings.kek_path.parent.rglob("*") if f.is_file())
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.cli.keys import retire, rotate
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.core.validate import goal_hash
@@ -37,12 +38,12 @@ SERVICES = [name for name, _ in commands.SERVICES]
 TENANT = "svcusers"
 # What each service's home holds besides its ready files: copies of what it reads, nothing more.
 HOME_FILES = {
-    "ledger-writer": {"nats.creds", "kek", "integrity"},
-    "projector": {"nats.creds", "pgpass", "kek", "integrity"},
+    "ledger-writer": {"nats.creds", "kek", "kek.marker", "integrity"},
+    "projector": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},
     "checkpointer": {"nats.creds", "pgpass", "integrity"},
-    "memory-policy": {"nats.creds", "pgpass", "kek", "integrity"},
-    "context-builder": {"nats.creds", "pgpass", "kek", "context-signing.key", "integrity"},
-    "tombstone-fanout": {"nats.creds", "pgpass", "kek", "integrity"},
+    "memory-policy": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},
+    "context-builder": {"nats.creds", "pgpass", "kek", "kek.marker", "context-signing.key", "integrity"},
+    "tombstone-fanout": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},
 }
 # The one file a service writes besides its ready file: the writer's witness of ledger heads
 # (and its lock), its own and 0600.
@@ -129,9 +130,9 @@ def event(kind: str, task: str, payload: dict[str, Any], **extra: Any) -> dict[s
             "schema_version": 1, "payload": payload, **extra}
 
 
-async def append_and_read(settings: Settings, task: str) -> None:
+async def append_and_read(settings: Settings, task: str) -> str:
     """An append with a personal value (sealed by the writer) and a wm.get that reveals it (the
-    projector opens it): both services need their key-encryption key copies."""
+    projector opens it): both services need their key-encryption key copies. Returns the value."""
     goal, secret = f"ship {task}", f"call me at {uuid.uuid4().hex}"
     async with await connect(resolve_urls(settings), timeout=30) as client:
         results = await client.append_batch([
@@ -144,6 +145,12 @@ async def append_and_read(settings: Settings, task: str) -> None:
                                          wait_ms=20_000)
     assert wm.seq >= results[-1].seq
     assert secret in str(wm.state)
+    return secret
+
+
+async def revealed(settings: Settings, task: str) -> str:
+    async with await connect(resolve_urls(settings), timeout=30) as client:
+        return str((await client.working_memory(TENANT, task, reveal_personal=True)).state)
 
 
 def test_every_service_declares_what_it_reads() -> None:
@@ -225,11 +232,26 @@ def test_restarts_keep_the_users_and_clean_removes_them(
     try:
         commands.up(settings)
         first = assert_services_run_as_their_users(settings)
+        before = asyncio.run(append_and_read(settings, "t-before"))
+        # A rotation with retirement: the next start gives the homes the new epoch and shreds
+        # their copies of the retired one, and what was sealed before still opens.
+        # Retiring while the services still hold copies without the new epoch would lose the
+        # keys they make meanwhile: refused until they were restarted.
+        done = asyncio.run(rotate(resolve_urls(settings), retire_after=True, grace_s=0))
+        assert done["retired"] == [] and "restart them" in str(done["refused"]), done
+        commands.down(settings)
+        commands.up(settings)
+        done = asyncio.run(retire(resolve_urls(settings)))
+        assert done["retired"] == [0], done
         commands.down(settings)
         commands.up(settings)
         again = assert_services_run_as_their_users(settings)
         assert {name: i.uid for name, i in again.items()} == {name: i.uid for name, i in first.items()}
         asyncio.run(append_and_read(settings, "t-restarted"))
+        assert before in asyncio.run(revealed(settings, "t-before"))
+        writer_home = Path(again["ledger-writer"].env["HOME"])
+        assert {"kek.e1", "kek.e0.retired", "kek.marker"} <= {p.name for p in writer_home.iterdir()}
+        assert not (writer_home / "kek").exists()
         homes = {Path(i.env["HOME"]) for i in again.values()}
     finally:
         if settings.runtime_file.exists():

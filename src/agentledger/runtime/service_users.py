@@ -9,7 +9,9 @@ that home exactly what the service reads, each file 0400 and its user's:
 
 * ``nats.creds``: its NATS credentials (every service);
 * ``pgpass``: the password file the database URL names (all but the ledger writer);
-* ``kek``: the key-encryption key (all but the checkpointer);
+* ``kek``: the key-encryption key (all but the checkpointer), with its epochs (``kek.e<n>``, the
+  stones of retired ones) and the marker key (``kek.marker``); a copy of a retired epoch is
+  shredded at the next start;
 * ``context-signing.key``: the compaction receipts' signing key (the context builder);
 * ``embeddings.key`` / ``compactor.key``: the endpoints' API keys, when configured (the memory
   policy and the context builder / the context builder);
@@ -181,10 +183,7 @@ class ServiceHome(UserHome):
             out["AGENTLEDGER_DATABASE_URL"] = self._database_url(settings.database_url)
         if KEK in needs:
             # Imported here: the supervisor needs it only when it runs services as their users.
-            from agentledger.security.sealing import kek_of  # noqa: PLC0415
-
-            kek_of(settings)  # made on first use, as the writer would (and moved out of the data folder)
-            out["AGENTLEDGER_KEK_FILE"] = self._copy("kek", settings.kek_path.read_bytes())
+            out["AGENTLEDGER_KEK_FILE"] = self._copy_keks(settings)
         # Imported here, as above.
         from agentledger.security.integrity_keys import keys_of  # noqa: PLC0415
 
@@ -206,6 +205,26 @@ class ServiceHome(UserHome):
             if need in needs and path is not None:
                 out[variable] = self._copy(name, path.read_bytes())
         return out
+
+    def _copy_keks(self, settings: Settings) -> str:
+        """Copy the key-encryption-key ring (every live epoch, the stones of retired ones, the
+        marker key) as ``kek``, ``kek.e<n>``, ...; a copy of an epoch retired since is shredded,
+        so no home keeps a key ``agentledger keys rotate --retire`` destroyed."""
+        # Imported here: the supervisor needs them only when it runs services as their users.
+        from agentledger.security.kek_epochs import ring_files, shred  # noqa: PLC0415
+        from agentledger.security.sealing import kek_of, marker_key_of  # noqa: PLC0415
+
+        kek_of(settings)  # made on first use, as the writer would (and moved out of the data folder)
+        marker_key_of(settings)
+        source = settings.kek_path
+        wanted = {name.replace(source.name, "kek", 1): source.with_name(name) for name in ring_files(source)}
+        wanted["kek.marker"] = source.with_name(source.name + ".marker")
+        for name, path in wanted.items():
+            self._copy(name, path.read_bytes())
+        for name in ring_files(self.dir / "kek"):
+            if name not in wanted:
+                shred(self.dir / name)
+        return str(self.dir / "kek")
 
     def _copy(self, name: str, data: bytes) -> str:
         path = self.dir / name

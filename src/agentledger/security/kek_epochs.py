@@ -9,9 +9,11 @@ removed; a ``<n>.retired`` stone records that the epoch existed). From then on e
 the bucket made before the rotation opens nothing: a restore takes its keys from a keys export
 made after the rotation (docs/deletion.md, "Backups and KEK epochs").
 
-Layout, all outside the data folder (beside ``Settings.kek_path``): epoch 0 is ``kek_path``
-itself (the file every installation already has); epoch ``n`` ≥ 1 is
-``<kek_path>.epochs/<n>.key``. The current epoch is the newest that is not retired. The files
+Layout, all outside the data folder, in ``Settings.kek_path``'s folder: epoch 0 is ``kek_path``
+itself (the file every installation already has); epoch ``n`` ≥ 1 is ``<kek_path>.e<n>``, and
+a retired epoch leaves ``<kek_path>.e<n>.retired``. Flat, so that a copy of the ring (a service
+run as its own user gets one in its home) is a set of files beside each other. The current
+epoch is the newest that is not retired. The files
 are read again when an epoch is asked for that this process does not know, and before each new
 wrapping (``current``, a directory listing: keys are made once per new data subject), so
 running services follow a rotation without a restart.
@@ -20,6 +22,7 @@ running services follow a rotation without a restart.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -29,9 +32,30 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from agentledger.errors import AgentLedgerError
 
 
-def epochs_dir(kek_path: Path) -> Path:
-    """The folder of epochs ≥ 1 (and of the stones of retired ones)."""
-    return kek_path.with_name(kek_path.name + ".epochs")
+def epoch_path(kek_path: Path, epoch: int) -> Path:
+    """The key file of ``epoch``."""
+    return kek_path if epoch == 0 else kek_path.with_name(f"{kek_path.name}.e{epoch}")
+
+
+def stone_path(kek_path: Path, epoch: int) -> Path:
+    """The file that records ``epoch`` as retired."""
+    return kek_path.with_name(f"{kek_path.name}.e{epoch}.retired")
+
+
+def ring_files(kek_path: Path) -> dict[str, tuple[int, bool]]:
+    """The ring's files in ``kek_path``'s folder, by name: (epoch, is a retirement stone)."""
+    found: dict[str, tuple[int, bool]] = {}
+    if kek_path.exists():
+        found[kek_path.name] = (0, False)
+    prefix = f"{kek_path.name}.e"
+    if kek_path.parent.is_dir():
+        for entry in kek_path.parent.iterdir():
+            if not entry.name.startswith(prefix):
+                continue
+            number, _, rest = entry.name[len(prefix):].partition(".")
+            if number.isdigit() and rest in ("", "retired"):
+                found[entry.name] = (int(number), rest == "retired")
+    return found
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -50,7 +74,7 @@ def _read_key(path: Path) -> bytes:
     return key
 
 
-def _shred(path: Path) -> None:
+def shred(path: Path) -> None:
     """Overwrite ``path`` in place, flush it to disk, then remove it."""
     size = path.stat().st_size
     with path.open("r+b") as f:
@@ -65,7 +89,6 @@ class KekRing:
 
     def __init__(self, kek_path: Path) -> None:
         self._path = kek_path
-        self._dir = epochs_dir(kek_path)
         self._lock = threading.Lock()
         self._keys: dict[int, AESGCM] = {}
         self._retired: set[int] = set()
@@ -78,8 +101,7 @@ class KekRing:
 
         A retired epoch 0 is never made again: its stone says the ring moved on.
         """
-        stone = epochs_dir(kek_path) / "0.retired"
-        if not kek_path.exists() and not stone.exists():
+        if not kek_path.exists() and not stone_path(kek_path, 0).exists():
             if not create:
                 raise AgentLedgerError(f"no key-encryption key at {kek_path}; personal values cannot be "
                                        "opened here", code="invalid_config")
@@ -90,17 +112,12 @@ class KekRing:
         """Read the epochs' files again (after a rotation or retirement elsewhere)."""
         keys: dict[int, AESGCM] = {}
         retired: set[int] = set()
-        if self._path.exists():
-            keys[0] = AESGCM(_read_key(self._path))
-        if self._dir.is_dir():
-            for entry in self._dir.iterdir():
-                stem, _, suffix = entry.name.partition(".")
-                if not stem.isdigit():
-                    continue
-                if suffix == "key":
-                    keys[int(stem)] = AESGCM(_read_key(entry))
-                elif suffix == "retired":
-                    retired.add(int(stem))
+        for name, (epoch, stone) in ring_files(self._path).items():
+            if stone:
+                retired.add(epoch)
+            else:
+                with contextlib.suppress(FileNotFoundError):  # retired meanwhile
+                    keys[epoch] = AESGCM(_read_key(self._path.with_name(name)))
         for epoch in retired:
             keys.pop(epoch, None)
         if not keys:
@@ -139,10 +156,9 @@ class KekRing:
 
     def rotate(self) -> int:
         """Make a new epoch and return it; it is the current one from now on."""
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        taken = {int(e.name.partition(".")[0]) for e in self._dir.iterdir() if e.name.partition(".")[0].isdigit()}
+        taken = {epoch for epoch, _ in ring_files(self._path).values()}
         epoch = max({self._current, *taken}) + 1
-        _write_new(self._dir / f"{epoch}.key", base64.b64encode(AESGCM.generate_key(bit_length=256)))
+        _write_new(epoch_path(self._path, epoch), base64.b64encode(AESGCM.generate_key(bit_length=256)))
         self.reload()
         return epoch
 
@@ -151,11 +167,10 @@ class KekRing:
         if epoch == self._current:
             raise AgentLedgerError(f"epoch {epoch} is the current key-encryption key: rotate first",
                                    code="conflict")
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stone = self._dir / f"{epoch}.retired"
+        stone = stone_path(self._path, epoch)
         if not stone.exists():
             _write_new(stone, b"")
-        path = self._path if epoch == 0 else self._dir / f"{epoch}.key"
+        path = epoch_path(self._path, epoch)
         if path.exists():
-            _shred(path)
+            shred(path)
         self.reload()
