@@ -213,12 +213,12 @@ async def test_a_tiny_budget_spills_and_reads_back_to_the_same_projection(
         await conn.close()
 
 
-async def test_a_replay_at_the_projectors_own_watermark_still_resets_its_cache(
+async def test_a_damaged_row_is_never_folded_on_and_a_replay_repairs_it(
         settings: Settings, ledger: Ledger) -> None:
-    """Protects the projector after a switch it cannot see in the watermark: a replay that ends at
-    exactly the watermark the projector committed still makes it drop its cache (the watermark
-    table is another one), so a state it read from a damaged row is not written back over the
-    repaired projection by the next event of that task."""
+    """Protects the projection from laundering an edit: the projector refuses to read a damaged
+    row back (it fails its integrity tag), so it never folds on from it and re-tags it as its
+    own; ``replay`` rebuilds the task from the ledger, and the projector, seeing another
+    watermark table, drops its cache and carries on from the repaired projection."""
     await publish(ledger, interleaved(3, 5))
     first = Projector(settings)
     await first.start()
@@ -234,11 +234,10 @@ async def test_a_replay_at_the_projectors_own_watermark_still_resets_its_cache(
     projector = Projector(settings)
     await projector.start()
     try:
-        # The projector reads the damaged row back into its cache.
-        await ledger.publish(event("variable_set", "x1", {"name": "x", "value": 1}, task="k1"))
-        wm = await caught_up(settings, ledger)
+        # The projector must read the damaged row back to fold this event: it refuses to.
+        wm = await ledger.publish(event("variable_set", "x1", {"name": "x", "value": 1}, task="k1"))
         report = await replay.replace_live(settings)
-        assert report.last_seq == wm == projector.watermark
+        assert report.last_seq == wm
         await ledger.publish(event("variable_set", "x2", {"name": "x", "value": 2}, task="k1"))
         await caught_up(settings, ledger)
         verified = await replay.verify(settings, wait_s=30)
