@@ -20,6 +20,7 @@ import pytest
 
 from agentledger.config import Settings
 from agentledger.core.state import decode_variable
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.services.projector.store import Position, Store
@@ -121,7 +122,8 @@ async def test_working_memory_answers_every_read_throughout_a_replay(
                 try:
                     position = await store.position(pool)
                     loaded = await store.load_state(pool, TENANT, f"k{n % tasks}")
-                    turns = await store.turns_upto(pool, TENANT, f"k{n % tasks}", 3)
+                    turns = await store.turns_upto(pool, TENANT, f"k{n % tasks}", 3,
+                                                   keys_of(settings).mac_key_of)
                 except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     outcomes[f"store {type(exc).__name__}"] += 1
                     continue

@@ -224,7 +224,7 @@ class Candidate:
         return all(g.passed for g in self.gates)
 
 
-def _passed_all(kinds: bool) -> list[GateResult]:
+def passed_all(kinds: bool) -> list[GateResult]:
     names = ("scope", *_GATES[:-1], *(("kind",) if kinds else ()))
     return [GateResult(name, True) for name in names]
 
@@ -377,7 +377,7 @@ class Reader:
         """Adds a search hit to ``found`` (the gates passed, as PostgreSQL says)."""
         c = found.get(row.record_id)
         if c is None:
-            c = found[row.record_id] = Candidate(row, gates=_passed_all(bool(request.kinds)))
+            c = found[row.record_id] = Candidate(row, gates=passed_all(bool(request.kinds)))
         c.found_by.append(source)
         return c
 

@@ -212,8 +212,8 @@ _FIRST_SEQS = ("SELECT a.tenant, a.task_id, a.event_id, a.seq FROM {s}.applied_e
                " ON a.tenant = k.tenant AND a.task_id = k.task_id AND a.event_id = k.event_id")
 _TASK_FIRST_SEQS = ("SELECT event_id, seq FROM {s}.applied_events WHERE tenant = $1 AND task_id = $2"
                     " AND event_id = ANY($3::text[]) AND seq <= $4")
-_TURNS_UPTO = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal <= $3"
-               " ORDER BY ordinal")
+_TURNS_UPTO = ("SELECT ordinal, turn, mac FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2"
+               " AND ordinal <= $3 ORDER BY ordinal")
 _UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_hash, mac)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[],"
            " $6::text[])"
@@ -473,10 +473,15 @@ class Store:
         return {r[0]: int(r[1]) for r in rows}
 
     async def turns_upto(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
-                         ordinal: int) -> list[bytes]:
-        """The task's turn rows (``encode_turn`` bytes) with ordinals up to ``ordinal``, in order."""
+                         ordinal: int, key_of: KeyOf) -> list[bytes]:
+        """The task's turn rows (``encode_turn`` bytes) with ordinals up to ``ordinal``, in order;
+        ``IntegrityViolationError`` unless they are turns 1..n, each with its tag (fewer than
+        ``ordinal`` is the caller's to judge: a projection still catching up)."""
         rows = await conn.fetch(self._turns_upto, tenant, task_id, ordinal)
-        return [r[0] for r in rows]
+        turns = [bytes(r[1]) for r in rows]
+        check_turns(key_of, tenant, task_id, last=len(rows), ordinals=[r[0] for r in rows], turns=turns,
+                    tags=[r[2] for r in rows], tail=None)
+        return turns
 
     async def insert_rejections(self, conn: asyncpg.Connection,
                                 rows: Sequence[RejectionRow]) -> None:

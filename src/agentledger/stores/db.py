@@ -418,6 +418,7 @@ _MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS mac text;
         ALTER TABLE {s}.memory_receipts ADD COLUMN IF NOT EXISTS mac text;
         ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS finish_mac text;
         TRUNCATE {s}.task_state, {s}.rejections, {s}.task_variables, {s}.task_turns,
             {s}.applied_events;
         UPDATE {s}.projector_watermark SET seq = 0;
