@@ -248,30 +248,32 @@ def _exact_gates(record: asyncpg.Record, request: ReadRequest, row: RecordRow) -
     return _gate_results([bool(record[i]) for i in range(1, len(_GATES) + 1)], request, row)
 
 
-def row_gates(row: RecordRow, request: ReadRequest, now: datetime) -> list[GateResult]:
-    """Each gate's result computed from the record's own (verified) bytes, as ``_ALL_GATES``
-    computes it from the columns: where the two differ, a column was edited."""
+def row_passes(row: RecordRow, request: ReadRequest, now: datetime) -> list[bool]:
+    """Each gate's result but the scope's (``_GATES`` order; ``kind`` only when the request
+    names kinds) computed from the record's own (verified) bytes, as ``_ALL_GATES`` computes
+    it from the columns: where the two differ, a column was edited."""
     body = row.body
-    return _gate_results([
-        row.status == "active",
-        body.expires_at is None or body.expires_at > now,
-        body.schema_version == 1 and (request.min_subject_version is None
-                                      or body.subject_version >= request.min_subject_version),
-        SENSITIVITY_RANK[body.sensitivity] <= SENSITIVITY_RANK[request.max_sensitivity],
-        row.authority >= request.min_authority,
-        not request.kinds or row.kind in request.kinds], request, row)
+    passes = [row.status == "active",
+              body.expires_at is None or body.expires_at > now,
+              body.schema_version == 1 and (request.min_subject_version is None
+                                            or body.subject_version >= request.min_subject_version),
+              SENSITIVITY_RANK[body.sensitivity] <= SENSITIVITY_RANK[request.max_sensitivity],
+              row.authority >= request.min_authority]
+    if request.kinds:
+        passes.append(row.kind in request.kinds)
+    return passes
 
 
 def _tampered(row: RecordRow, data: bytes, tag: str | None, *, tenant: str, scopes: Sequence[str],
               key_of: KeyOf, gates: Sequence[GateResult], request: ReadRequest, now: datetime) -> str | None:
     """Why a candidate PostgreSQL returned must not be read (None: it may): its bytes fail their
     tag, or the record they hold is outside the caller's scopes or fails a gate that the
-    columns let it through (``gates``: what PostgreSQL said)."""
+    columns let it through (``gates``: what PostgreSQL said, the scope's first)."""
     if not record_matches(key_of, tenant, data, tag):
         return "its bytes fail their integrity tag" if tag else "it has no integrity tag"
     if row.scope not in scopes:
         return "its scope column does not match the scope its record holds"
-    if row_gates(row, request, now) != list(gates):
+    if row_passes(row, request, now) != [g.passed for g in gates[1:]]:
         return "a gate column does not match its record"
     return None
 

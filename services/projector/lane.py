@@ -461,16 +461,15 @@ class Lane(ProjectionLoop[TaskRow]):
         keys = keys_of(self.settings)
         for key, seq in changed.items():
             state = cache[key]
-            row = task_row(keys, key[0], key[1], seq, state)
-            rows.append(row)
-            written: dict[str, int] = {}
+            written: dict[str, bytes] = {}
             for name in changes[key].variables:
-                data = encode_variable(state.variables[name])
+                data = written[name] = encode_variable(state.variables[name])
                 variables.append((key[0], key[1], name, state.variables[name].seq, data))
-                written[name] = len(data)
+            row = task_row(keys, key[0], key[1], seq, state, variables=cache.variable_rows(key, written))
+            rows.append(row)
             turns.extend(turn_row(keys, key[0], key[1], t) for t in changes[key].turns)
             cache.touch(key)  # recently changed tasks live at the young end
-            cache.note(key, len(row[3]), written)
+            cache.note(key, len(row[3]), {name: len(data) for name, data in written.items()})
         return rows, variables, turns
 
     def _decode(self, fresh: list[tuple[int, Any]],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -124,11 +124,14 @@ class Loaded(NamedTuple):
     mac: str | None = None
 
 
-def task_row(keys: IntegrityKeys, tenant: str, task_id: str, seq: int, state: WorkingMemory) -> TaskRow:
-    """A task's core row, tagged over its core bytes and every variable row it has (the
-    variables are encoded here: the tag's digest covers them all, changed or not)."""
+def task_row(keys: IntegrityKeys, tenant: str, task_id: str, seq: int, state: WorkingMemory, *,
+             variables: Mapping[str, bytes] | None = None) -> TaskRow:
+    """A task's core row, tagged over its core bytes and every variable row it has
+    (``variables``: those rows as stored, name -> bytes; None: encoded here)."""
     core = encode_core(state)
-    digest = variables_digest(variables_input({n: encode_variable(v) for n, v in state.variables.items()}))
+    if variables is None:
+        variables = {n: encode_variable(v) for n, v in state.variables.items()}
+    digest = variables_digest(variables_input(variables))
     return (tenant, task_id, seq, core, core_hash(core),
             task_tag(keys.current, keys.mac_key, tenant, task_id, seq=seq, core=core, digest=digest))
 
