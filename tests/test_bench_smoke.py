@@ -25,7 +25,7 @@ SERVER_BENCHES = ["single", "batch", "one_task", "pause", "integrity", "sustaine
 EXPECTED = {
     "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
     "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
-    "wm_get_p50", "wm_get_vs_hop_p50",
+    "wm_get_p50", "wm_get_vs_hop_p50", "wm_get_integrity_p50",
     "integrity_append_throughput", "integrity_append_latency_p50", "integrity_cpu_per_event",
     "detector_us_per_kb",
     "detector_append_throughput",
@@ -33,7 +33,7 @@ EXPECTED = {
     "detector_lookalike_fp",
     "detector_personal_recall",
     "detector_false_redactions",
-    "memory_read_p50", "memory_read_p99", "memory_read_e2e_p50", "memory_read_e2e_p99",
+    "memory_read_p50", "memory_read_p99", "memory_read_integrity_p50", "memory_read_e2e_p50", "memory_read_e2e_p99",
     "memory_vector_recall_at_10", "memory_decisions_per_s", "memory_propose_latency_p50",
     "memory_propose_latency_p99", "forget_subject_p50", "forget_subject_p99",
     "quota_quiet_append_p50", "quota_quiet_append_p99", "quota_quiet_wm_get_p99",

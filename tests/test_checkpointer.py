@@ -24,6 +24,7 @@ from agentledger.core import checkpoint_policy as policy
 from agentledger.core.reducer import apply
 from agentledger.core.state import Changes, WorkingMemory, new_state
 from agentledger.errors import ContractError, NotFoundError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.checkpointer.service import save_subject
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from ckpt_support import (
@@ -112,7 +113,7 @@ async def store(settings: Settings) -> Any:
     await migrate_checkpoints(settings.database_url)
     await migrate_checkpoints(settings.database_url)  # idempotent
     pool = await asyncpg.create_pool(settings.database_url, min_size=1, max_size=12)
-    yield CheckpointStore(pool, keep=3)
+    yield CheckpointStore(pool, keys_of(settings), keep=3)
     await pool.close()
 
 

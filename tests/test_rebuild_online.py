@@ -20,6 +20,7 @@ import pytest
 
 from agentledger.config import Settings
 from agentledger.core.state import decode_variable
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.services.projector.store import Position, Store
@@ -121,7 +122,8 @@ async def test_working_memory_answers_every_read_throughout_a_replay(
                 try:
                     position = await store.position(pool)
                     loaded = await store.load_state(pool, TENANT, f"k{n % tasks}")
-                    turns = await store.turns_upto(pool, TENANT, f"k{n % tasks}", 3)
+                    turns = await store.turns_upto(pool, TENANT, f"k{n % tasks}", 3,
+                                                   keys_of(settings).mac_key_of)
                 except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                     outcomes[f"store {type(exc).__name__}"] += 1
                     continue
@@ -213,12 +215,12 @@ async def test_a_tiny_budget_spills_and_reads_back_to_the_same_projection(
         await conn.close()
 
 
-async def test_a_replay_at_the_projectors_own_watermark_still_resets_its_cache(
+async def test_a_damaged_row_is_never_folded_on_and_a_replay_repairs_it(
         settings: Settings, ledger: Ledger) -> None:
-    """Protects the projector after a switch it cannot see in the watermark: a replay that ends at
-    exactly the watermark the projector committed still makes it drop its cache (the watermark
-    table is another one), so a state it read from a damaged row is not written back over the
-    repaired projection by the next event of that task."""
+    """Protects the projection from laundering an edit: the projector refuses to read a damaged
+    row back (it fails its integrity tag), so it never folds on from it and re-tags it as its
+    own; ``replay`` rebuilds the task from the ledger, and the projector, seeing another
+    watermark table, drops its cache and carries on from the repaired projection."""
     await publish(ledger, interleaved(3, 5))
     first = Projector(settings)
     await first.start()
@@ -234,11 +236,10 @@ async def test_a_replay_at_the_projectors_own_watermark_still_resets_its_cache(
     projector = Projector(settings)
     await projector.start()
     try:
-        # The projector reads the damaged row back into its cache.
-        await ledger.publish(event("variable_set", "x1", {"name": "x", "value": 1}, task="k1"))
-        wm = await caught_up(settings, ledger)
+        # The projector must read the damaged row back to fold this event: it refuses to.
+        wm = await ledger.publish(event("variable_set", "x1", {"name": "x", "value": 1}, task="k1"))
         report = await replay.replace_live(settings)
-        assert report.last_seq == wm == projector.watermark
+        assert report.last_seq == wm
         await ledger.publish(event("variable_set", "x2", {"name": "x", "value": 2}, task="k1"))
         await caught_up(settings, ledger)
         verified = await replay.verify(settings, wait_s=30)

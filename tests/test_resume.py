@@ -33,8 +33,10 @@ from agentledger.contracts.api import LeaseBody
 from agentledger.contracts.events import Goal
 from agentledger.contracts.resume import ReconcileItem, ResumeReply
 from agentledger.core import checkpoint as cp_mod
+from agentledger.core.checkpoint_tags import checkpoint_tag
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.checkpointer.service import resume_subject
 from agentledger.stores import artifacts
 from agentledger.stores.ledger import ensure_stream, ledger_subject
@@ -148,13 +150,18 @@ async def fault_other_task(case: Case) -> None:
 
 
 async def fault_schema_version(case: Case) -> None:
-    """The stored body says schema version 2 (written by a newer checkpointer)."""
+    """The stored body says schema version 2 (written, and tagged, by a newer checkpointer)."""
     assert case.stack.db is not None
-    body = json.loads(await case.stack.db.fetchval("SELECT body FROM checkpoints WHERE id = $1",
-                                                   case.checkpoint_id))
+    row = await case.stack.db.fetchrow("SELECT tenant, task_id, seq, events, body FROM checkpoints"
+                                       " WHERE id = $1", case.checkpoint_id)
+    body = json.loads(row["body"])
     body["schema_version"] = 2
-    await case.stack.db.execute("UPDATE checkpoints SET body = $2 WHERE id = $1", case.checkpoint_id,
-                                json.dumps(body).encode())
+    data = json.dumps(body).encode()
+    keys = keys_of(case.stack.settings)
+    await case.stack.db.execute("UPDATE checkpoints SET body = $2, mac = $3 WHERE id = $1", case.checkpoint_id,
+                                data, checkpoint_tag(keys.current, keys.mac_key, case.checkpoint_id,
+                                                     row["tenant"], row["task_id"], seq=row["seq"],
+                                                     events=row["events"], body=data))
 
 
 async def fault_watermark_ahead(case: Case) -> None:
@@ -211,7 +218,7 @@ FAULTS: list[tuple[str, Callable[[Case], Awaitable[None]], str, str | None, int]
     ("artifact replaced under its uri", fault_artifact_replaced, "rejected", "artifact_hash_mismatch", 1),
     ("artifact deleted", fault_artifact_missing, "rejected", "artifact_missing", 1),
     ("no checkpoint at all", fault_no_checkpoint, "resumable", "no_checkpoint", 1),
-    ("corrupted body (checksum)", fault_checksum, "rejected", "checksum_mismatch", 1),
+    ("corrupted body", fault_checksum, "rejected", "integrity_violation", 1),
     ("checkpoint of another task", fault_other_task, "rejected", "task_mismatch", 1),
     ("unknown schema version", fault_schema_version, "rejected", "unknown_schema_version", 1),
     ("watermark past the ledger", fault_watermark_ahead, "rejected", "watermark_ahead_of_ledger", 1),

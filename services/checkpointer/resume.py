@@ -54,6 +54,7 @@ from typing import Any
 import msgspec
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings
@@ -70,7 +71,7 @@ from agentledger.contracts.resume import (
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import Turn, WorkingMemory, decode_turn, new_state, view
-from agentledger.errors import AgentLedgerError, NotFoundError, UnavailableError
+from agentledger.errors import AgentLedgerError, IntegrityViolationError, NotFoundError, UnavailableError
 from agentledger.services.checkpointer.store import CheckpointStore, Located
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
 from agentledger.services.projector.store import Store as ProjectionStore
@@ -103,6 +104,9 @@ class _Rejected(Exception):  # noqa: N818 - control flow inside this module
     def __init__(self, reason: Reason) -> None:
         super().__init__(reason.message)
         self.reason = reason
+
+
+log = structlog.get_logger()
 
 
 def _reject(code: str, message: str, *, uri: str | None = None,
@@ -184,9 +188,13 @@ class Resumer:
     # ---- 1. locate ------------------------------------------------------------------------
 
     async def _locate(self, req: ResumeRequest) -> Located | None:
-        if req.checkpoint_id is None:
-            return await self.store.locate(req.tenant, req.task_id)
-        found = await self.store.locate_id(req.checkpoint_id)
+        try:
+            if req.checkpoint_id is None:
+                return await self.store.locate(req.tenant, req.task_id)
+            found = await self.store.locate_id(req.checkpoint_id)
+        except IntegrityViolationError as exc:  # the row was edited, moved or forged
+            log.error("checkpointer.integrity_violation", tenant=req.tenant, task=req.task_id)
+            raise _Rejected(_reject("integrity_violation", exc.message)) from exc
         if found is None:
             raise _Rejected(_reject("checkpoint_not_found", f"no checkpoint {req.checkpoint_id}",
                                     detail={"checkpoint_id": req.checkpoint_id}))
@@ -376,7 +384,7 @@ class Resumer:
             return replayed
         try:
             rows = await self._projection.turns_upto(self.store.pool, req.tenant, req.task_id,
-                                                     checkpoint_turns)
+                                                     checkpoint_turns, self.store.keys.mac_key_of)
         except db.DATABASE_ERRORS as exc:
             raise UnavailableError("the projection's transcript is not available") from exc
         if len(rows) != checkpoint_turns:

@@ -49,13 +49,15 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
 from agentledger.core.state import WorkingMemory
 from agentledger.erasure import evict
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError
+from agentledger.errors import AgentLedgerError, ContractError, IntegrityViolationError, NotFoundError
 from agentledger.projection.catch_up import covering
 from agentledger.security.identity import Caller, PermissionDeniedError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.checkpointer.resume import Resumer
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
+from agentledger.services.projector.store import check_loaded
 from agentledger.shell.endpoints import Endpoint
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
@@ -125,7 +127,7 @@ class Checkpointer(Shell):
         assert self._nc is not None and self._pool is not None
         # The projector owns task_state; the shell migrating here too lets either start first.
         await migrate_checkpoints(s.database_url)
-        self.store = CheckpointStore(self._pool, keep=self.keep)
+        self.store = CheckpointStore(self._pool, keys_of(s), keep=self.keep)
         self.resumer = Resumer(self._nc, s, self.store, await artifacts.open(self._nc, s))
         # A save cut short by the stop rolls back: the pointer never sees half of it.
         for i in range(WORKERS):
@@ -293,6 +295,8 @@ class Checkpointer(Shell):
         loaded = await self.projection.load_state(self._pool, key[0], key[1])
         if loaded is None:
             return 0, None
+        # Never checkpoint (and so re-certify) an edited projection row.
+        check_loaded(loaded, keys_of(self.settings).mac_key_of)
         return loaded.seq, loaded.state
 
     async def _last_checkpoint(self, key: Key) -> policy.LastCheckpoint | None:
@@ -301,7 +305,13 @@ class Checkpointer(Shell):
             self._last.move_to_end(key)
             return known
         assert self.store is not None
-        found = await self.store.locate(*key)
+        try:
+            found = await self.store.locate(*key)
+        except IntegrityViolationError:
+            # An active checkpoint edited outside the services: count from nothing, so a fresh
+            # one is saved (resume refuses the edited one meanwhile).
+            log.error("checkpointer.integrity_violation", tenant=key[0], task=key[1])
+            return None
         if found is None:
             # Remembered too: until its first checkpoint, a task's notifications are then
             # decided without a read, like those of any task whose checkpoint is known.

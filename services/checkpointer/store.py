@@ -4,9 +4,10 @@ Tables (created by ``migrate_checkpoints``, idempotent and safe to run from
 several processes at once: it holds an advisory lock while it works):
 
 * ``checkpoints(id, tenant, task_id, seq, events, body, checksum, created_at,
-  expires_at)``: one row per saved checkpoint. ``seq`` is the ledger cursor the
+  expires_at, mac)``: one row per saved checkpoint. ``seq`` is the ledger cursor the
   checkpoint covers, ``events`` how many events of the task the state had
-  applied (the policy counts from it), ``body`` the encoded ``Checkpoint``.
+  applied (the policy counts from it), ``body`` the encoded ``Checkpoint``,
+  ``mac`` its keyed tag (``core.checkpoint_tags``), checked on every read.
 * ``checkpoint_pointer(tenant, task_id, checkpoint_id, version)``: the task's
   active checkpoint. It only ever moves by compare-and-swap on ``version`` and
   never to a checkpoint with a lower ``seq`` than the one it points at.
@@ -26,6 +27,8 @@ import asyncpg
 
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core.checkpoint_policy import KEEP_PER_TASK
+from agentledger.core.checkpoint_tags import check_checkpoint, checkpoint_tag
+from agentledger.security.integrity_keys import IntegrityKeys
 
 # Advisory lock held while migrating ("agck").
 _MIGRATE_LOCK = 0x6167636B
@@ -55,12 +58,20 @@ _MIGRATIONS: list[tuple[int, str]] = [
             PRIMARY KEY (tenant, task_id)
         );
     """),
+    # A keyed tag per checkpoint (``checkpoint_tag``): the unkeyed checksum inside the body can
+    # be recomputed by whoever edits the body. Checkpoints saved before have none and are
+    # refused by resume; the checkpointer saves a fresh one on the task's next change.
+    (2, """
+        ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS mac text;
+    """),
 ]
 
 _DONE = "SELECT coalesce(max(version), 0) FROM checkpoint_schema_migrations"
-_INSERT = ("INSERT INTO checkpoints (tenant, task_id, seq, events, body, checksum, created_at,"
-           " expires_at) VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7), to_timestamp($8))"
-           " RETURNING id")
+# The id is drawn first: the tag binds it, so a body copied to another row fails.
+_NEXT_ID = "SELECT nextval(pg_get_serial_sequence('checkpoints', 'id'))"
+_INSERT = ("INSERT INTO checkpoints (id, tenant, task_id, seq, events, body, checksum, created_at,"
+           " expires_at, mac) VALUES ($9, $1, $2, $3, $4, $5, $6, to_timestamp($7), to_timestamp($8),"
+           " $10)")
 _POINTER = ("SELECT p.checkpoint_id, p.version, c.seq FROM checkpoint_pointer p"
             " JOIN checkpoints c ON c.id = p.checkpoint_id"
             " WHERE p.tenant = $1 AND p.task_id = $2")
@@ -72,9 +83,9 @@ _PRUNE = ("DELETE FROM checkpoints WHERE tenant = $1 AND task_id = $2"
           " AND id <> (SELECT checkpoint_id FROM checkpoint_pointer WHERE tenant = $1 AND task_id = $2)"
           " AND id NOT IN (SELECT id FROM checkpoints WHERE tenant = $1 AND task_id = $2"
           " ORDER BY seq DESC, id DESC LIMIT $3)")
-_ACTIVE = ("SELECT c.id, c.tenant, c.task_id, c.seq, c.events, c.body FROM checkpoint_pointer p"
+_ACTIVE = ("SELECT c.id, c.tenant, c.task_id, c.seq, c.events, c.body, c.mac FROM checkpoint_pointer p"
            " JOIN checkpoints c ON c.id = p.checkpoint_id WHERE p.tenant = $1 AND p.task_id = $2")
-_GET = "SELECT c.id, c.tenant, c.task_id, c.seq, c.events, c.body FROM checkpoints c WHERE c.id = $1"
+_GET = "SELECT c.id, c.tenant, c.task_id, c.seq, c.events, c.body, c.mac FROM checkpoints c WHERE c.id = $1"
 
 
 class LostRaceError(Exception):
@@ -133,10 +144,11 @@ async def migrate_checkpoints(dsn: str) -> None:
 class CheckpointStore:
     """Save checkpoints and read them back, on a connection pool."""
 
-    def __init__(self, pool: asyncpg.Pool, keep: int = KEEP_PER_TASK) -> None:
+    def __init__(self, pool: asyncpg.Pool, keys: IntegrityKeys, keep: int = KEEP_PER_TASK) -> None:
         if keep < 1:
             raise ValueError("keep must be at least 1")
         self.pool = pool
+        self.keys = keys  # every row is tagged on save and checked on every read
         self.keep = keep
 
     async def save(self, cp: cp_mod.Checkpoint, events: int = 0) -> int:
@@ -146,9 +158,13 @@ class CheckpointStore:
         on a checkpoint with a higher ``seq``, saved concurrently).
         """
         body = cp_mod.encode(cp)
+        keys = self.keys
         async with self.pool.acquire() as conn, conn.transaction():
-            new_id: int = await conn.fetchval(_INSERT, cp.tenant, cp.task_id, cp.ledger_cursor, events,
-                                              body, cp.checksum, cp.created_at, cp.expires_at)
+            new_id: int = await conn.fetchval(_NEXT_ID)
+            await conn.execute(_INSERT, cp.tenant, cp.task_id, cp.ledger_cursor, events, body, cp.checksum,
+                               cp.created_at, cp.expires_at, new_id,
+                               checkpoint_tag(keys.current, keys.mac_key, new_id, cp.tenant, cp.task_id,
+                                              seq=cp.ledger_cursor, events=events, body=body))
             await _move_pointer(conn, cp.tenant, cp.task_id, new_id, cp.ledger_cursor)
             await conn.execute(_PRUNE, cp.tenant, cp.task_id, self.keep)
         return new_id
@@ -164,20 +180,23 @@ class CheckpointStore:
         return Stored(found.tenant, found.task_id, found.body) if found else None
 
     async def locate(self, tenant: str, task_id: str) -> Located | None:
-        """The task's active checkpoint row, or None."""
-        return _located(await self.pool.fetchrow(_ACTIVE, tenant, task_id))
+        """The task's active checkpoint row, or None; ``IntegrityViolationError`` when the row
+        fails its tag."""
+        return self._checked(await self.pool.fetchrow(_ACTIVE, tenant, task_id))
 
     async def locate_id(self, checkpoint_id: int) -> Located | None:
-        """One checkpoint row by id (whatever task it belongs to), or None."""
+        """One checkpoint row by id (whatever task it belongs to), or None; checked as ``locate``."""
         if not 0 < checkpoint_id < 2**63:  # not a bigint: no such row
             return None
-        return _located(await self.pool.fetchrow(_GET, checkpoint_id))
+        return self._checked(await self.pool.fetchrow(_GET, checkpoint_id))
 
-
-def _located(row: asyncpg.Record | None) -> Located | None:
-    if row is None:
-        return None
-    return Located(row[0], row[1], row[2], row[3], row[4], bytes(row[5]))
+    def _checked(self, row: asyncpg.Record | None) -> Located | None:
+        if row is None:
+            return None
+        found = Located(row[0], row[1], row[2], row[3], row[4], bytes(row[5]))
+        check_checkpoint(self.keys.mac_key_of, found.id, found.tenant, found.task_id, seq=found.seq,
+                         events=found.events, body=found.body, tag=row[6])
+        return found
 
 
 async def _move_pointer(conn: asyncpg.Connection, tenant: str, task_id: str, new_id: int,

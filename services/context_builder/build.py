@@ -387,7 +387,8 @@ class Builder:
         if row.artifact_uri is None:
             # Frozen, never finished (the builder stopped mid-compaction): the frozen one is final.
             data = await self.artifacts.get(row.frozen_uri, tenant=tenant)
-            await self.store.finish(row.generation_id, digest=row.frozen_digest, uri=row.frozen_uri, staged=None)
+            await self.store.finish(row.tenant, row.generation_id, digest=row.frozen_digest,
+                                    uri=row.frozen_uri, staged=None)
             row = row._replace(artifact_uri=row.frozen_uri, digest=row.frozen_digest)
             return row, data
         return row, await self.artifacts.get(row.artifact_uri, tenant=tenant)

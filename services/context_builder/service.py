@@ -75,7 +75,7 @@ class ContextBuilder(Shell):
         s = self.settings
         assert self._nc is not None and self._pool is not None
         key = self._key = load_signing_key(s.context_key_path)
-        self.store = ContextStore(self._pool)
+        self.store = ContextStore(self._pool, self.settings)
         store = await artifacts.open(self._nc, s)
         self.documents = await parts.projection(DocumentIndex(s, self._nc, self._pool))
         # Loaded once the endpoints answer (Parts.warm): builds count tokens, queries embed.

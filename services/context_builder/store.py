@@ -33,10 +33,16 @@ from typing import NamedTuple
 import asyncpg
 import msgspec
 
+from agentledger.config import Settings
 from agentledger.contracts.context_api import CompactionCheckpoint
+from agentledger.core import generation_tags as gen_tags
+from agentledger.core.projection_tags import check_turns
 from agentledger.core.state import Turn, WorkingMemory, decode_state, decode_turn
+from agentledger.errors import IntegrityViolationError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
+from agentledger.services.projector.store import check_loaded
 
 _checkpoint = msgspec.json.Decoder(CompactionCheckpoint)
 
@@ -87,13 +93,14 @@ class TaskHead(NamedTuple):
 _GEN_COLUMNS = ("generation_id, tenant, task_id, digest, artifact_uri, frozen_digest, frozen_uri,"
                 " input_ordinal, transcript_revision, epoch, lineage, staged_checkpoint_id,"
                 " regenerated_from, user_id, project_id")
-_INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at, subjects, memory_ids)"
-               " VALUES ($1, $2, $3, $4, NULL, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13, $14, $15)"
+_INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at, subjects, memory_ids, mac)"
+               " VALUES ($1, $2, $3, $4, NULL, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13, $14, $15,"
+               " $16)"
                " ON CONFLICT (generation_id) DO NOTHING").replace("{columns}", _GEN_COLUMNS)
-_FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4"
-               " WHERE generation_id = $1 AND artifact_uri IS NULL")
-_GET_GEN = ("SELECT {columns}, subjects FROM context_generations WHERE generation_id = $1 AND tenant = $2"
-            ).replace("{columns}", _GEN_COLUMNS)
+_FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4,"
+               " finish_mac = $6 WHERE generation_id = $1 AND tenant = $5 AND artifact_uri IS NULL")
+_GET_GEN = ("SELECT {columns}, subjects, mac, finish_mac FROM context_generations WHERE generation_id = $1"
+            " AND tenant = $2").replace("{columns}", _GEN_COLUMNS)
 # The end of a build: its row still there (a forget request did not delete it meanwhile) ...
 _LOCK_GEN = "SELECT 1 FROM context_generations WHERE generation_id = $1 AND tenant = $2 FOR UPDATE"
 # ... and its conversation still on the lineage the build read (no forget moved it on).
@@ -132,7 +139,7 @@ _SET_CP_STATUS = ("UPDATE context_checkpoints SET status = $3, reason = $4, upda
                   " WHERE checkpoint_id = $1 AND tenant = $2")
 _MEMORY_SUBJECTS = ("SELECT DISTINCT data_subject FROM memory_records WHERE tenant = $1"
                     " AND record_id = ANY($2::text[]) AND data_subject IS NOT NULL")
-_TURNS = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal > $3"
+_TURNS = ("SELECT turn, ordinal, mac FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal > $3"
           " AND ordinal <= $4 ORDER BY ordinal")
 # FOR SHARE: the projector cannot move the task on between the CAS's check and its commit.
 _HEAD = "SELECT state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2 FOR SHARE"
@@ -141,8 +148,9 @@ _HEAD = "SELECT state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2 FOR
 class ContextStore:
     """SQL of the context-builder; see the module docstring."""
 
-    def __init__(self, pool: asyncpg.Pool, schema: str = LIVE_SCHEMA) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, schema: str = LIVE_SCHEMA) -> None:
         self.pool = pool
+        self.settings = settings  # the integrity keys: generations are tagged, reads checked
         self.projection = ProjectionStore(schema)
         quoted = f'"{schema}"'
         self._turns = _TURNS.replace("{s}", quoted)
@@ -155,12 +163,19 @@ class ContextStore:
 
     async def state(self, tenant: str, task_id: str) -> WorkingMemory | None:
         loaded = await self.projection.load_state(self.pool, tenant, task_id)
-        return None if loaded is None else loaded.state
+        if loaded is None:
+            return None
+        check_loaded(loaded, keys_of(self.settings).mac_key_of)  # never build from an edited row
+        return loaded.state
 
     async def turns(self, tenant: str, task_id: str, after: int, through: int) -> list[Turn]:
         """Turns ``after`` < ordinal <= ``through``, in order (their content still sealed)."""
         rows = await self.pool.fetch(self._turns, tenant, task_id, after, through)
-        return [decode_turn(bytes(r[0])) for r in rows]
+        turns = [bytes(r[0]) for r in rows]
+        # Each turn with its tag, none missing between ``after`` and the last one read.
+        check_turns(keys_of(self.settings).mac_key_of, tenant, task_id, last=after + len(rows),
+                    ordinals=[r[1] for r in rows], turns=turns, tags=[r[2] for r in rows], tail=len(rows))
+        return [decode_turn(t) for t in turns]
 
     async def head(self, conn: asyncpg.Connection, tenant: str, task_id: str) -> TaskHead | None:
         data = await conn.fetchval(self._head, tenant, task_id)
@@ -181,14 +196,27 @@ class ContextStore:
         ``subjects``: the data subjects whose content it holds (None: unknown, e.g. it rendered
         a checkpoint of before subjects were recorded); ``memory_ids``: the memory records it read.
         """
+        kept = None if subjects is None else sorted(set(subjects))
+        keys = keys_of(self.settings)
+        frozen = gen_tags.frozen_parts(
+            generation_id, tenant, task_id, frozen_digest, frozen_uri, input_ordinal=input_ordinal,
+            transcript_revision=transcript_revision, epoch=epoch, lineage=lineage,
+            regenerated_from=regenerated_from, user_id=user_id, project_id=project_id, subjects=kept)
         status = await self.pool.execute(
             _INSERT_GEN, generation_id, tenant, task_id, frozen_digest, frozen_uri, input_ordinal,
             transcript_revision, epoch, lineage, regenerated_from, user_id, project_id, datetime.now(UTC),
-            None if subjects is None else sorted(set(subjects)), sorted(set(memory_ids)))
+            kept, sorted(set(memory_ids)), gen_tags.tag(keys.current, keys.mac_key, frozen))
         return bool(status.endswith(" 1"))
 
-    async def finish(self, generation_id: str, *, digest: str, uri: str, staged: str | None) -> None:
-        await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged)
+    async def finish(self, tenant: str, generation_id: str, *, digest: str, uri: str,
+                     staged: str | None) -> None:
+        await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged, tenant,
+                                self._finish_tag(tenant, generation_id, digest, uri, staged))
+
+    def _finish_tag(self, tenant: str, generation_id: str, digest: str, uri: str, staged: str | None) -> str:
+        keys = keys_of(self.settings)
+        return gen_tags.tag(keys.current, keys.mac_key,
+                            gen_tags.finish_parts(generation_id, tenant, digest, uri, staged))
 
     async def complete(self, *, tenant: str, task_id: str, generation_id: str, epoch: int, forgets: int,
                        digest: str, uri: str, staged: CompactionCheckpoint | None = None,
@@ -211,13 +239,33 @@ class ContextStore:
                 return False
             if staged is not None:
                 await self.stage(staged, staged_subjects, conn=conn)
-            await conn.execute(_FINISH_GEN, generation_id, digest, uri,
-                               staged.checkpoint_id if staged is not None else None)
+            staged_id = staged.checkpoint_id if staged is not None else None
+            await conn.execute(_FINISH_GEN, generation_id, digest, uri, staged_id, tenant,
+                               self._finish_tag(tenant, generation_id, digest, uri, staged_id))
         return True
 
     async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:
+        """One generation row, or None; ``IntegrityViolationError`` when it fails its tags."""
         row = await self.pool.fetchrow(_GET_GEN, generation_id, tenant)
-        return None if row is None else GenerationRow(*row)
+        if row is None:
+            return None
+        gen = GenerationRow(*row[:16])
+        key_of = keys_of(self.settings).mac_key_of
+        gen_tags.check(key_of, gen_tags.frozen_parts(
+            gen.generation_id, gen.tenant, gen.task_id, gen.frozen_digest, gen.frozen_uri,
+            input_ordinal=gen.input_ordinal, transcript_revision=gen.transcript_revision, epoch=gen.epoch,
+            lineage=gen.lineage, regenerated_from=gen.regenerated_from, user_id=gen.user_id,
+            project_id=gen.project_id, subjects=gen.subjects), row["mac"], generation_id=generation_id,
+            tenant=tenant)
+        if gen.artifact_uri is not None:
+            gen_tags.check(key_of, gen_tags.finish_parts(gen.generation_id, gen.tenant, gen.digest,
+                                                         gen.artifact_uri, gen.staged_checkpoint_id),
+                           row["finish_mac"], generation_id=generation_id, tenant=tenant)
+        elif gen.digest != gen.frozen_digest or gen.staged_checkpoint_id is not None:
+            raise IntegrityViolationError(f"generation {generation_id} of tenant {tenant} is not finished"
+                                          " but holds an answer: it was changed outside the services",
+                                          where="generation")
+        return gen
 
     # ---- conversations and checkpoints ----------------------------------------------------------
 

@@ -41,6 +41,7 @@ from agentledger.core.memory.state import (
     names_forgotten,
 )
 from agentledger.models.embedding import Embedder
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.memory_policy.store import HistoryRow, MemoryStore, RecordWrite
 from agentledger.shell.bounded import ByteLRU
 
@@ -246,7 +247,7 @@ def encode_marks(marks: list[FeedbackMark]) -> list[bytes]:
 
 
 async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loaded, *, folded: Folded,
-                       vectors: Vectors) -> int:
+                       vectors: Vectors, keys: IntegrityKeys) -> int:
     """Write what ``folded`` changed in ``loaded``: groups, changed rows, history, held feedback.
 
     Returns the number of record rows written.
@@ -265,7 +266,7 @@ async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loade
         written.extend(row for rid, row in sorted(after.items()) if before.get(rid) != row)
         dropped.extend(rid for rid in sorted(before) if rid not in after)
     await store.drop_records(conn, tenant, dropped)
-    await store.put_records(conn, tenant, await record_writes(written, vectors))
+    await store.put_records(conn, tenant, await record_writes(written, vectors), keys)
     pending = {rid: encode_marks(marks) for rid, marks in state.pending.items()}
     await store.replace_held(conn, tenant, pending, loaded.held_ids | set(state.pending) | folded.forgotten)
     return len(written)

@@ -44,7 +44,9 @@ from agentledger.contracts.memory_api import ReadReceipt
 from agentledger.core.memory.authority import parse_scope_key
 from agentledger.core.memory.keys import normalise_key
 from agentledger.core.memory.state import FORGET_PRODUCER
+from agentledger.core.memory.tags import check_receipt, receipt_tag
 from agentledger.errors import UnavailableError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.projection import DURABLE
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, WATERMARK, MemoryStore
 from agentledger.services.tombstone_fanout.registry import ForgetContext
@@ -79,9 +81,9 @@ _DELETE = {t: f"DELETE FROM {t} WHERE tenant = $1" for t in PROJECTION_TABLES}  
 _RECEIPTS = ("SELECT receipt_id, coalesce(task_id = $3, false) OR record_ids <@ $2::text[] AS whole"
              " FROM memory_receipts WHERE tenant = $1"
              " AND (record_ids && $2::text[] OR task_id = $3) ORDER BY receipt_id")
-_REDACTED = "SELECT receipt FROM memory_receipts WHERE tenant = $1 AND receipt_id = $2"
+_REDACTED = "SELECT receipt, mac FROM memory_receipts WHERE tenant = $1 AND receipt_id = $2"
 _REDACT = ("UPDATE memory_receipts SET receipt = $3, record_ids = array(SELECT unnest(record_ids)"
-           " EXCEPT SELECT unnest($4::text[])) WHERE tenant = $1 AND receipt_id = $2")
+           " EXCEPT SELECT unnest($4::text[])), mac = $5 WHERE tenant = $1 AND receipt_id = $2")
 _USAGE = "SELECT record_id FROM memory_usage WHERE tenant = $1 AND record_id = ANY($2::text[]) ORDER BY record_id"
 _DELETE_RECEIPTS = "DELETE FROM memory_receipts WHERE tenant = $1 AND receipt_id = ANY($2::text[])"
 _DELETE_USAGE = "DELETE FROM memory_usage WHERE tenant = $1 AND record_id = ANY($2::text[])"
@@ -250,13 +252,17 @@ class ReadReceiptsHandler:
         ids = list(plan["record_ids"])
         redacted = list(plan.get("redacted_ids", []))
         whole = sorted(set(plan["receipt_ids"]) - set(redacted))
+        keys = keys_of(ctx.settings)
         async with ctx.pool.acquire() as conn, conn.transaction():
             await conn.execute(_DELETE_RECEIPTS, tenant, whole)
             for receipt_id in redacted:
-                raw = await conn.fetchval(_REDACTED, tenant, receipt_id)
-                if raw is not None:
-                    await conn.execute(_REDACT, tenant, receipt_id,
-                                       msgspec.json.encode(redact_receipt(_receipts.decode(raw), ids)), ids)
+                found = await conn.fetchrow(_REDACTED, tenant, receipt_id)
+                if found is not None:
+                    # Re-tagged as redacted only if it was the service's own (never launder an edit).
+                    check_receipt(keys.mac_key_of, receipt_id, tenant, found[0], found[1])
+                    data = msgspec.json.encode(redact_receipt(_receipts.decode(found[0]), ids))
+                    await conn.execute(_REDACT, tenant, receipt_id, data, ids,
+                                       receipt_tag(keys.current, keys.mac_key, receipt_id, tenant, data))
             await conn.execute(_DELETE_USAGE, tenant, sorted({*ids, *plan["usage_ids"]}))
         counts = {"receipts": len(whole), "usage": len(plan["usage_ids"])}
         return {**counts, "receipts_redacted": len(redacted)} if redacted else counts

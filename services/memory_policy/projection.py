@@ -27,6 +27,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.projection.live import SubjectProjection
 from agentledger.projection.spec import Rows, SubjectFold
+from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 
@@ -59,15 +60,17 @@ class MemoryFold(SubjectFold[MemoryStore]):
 
     store_type = MemoryStore
 
-    def __init__(self, vectors: Vectors) -> None:
+    def __init__(self, vectors: Vectors, keys: IntegrityKeys) -> None:
         self.vectors = vectors
+        self.keys = keys  # record rows are tagged as they are written
 
     async def fold_tenant(self, conn: asyncpg.Connection, store: MemoryStore, tenant: str,
                           events: Sequence[tuple[int, ev.EventBase]]) -> dict[str, int]:
         """The tenant's touched state read back, folded by the reducer, and what changed written."""
         loaded = await load_state(conn, store, tenant, events)
         folded = fold(loaded.state, events, Folded())
-        return {"rows": await write_loaded(conn, store, tenant, loaded, folded=folded, vectors=self.vectors)}
+        return {"rows": await write_loaded(conn, store, tenant, loaded, folded=folded, vectors=self.vectors,
+                                         keys=self.keys)}
 
 
 decode_memory = MemoryFold.decode
@@ -77,4 +80,4 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     """The memory projection, live; see the module docstring."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
-        super().__init__(settings, nc, pool, MemoryFold(vectors))
+        super().__init__(settings, nc, pool, MemoryFold(vectors, keys_of(settings)))

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import msgspec
+import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings
@@ -63,15 +65,18 @@ from agentledger.core.memory.read import (
     select_within_budget,
 )
 from agentledger.core.memory.state import RecordRow
-from agentledger.errors import ContractError
+from agentledger.core.memory.tags import KeyOf, check_receipt, receipt_tag, record_matches
+from agentledger.errors import ContractError, IntegrityViolationError
 from agentledger.models import tokens
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller
+from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, unseal
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
 
+log = structlog.get_logger()
 _receipt_decoder = msgspec.json.Decoder(ReadReceipt)
 _GATES = "status", "ttl", "version", "privacy", "source", "kind"
 # Candidates each search source returns at most, per requested result.
@@ -98,7 +103,7 @@ def _sql(template: str, parts: dict[str, str] | None = None) -> str:
     return template
 
 
-EXACT_SQL = _sql("SELECT row, {columns} FROM memory_records WHERE {scope} AND key = $8"
+EXACT_SQL = _sql("SELECT row, {columns}, mac FROM memory_records WHERE {scope} AND key = $8"
                  " AND status <> 'forgotten'")
 # Full text: BM25 (k1 1.2, b 0.75) over the caller's gated records only. The query's words are
 # the lexemes PostgreSQL's ``simple`` configuration makes of it, each quoted as a tsquery lexeme
@@ -114,7 +119,7 @@ _QUOTED = r"'''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''''"
 _TEXT = (
     "WITH terms AS MATERIALIZED (SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('simple', {query})) AS t),"
     " q AS (SELECT string_agg({quoted}, ' | ')::tsquery AS q FROM terms),"
-    " hits AS MATERIALIZED (SELECT record_id, row, tsv, {doc_len}::float8 AS dl FROM memory_records"
+    " hits AS MATERIALIZED (SELECT record_id, row, mac, tsv, {doc_len}::float8 AS dl FROM memory_records"
     " WHERE {where} AND tsv @@ (SELECT q FROM q)),"
     " stats AS (SELECT count(*)::float8 AS n, coalesce(avg({doc_len}), 1)::float8 AS avgdl"
     " FROM memory_records WHERE {where} AND tsv IS NOT NULL),"
@@ -124,7 +129,7 @@ _TEXT = (
     " bm AS (SELECT tf.record_id, sum(ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5)) * tf.f * 2.2"
     " / (tf.f + 1.2 * (0.25 + 0.75 * tf.dl / greatest(s.avgdl, 1)))) AS rel"
     " FROM tf JOIN df USING (lexeme) CROSS JOIN stats s GROUP BY tf.record_id)"
-    " SELECT h.row, bm.rel FROM bm JOIN hits h USING (record_id) ORDER BY bm.rel DESC, h.record_id"
+    " SELECT h.row, bm.rel, h.mac FROM bm JOIN hits h USING (record_id) ORDER BY bm.rel DESC, h.record_id"
     " LIMIT {limit}")
 
 
@@ -138,19 +143,19 @@ def text_sql(where: str, query: str, limit: str) -> str:
 TEXT_SQL = text_sql(_sql("{scope} AND {gates}"), "$8", "$9")
 # ``hnsw.iterative_scan`` (pgvector 0.8) is set for the pool's connections: the index scan goes on
 # until ``k`` rows passed the WHERE clause, so a selective filter still returns its ``k``.
-VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist FROM memory_records"
+VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist, mac FROM memory_records"
                   " WHERE {scope} AND {gates} AND embedding IS NOT NULL"
                   " ORDER BY embedding <=> $8::vector LIMIT $9")
 SAVE_SQL = (
     "WITH r AS (INSERT INTO memory_receipts(receipt_id, tenant, caller, task_id, record_ids,"
-    " created_at, expires_at, receipt) VALUES ($1, $2, $3, $4, $5, $6, $7, $8))"
+    " created_at, expires_at, receipt, mac) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10))"
     # Usage rows are upserted in record id order: two reads that selected the same records in
     # other orders would otherwise lock them crosswise, and one would die of a deadlock.
     " INSERT INTO memory_usage(tenant, record_id, last_read_at, reads)"
     " SELECT $2, r, $6, 1 FROM unnest($9::text[]) AS r ORDER BY r"
     " ON CONFLICT (tenant, record_id) DO UPDATE SET last_read_at = excluded.last_read_at,"
     " reads = memory_usage.reads + 1")
-KEY_SQL = "SELECT row FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
+KEY_SQL = "SELECT row, mac FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
 # Which of a looked-up key's canonical forms the scope holds (records, or decisions without one).
 KEYS_HELD_SQL = (
     "SELECT key FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = ANY($3::text[])"
@@ -164,7 +169,7 @@ HISTORY_SQL = (
     " OR record_id IN (SELECT record_id FROM memory_records WHERE tenant = $1 AND scope_key = $2"
     " AND key = $3)) ORDER BY seq")
 RECEIPTS_SQL = (
-    "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 AND expires_at > now()"
+    "SELECT receipt_id, receipt, mac FROM memory_receipts WHERE tenant = $1 AND expires_at > now()"
     " AND ($2::text IS NULL OR task_id = $2) AND ($3::text IS NULL OR record_ids @> ARRAY[$3::text])"
     " AND ($4::text IS NULL OR caller = $4) AND ($5::text IS NULL OR receipt_id < $5)"
     " ORDER BY receipt_id DESC LIMIT $6")
@@ -219,23 +224,58 @@ class Candidate:
         return all(g.passed for g in self.gates)
 
 
-def _passed_all(kinds: bool) -> list[GateResult]:
+def passed_all(kinds: bool) -> list[GateResult]:
     names = ("scope", *_GATES[:-1], *(("kind",) if kinds else ()))
     return [GateResult(name, True) for name in names]
 
 
-def _exact_gates(record: asyncpg.Record, request: ReadRequest, row: RecordRow) -> list[GateResult]:
+def _gate_results(passed: Sequence[bool], request: ReadRequest, row: RecordRow) -> list[GateResult]:
     reasons = {"status": row.status, "ttl": "expired",
                "version": f"subject version {row.body.subject_version} < {request.min_subject_version}",
                "privacy": f"{row.body.sensitivity} above {request.max_sensitivity}",
                "source": f"authority {row.authority} < {request.min_authority}",
                "kind": f"{row.kind} not requested"}
     out = [GateResult("scope", True)]
-    for i, name in enumerate(_GATES, start=1):
+    for name, ok in zip(_GATES, passed, strict=True):
         if name == "kind" and not request.kinds:
             continue
-        out.append(GateResult(name, True) if record[i] else GateResult(name, False, reasons[name]))
+        out.append(GateResult(name, True) if ok else GateResult(name, False, reasons[name]))
     return out
+
+
+def _exact_gates(record: asyncpg.Record, request: ReadRequest, row: RecordRow) -> list[GateResult]:
+    """Each gate's result as PostgreSQL computed it from the gate columns."""
+    return _gate_results([bool(record[i]) for i in range(1, len(_GATES) + 1)], request, row)
+
+
+def row_passes(row: RecordRow, request: ReadRequest, now: datetime) -> list[bool]:
+    """Each gate's result but the scope's (``_GATES`` order; ``kind`` only when the request
+    names kinds) computed from the record's own (verified) bytes, as ``_ALL_GATES`` computes
+    it from the columns: where the two differ, a column was edited."""
+    body = row.body
+    passes = [row.status == "active",
+              body.expires_at is None or body.expires_at > now,
+              body.schema_version == 1 and (request.min_subject_version is None
+                                            or body.subject_version >= request.min_subject_version),
+              SENSITIVITY_RANK[body.sensitivity] <= SENSITIVITY_RANK[request.max_sensitivity],
+              row.authority >= request.min_authority]
+    if request.kinds:
+        passes.append(row.kind in request.kinds)
+    return passes
+
+
+def _tampered(row: RecordRow, data: bytes, tag: str | None, *, tenant: str, scopes: Sequence[str],
+              key_of: KeyOf, gates: Sequence[GateResult], request: ReadRequest, now: datetime) -> str | None:
+    """Why a candidate PostgreSQL returned must not be read (None: it may): its bytes fail their
+    tag, or the record they hold is outside the caller's scopes or fails a gate that the
+    columns let it through (``gates``: what PostgreSQL said, the scope's first)."""
+    if not record_matches(key_of, tenant, data, tag):
+        return "its bytes fail their integrity tag" if tag else "it has no integrity tag"
+    if row.scope not in scopes:
+        return "its scope column does not match the scope its record holds"
+    if row_passes(row, request, now) != [g.passed for g in gates[1:]]:
+        return "a gate column does not match its record"
+    return None
 
 
 def render_value(value: Any) -> str:
@@ -281,6 +321,8 @@ class Reader:
         self._vectors = vectors
         self._bindings = bindings
         self._keys: Keyring | None = None
+        # Stored rows refused because they failed their integrity check (each also logged).
+        self.integrity_violations = 0
 
     # ---- read ---------------------------------------------------------------------------------
 
@@ -308,6 +350,7 @@ class Reader:
         query_vector = None
         if request.query.strip():
             query_vector = vector_text((await self._vectors.of([request.query]))[0])
+        check = Checked(tenant, scopes, keys_of(self.settings).mac_key_of, request, now)
         async with self._pool.acquire() as conn:
             if request.key is not None:
                 for r in await conn.fetch(EXACT_SQL, *gate_args, normalise_key(request.key)):
@@ -315,24 +358,36 @@ class Reader:
                     c = found.setdefault(row.record_id, Candidate(row))
                     c.found_by.append("key")
                     c.gates = _exact_gates(r, request, row)
+                    check(c, r[0], r["mac"])
             if request.query.strip():
                 for sql, arg, source in ((TEXT_SQL, request.query, "text"),
                                          (VECTOR_SQL, query_vector, "vector")):
-                    rankings.append([self._found(found, decode_row(r[0]), source, request)
-                                     for r in await conn.fetch(sql, *gate_args, arg, limit)])
+                    ranking = []
+                    for r in await conn.fetch(sql, *gate_args, arg, limit):
+                        c = self._found(found, decode_row(r[0]), source, request)
+                        if check(c, r[0], r["mac"]):
+                            ranking.append(c.record_id)
+                    rankings.append(ranking)
+            self._refused(check.refused)
             exact = [rid for rid, c in found.items() if "key" in c.found_by]
             for rid, relevance in fuse(rankings, exact=exact).items():
                 found[rid].relevance = relevance
             return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),
                                       now=now, started=started)
 
-    def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, request: ReadRequest) -> str:
-        """Adds a search hit to ``found``; its id, for the source's ranking."""
+    def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, request: ReadRequest) -> Candidate:
+        """Adds a search hit to ``found`` (the gates passed, as PostgreSQL says)."""
         c = found.get(row.record_id)
         if c is None:
-            c = found[row.record_id] = Candidate(row, gates=_passed_all(bool(request.kinds)))
+            c = found[row.record_id] = Candidate(row, gates=passed_all(bool(request.kinds)))
         c.found_by.append(source)
-        return row.record_id
+        return c
+
+    def _refused(self, refused: dict[str, str]) -> None:
+        """Count and log the candidates refused as tampered (ids only)."""
+        for record_id, reason in refused.items():
+            self.integrity_violations += 1
+            log.error("memory.integrity_violation", record=record_id, reason=reason)
 
     async def _finish(self, conn: asyncpg.Connection, caller: Caller, request: ReadRequest, *,
                       scopes: list[str], found: list[Candidate], now: datetime,
@@ -375,9 +430,12 @@ class Reader:
             tokens=selection.tokens, budget_tokens=request.budget_tokens,
             latency_ms=round((time.perf_counter() - started) * 1000, 3), created_at=created,
             expires_at=created + timedelta(seconds=self.settings.memory_receipt_ttl_s), task_id=request.task_id)
+        data = msgspec.json.encode(receipt)
+        keys = keys_of(self.settings)
         await conn.execute(SAVE_SQL, receipt.receipt_id, receipt.tenant, receipt.caller, receipt.task_id,
-                           [c.record_id for c in found], created, receipt.expires_at,
-                           msgspec.json.encode(receipt), sorted(set(receipt.selected)))
+                           [c.record_id for c in found], created, receipt.expires_at, data,
+                           sorted(set(receipt.selected)),
+                           receipt_tag(keys.current, keys.mac_key, receipt.receipt_id, receipt.tenant, data))
         items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6), review=c.review,
                          tokens_=cost[c.record_id]) for c in picked]
         return ReadReply(ok=True, items=items, receipt=receipt, rendered=selection.rendered)
@@ -410,7 +468,15 @@ class Reader:
     async def get(self, caller: Caller, request: KeyRequest) -> KeyReply:
         skey, key = await self._key_scope(caller, request)
         now = datetime.now(UTC)
-        rows = [decode_row(r[0]) for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, key)]
+        key_of = keys_of(self.settings).mac_key_of
+        rows = []
+        for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, key):
+            row = decode_row(r[0])
+            if not record_matches(key_of, request.tenant, r[0], r[1]) or row.scope != skey:
+                self._refused({row.record_id: "its bytes fail their integrity tag"})
+                raise IntegrityViolationError(f"memory record {row.record_id} of tenant {request.tenant}"
+                                              " was changed outside the services", where="memory")
+            rows.append(row)
         rows.sort(key=lambda r: (r.status != "active", r.record_id))
         items = []
         for row in rows:
@@ -448,7 +514,15 @@ class Reader:
         own = None if caller.is_operator else caller.agent
         rows = await self._pool.fetch(RECEIPTS_SQL, request.tenant, request.task_id, request.record_id,
                                       own, request.before, request.limit + 1)
-        receipts = [_receipt_decoder.decode(r[1]) for r in rows[:request.limit]]
+        key_of = keys_of(self.settings).mac_key_of
+        receipts = []
+        for r in rows[:request.limit]:
+            check_receipt(key_of, r[0], request.tenant, r[1], r[2])
+            receipt = _receipt_decoder.decode(r[1])
+            if not _listed(receipt, request, own):
+                raise IntegrityViolationError(f"read receipt {r[0]} of tenant {request.tenant}: its columns"
+                                              " do not match its bytes", where="receipt")
+            receipts.append(receipt)
         more = len(rows) > request.limit
         return ReceiptsReply(ok=True, receipts=receipts,
                              next_before=receipts[-1].receipt_id if more and receipts else None)
@@ -456,6 +530,44 @@ class Reader:
     async def expire_receipts(self) -> int:
         status = await self._pool.execute(EXPIRE_SQL)
         return int(status.split()[-1])
+
+
+def _listed(receipt: ReadReceipt, request: ReceiptsRequest, caller: str | None) -> bool:
+    """Whether a (verified) receipt is one ``RECEIPTS_SQL`` should have listed for ``request``:
+    the filters applied again to its bytes."""
+    return (receipt.tenant == request.tenant
+            and (request.task_id is None or receipt.task_id == request.task_id)
+            and (request.record_id is None or any(c.record_id == request.record_id for c in receipt.candidates))
+            and (caller is None or receipt.caller == caller)
+            and (request.before is None or receipt.receipt_id < request.before))
+
+
+class Checked:
+    """The integrity check of one read's candidates (``_tampered``); what it refused, by id."""
+
+    def __init__(self, tenant: str, scopes: Sequence[str], key_of: KeyOf, request: ReadRequest,
+                 now: datetime) -> None:
+        self.tenant, self.scopes, self.key_of, self.request, self.now = tenant, scopes, key_of, request, now
+        self.refused: dict[str, str] = {}
+        self._passed: set[str] = set()
+
+    def __call__(self, c: Candidate, data: bytes, tag: str | None) -> bool:
+        """Whether ``c`` (just found, with the gates PostgreSQL gave it) may be read; if not,
+        its gates become one failed ``integrity`` gate, so the receipt says why. A record
+        found by several sources is checked once (one statement snapshot each; the bytes of
+        one record id do not change within a read unless the projection writes them)."""
+        if c.record_id in self.refused:
+            return False
+        if c.record_id in self._passed:
+            return True
+        why = _tampered(c.row, data, tag, tenant=self.tenant, scopes=self.scopes, key_of=self.key_of,
+                        gates=c.gates, request=self.request, now=self.now)
+        if why is None:
+            self._passed.add(c.record_id)
+            return True
+        self.refused[c.record_id] = why
+        c.gates = [GateResult("integrity", False, why)]
+        return False
 
 
 def _kept_request(request: ReadRequest, key: bytes) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from agentledger.core.memory.state import MemoryState
 from agentledger.models.embedding import load_embedder
 from agentledger.projection.stream import read_subject
 from agentledger.projection.subject import rebuild_subject, verify_subject
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold
 from agentledger.services.memory_policy.projection import MemoryFold
 
@@ -45,9 +46,9 @@ def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> tuple[MemoryState, Fo
 
 async def rebuild_memory(settings: Settings) -> dict[str, int]:
     """Rebuild the memory projection from the ledger beside the live one and switch to it."""
-    return await rebuild_subject(settings, MemoryFold(Vectors(load_embedder(settings))))
+    return await rebuild_subject(settings, MemoryFold(Vectors(load_embedder(settings)), keys_of(settings)))
 
 
 async def verify_memory(settings: Settings, wait_s: float = 60.0) -> list[str]:
     """Fold the ledger's memory subjects and compare with the live tables; the differences."""
-    return await verify_subject(settings, MemoryFold(Vectors(load_embedder(settings))), wait_s)
+    return await verify_subject(settings, MemoryFold(Vectors(load_embedder(settings)), keys_of(settings)), wait_s)

@@ -39,7 +39,9 @@ import msgspec
 from agentledger.contracts.events import RuleFired
 from agentledger.core.memory.authority import SENSITIVITY_RANK
 from agentledger.core.memory.state import RecordRow
+from agentledger.core.memory.tags import record_tag
 from agentledger.projection.spec import WatermarkRow
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.stores.db import columns
 
 WATERMARK = "memory"
@@ -143,20 +145,20 @@ class MemoryStore(WatermarkRow):
         self._put_records = q(
             "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
             " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
-            " row, tsv, embedding, data_subject)"
+            " row, tsv, embedding, data_subject, mac)"
             " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw,"
-            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector, ds"
+            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector, ds, mc"
             " FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[],"
             " $8::smallint[], $9::smallint[], $10::int[], $11::timestamptz[], $12::timestamptz[],"
-            " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[])"
-            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds)"
+            " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[], $18::text[])"
+            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds, mc)"
             " ON CONFLICT (tenant, record_id) DO UPDATE SET scope_key = excluded.scope_key,"
             " key = excluded.key, kind = excluded.kind, status = excluded.status,"
             " authority = excluded.authority, sensitivity_rank = excluded.sensitivity_rank,"
             " schema_version = excluded.schema_version, subject_version = excluded.subject_version,"
             " observed_at = excluded.observed_at, expires_at = excluded.expires_at,"
             " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv,"
-            " embedding = excluded.embedding, data_subject = excluded.data_subject")
+            " embedding = excluded.embedding, data_subject = excluded.data_subject, mac = excluded.mac")
         self._drop_records = q("DELETE FROM {s}.memory_records WHERE tenant = $1"
                               " AND record_id = ANY($2::text[])")
         self._put_history = q(
@@ -229,16 +231,19 @@ class MemoryStore(WatermarkRow):
             await conn.execute(self._put_groups, tenant, *columns(groups, 5))
 
     async def put_records(self, conn: asyncpg.Connection, tenant: str,
-                          records: Sequence[RecordWrite]) -> None:
+                          records: Sequence[RecordWrite], keys: IntegrityKeys) -> None:
+        """Write record rows, each tagged over its tenant and bytes (``record_tag``)."""
         if not records:
             return
-        cols: list[list[Any]] = [[] for _ in range(16)]
+        cols: list[list[Any]] = [[] for _ in range(17)]
         for w in records:
             row, body = w.row, w.row.body
+            data = _encode(row)
             values = (row.record_id, row.scope, row.key, row.kind, row.status, row.authority,
                       SENSITIVITY_RANK[body.sensitivity], body.schema_version, body.subject_version,
-                      body.observed_at, body.expires_at, row.ledger_seq, _encode(row), w.text,
-                      vector_text(w.embedding), data_subject_of(row))
+                      body.observed_at, body.expires_at, row.ledger_seq, data, w.text,
+                      vector_text(w.embedding), data_subject_of(row),
+                      record_tag(keys.current, keys.mac_key, tenant, data))
             for col, value in zip(cols, values, strict=True):
                 col.append(value)
         await conn.execute(self._put_records, tenant, *cols)

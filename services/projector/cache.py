@@ -9,6 +9,10 @@ states while either bound is exceeded, down to half of it, so the cost of
 trimming is paid once per many batches. A counted bound alone let 50,000 states
 of 10 MB each be held; an evicted state is simply read back from PostgreSQL by
 the next batch that touches its task.
+
+It also keeps each held state's variable rows as stored bytes (``variable_rows``), so the
+core row's integrity tag, which covers every variable row, costs a batch the encoding of the
+variables it changed, not of all of them.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentledger.core.state import WorkingMemory
+from agentledger.core.state import WorkingMemory, encode_variable
 from agentledger.services.projector.store import Loaded
 
 Key = tuple[str, str]
@@ -29,6 +33,7 @@ class StateCache(dict[Key, WorkingMemory]):
         super().__init__()
         self._sizes: dict[Key, int] = {}
         self._variable_sizes: dict[Key, dict[str, int]] = {}
+        self._rows: dict[Key, dict[str, bytes]] = {}
         self._bytes = 0
 
     @property
@@ -40,6 +45,7 @@ class StateCache(dict[Key, WorkingMemory]):
     def _forget(self, key: Key) -> None:
         self._bytes -= self._sizes.pop(key, 0)
         self._variable_sizes.pop(key, None)
+        self._rows.pop(key, None)
 
     def __delitem__(self, key: Key) -> None:
         super().__delitem__(key)
@@ -53,6 +59,7 @@ class StateCache(dict[Key, WorkingMemory]):
         super().clear()
         self._sizes.clear()
         self._variable_sizes.clear()
+        self._rows.clear()
         self._bytes = 0
 
     def touch(self, key: Key) -> None:
@@ -64,6 +71,7 @@ class StateCache(dict[Key, WorkingMemory]):
         self._forget(loaded.key)
         self[loaded.key] = loaded.state
         self._variable_sizes[loaded.key] = dict(loaded.variable_bytes)
+        self._rows[loaded.key] = dict(loaded.variables)
         self._sizes[loaded.key] = loaded.core_bytes + sum(loaded.variable_bytes.values())
         self._bytes += self._sizes[loaded.key]
 
@@ -77,6 +85,18 @@ class StateCache(dict[Key, WorkingMemory]):
         total = core_bytes + sum(sizes.values())
         self._bytes += total - self._sizes.get(key, 0)
         self._sizes[key] = total
+
+    def variable_rows(self, key: Key, written: Mapping[str, bytes]) -> dict[str, bytes]:
+        """Every variable row of a held state as stored once ``written`` (the rows a batch
+        writes, name -> bytes) are: the ones kept, updated; encoded from the state when none
+        are kept (a new task) or they do not name the state's variables."""
+        state = self[key]
+        rows = self._rows.get(key)
+        if rows is not None:
+            rows.update(written)
+        if rows is None or rows.keys() != state.variables.keys():
+            rows = self._rows[key] = {n: encode_variable(v) for n, v in state.variables.items()}
+        return rows
 
     def trim(self, max_count: int, max_bytes: int) -> None:
         """Evict the least recently changed states once over a bound, down to half of it."""

@@ -71,7 +71,7 @@ from agentledger.contracts.events import AnyEvent
 from agentledger.core import ledger_chain
 from agentledger.core.checkpoint_policy import task_changed
 from agentledger.core.ledger_chain import GENESIS, Head
-from agentledger.core.state import Changes, core_hash, encode_core, encode_turn, encode_variable
+from agentledger.core.state import Changes, encode_variable
 from agentledger.errors import IntegrityViolationError
 from agentledger.projection.loop import (
     FETCH_TIMEOUT,
@@ -88,6 +88,7 @@ from agentledger.projection.stream import (
     first_undelivered,
     stream_seq,
 )
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import (
     SubjectKeys,
@@ -110,6 +111,9 @@ from agentledger.services.projector.store import (
     TaskRow,
     TurnRow,
     VariableRow,
+    check_loaded,
+    task_row,
+    turn_row,
 )
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.stores import db
@@ -451,7 +455,9 @@ class Lane(ProjectionLoop[TaskRow]):
         first = await self._first_occurrences(conn, events)
         missing = list({key for _, key, _ in events if key not in self._cache})
         if missing:
+            key_of = keys_of(self.settings).mac_key_of
             for loaded in await self.store.load_states(conn, missing):
+                check_loaded(loaded, key_of)  # never fold on from (and re-tag) an edited state
                 self._cache.load(loaded)
         rows, variables, turns = self._fold(events, first, rejections)
         await self.store.upsert_tasks(conn, rows)
@@ -482,18 +488,18 @@ class Lane(ProjectionLoop[TaskRow]):
         rows: list[TaskRow] = []
         variables: list[VariableRow] = []
         turns: list[TurnRow] = []
+        keys = keys_of(self.settings)
         for key, seq in changed.items():
             state = cache[key]
-            core = encode_core(state)
-            rows.append((key[0], key[1], seq, core, core_hash(core)))
-            written: dict[str, int] = {}
+            written: dict[str, bytes] = {}
             for name in changes[key].variables:
-                data = encode_variable(state.variables[name])
+                data = written[name] = encode_variable(state.variables[name])
                 variables.append((key[0], key[1], name, state.variables[name].seq, data))
-                written[name] = len(data)
-            turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes[key].turns)
+            row = task_row(keys, key[0], key[1], seq, state, variables=cache.variable_rows(key, written))
+            rows.append(row)
+            turns.extend(turn_row(keys, key[0], key[1], t) for t in changes[key].turns)
             cache.touch(key)  # recently changed tasks live at the young end
-            cache.note(key, len(core), written)
+            cache.note(key, len(row[3]), {name: len(data) for name, data in written.items()})
         return rows, variables, turns
 
     def _decode(self, fresh: list[tuple[int, Any]],
@@ -602,7 +608,7 @@ class Lane(ProjectionLoop[TaskRow]):
             self.log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
         rejected, self._rejected = self._rejected, []
         try:
-            for tenant, task_id, seq, _, digest in rows:
+            for tenant, task_id, seq, _, digest, _ in rows:
                 await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),
                                        encode(task_changed(tenant, task_id, seq, digest,
                                                            self._cache.get((tenant, task_id)))))

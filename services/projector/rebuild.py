@@ -8,8 +8,9 @@ switches the new projection in beside the live one as every projection is
 fold the last messages, move the tables); the projector notices the other
 watermark table, drops its cache and carries on. ``rebuild`` leaves the result
 in a scratch schema. ``verify`` compares every part of every task with the live
-projection in one snapshot: the core row's sequence and hash, and row by row the
-variables, the turns and the applied-event index; tasks the projector advanced
+projection in one snapshot, row by row and column by column: the core row (its sequence,
+its bytes and the hash stored beside them), the variables, the turns and the applied-event
+index, naming each table and column that differs; tasks the projector advanced
 past the replayed point are first folded further, each up to its live row's
 sequence. ``agentledger replay`` refuses a rebuild smaller than the live projection
 (``shrinks``: after the ledger was deleted and recreated, or purged, it would
@@ -31,6 +32,7 @@ from agentledger.errors import ReplayWouldShrinkError, UnavailableError
 from agentledger.projection import rebuild as beside
 from agentledger.projection.rebuild import LIVE_SCHEMA, Build
 from agentledger.projection.stream import Progress, connect
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector.fold import Fold, SubjectKeys, fold_message
 from agentledger.services.projector.spill import EVENT_OVERHEAD, SpillingFold, read_stream
 from agentledger.services.projector.store import Store
@@ -70,8 +72,11 @@ class TaskDiff(msgspec.Struct, frozen=True, omit_defaults=True):
     tenant: str
     task_id: str
     problem: str  # missing | extra | different
-    # For ``different``: which parts differ (core, variables, transcript, applied_events).
+    # For ``different``: which parts differ (core, variables, transcript, applied_events), and
+    # exactly what: ``<table>.<column>`` (other content in some row) or ``<table> rows`` (a
+    # row on one side only).
     parts: list[str] = []
+    columns: list[str] = []
     live_seq: int | None = None
     replay_seq: int | None = None
     live_hash: str | None = None
@@ -102,6 +107,8 @@ class VerifyReport(msgspec.Struct, frozen=True):
         lines = [head]
         for diff in (*self.missing, *self.extra, *self.different):
             parts = f" in {', '.join(diff.parts)}" if diff.parts else ""
+            if diff.columns:
+                parts += f" ({', '.join(diff.columns)})"
             lines.append(f"  {diff.problem}: {diff.tenant}/{diff.task_id}{parts}"
                          f" (live seq {diff.live_seq}, replay seq {diff.replay_seq})")
         lines.extend(f"  integrity_violation: {v}" for v in self.violations)
@@ -165,7 +172,8 @@ class WorkingMemoryRebuild:
         if partitions is None:
             live = await Store(LIVE_SCHEMA).layout(conn)
             partitions = live.partitions if live is not None else 1
-        fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes, key_of=chain_key_of(settings))
+        fold = SpillingFold(conn, schema, settings.rebuild_memory_bytes, keys_of(settings),
+                            key_of=chain_key_of(settings))
         await read_stream(nc, settings, None, fold=fold, progress=self.progress)
         await fold.spill()
         if not self.allow_shrink:
@@ -217,12 +225,12 @@ class WorkingMemoryRebuild:
             if got is None:
                 missing.append(TaskDiff(key[0], key[1], "missing", replay_seq=seq, replay_hash=digest))
                 continue
-            differ = [name for name, keys in parts.items() if key in keys]
-            if got[1] != digest or got[0] != seq:
-                differ.insert(0, "core")
+            differ = [name for name, tasks in parts.items() if key in tasks]
+            columns = [c for name in differ for c in parts[name][key]]
             if differ:
-                different.append(TaskDiff(key[0], key[1], "different", parts=differ, live_seq=got[0],
-                                          replay_seq=seq, live_hash=got[1], replay_hash=digest))
+                different.append(TaskDiff(key[0], key[1], "different", parts=differ, columns=columns,
+                                          live_seq=got[0], replay_seq=seq, live_hash=got[1],
+                                          replay_hash=digest))
         extra = [TaskDiff(key[0], key[1], "extra", live_seq=seq, live_hash=digest)
                  for key, (seq, digest) in live.items() if key not in replay]
         violations = [exc.message for exc in fold.violations.values()]

@@ -50,10 +50,17 @@ from agentledger.contracts.api import (
     WorkingMemoryReply,
 )
 from agentledger.contracts.codec import decode_task_ref, encode
-from agentledger.core.state import core_view, decode_state
+from agentledger.core.state import WorkingMemory, core_view
 from agentledger.erasure import evict
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, UnavailableError
+from agentledger.errors import (
+    AgentLedgerError,
+    ContractError,
+    IntegrityViolationError,
+    NotFoundError,
+    UnavailableError,
+)
 from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedError
+from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import Keyring, kek_of, reveal
 from agentledger.services.projector import ownership
 from agentledger.services.projector.gaps import LedgerSpan, renumbered, task_gap
@@ -66,7 +73,7 @@ from agentledger.services.projector.lane import (
     rejected_subject,
 )
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
-from agentledger.services.projector.store import Layout, LayoutError, Store
+from agentledger.services.projector.store import Layout, LayoutError, Store, check_view_row
 from agentledger.shell.bounded import ByteLRU
 from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
@@ -93,10 +100,10 @@ READ_POLL_S = 0.05
 _SEALED = b'"sealed":{'
 
 
-async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None,
+async def render_view(row: asyncpg.Record, state: WorkingMemory, keyring: Callable[[], Keyring] | None,
                       readable: frozenset[str] | None = None) -> bytes:
     """The Working Memory view returned by ``wm.get``, as JSON, from a task's rows
-    (``Store.get_task``).
+    (``Store.get_task``) whose tags were checked (``state``: its core, decoded by the check).
 
     Only the core row is decoded (the derived sets need it); the variables and
     the turns are spliced in as the JSON their rows hold. Personal values stay
@@ -107,8 +114,8 @@ async def render_view(row: asyncpg.Record, keyring: Callable[[], Keyring] | None
     in PostgreSQL always hold them sealed, so destroying a subject's key reaches
     the projection without rewriting it.
     """
-    variables, transcript = row["variables"] or b"", row["transcript"] or b""
-    rendered = core_view(decode_state(row["state"]))
+    variables, transcript = row["variables"] or b"", b",".join(row["turns"] or ())
+    rendered = core_view(state)
     rendered["variables"] = msgspec.Raw(b"{" + variables + b"}")
     rendered["transcript"] = msgspec.Raw(b"[" + transcript + b"]")
     data = _view_encoder.encode(rendered)
@@ -179,6 +186,8 @@ class Projector(Shell):
         self._said: str | None = None
         # What the ownership loop last saw of the ledger's numbering (None: not seen, or no stream).
         self._span: LedgerSpan | None = None
+        # Reads refused because a stored row failed its integrity tag (each also logged).
+        self.integrity_violations = 0
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -486,7 +495,14 @@ class Projector(Shell):
         gap = task_gap(self._span, row["seq"])
         if gap is not None:
             raise gap
-        data = await render_view(row, self._keyring if ref.reveal_personal else None, readable)
+        try:
+            state = check_view_row(row, keys_of(self.settings).mac_key_of, ref.tenant, ref.task_id,
+                                   ref.transcript_tail)
+        except IntegrityViolationError:
+            log.error("projector.integrity_violation", seq=row["seq"])
+            self.integrity_violations += 1
+            raise
+        data = await render_view(row, state, self._keyring if ref.reveal_personal else None, readable)
         budget = self._reply_budget()
         if ref.chunk is None and len(data) + REPLY_ENVELOPE <= budget:
             return WorkingMemoryReply(ok=True, seq=row["seq"], state=msgspec.Raw(data))

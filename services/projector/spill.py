@@ -20,11 +20,12 @@ from nats.aio.client import Client
 from agentledger.config import Settings
 from agentledger.contracts.events import AnyEvent
 from agentledger.core.ledger_chain import KeyOf
-from agentledger.core.state import core_hash, encode_core, encode_turn, encode_variable
+from agentledger.core.state import encode_variable
 from agentledger.projection.stream import Progress, read_ordered
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import Fold, Key, SubjectKeys, decode_message, fold_event, fold_message
-from agentledger.services.projector.store import Store, TaskRow, TurnRow, VariableRow
+from agentledger.services.projector.store import Store, TaskRow, TurnRow, VariableRow, task_row, turn_row
 
 # Bytes a folded event is counted for beyond its body: its entry in the fold's index of
 # consumed ids and the dict slots around it (measured: ~100 bytes an event on a bench stream,
@@ -55,10 +56,11 @@ class SpillingFold(Fold):
     is the most the fold held (it holds the most just before it writes).
     """
 
-    def __init__(self, conn: asyncpg.Connection, schema: str, budget: int,
+    def __init__(self, conn: asyncpg.Connection, schema: str, budget: int, keys: IntegrityKeys,
                  key_of: KeyOf | None = None) -> None:
         super().__init__(key_of)
         self.conn = conn
+        self.keys = keys  # the rows it writes are tagged, as the live projector's are
         self.store = Store(schema)
         self.budget = max(budget, 1)
         self.states: StateCache = StateCache()
@@ -151,16 +153,16 @@ class SpillingFold(Fold):
         stored: list[TaskRow] = []
         variables: list[VariableRow] = []
         turns: list[TurnRow] = []
+        keys = self.keys
         for key, state in self.states.items():
-            core = encode_core(state)
-            row = (key[0], key[1], self.seqs[key], core, core_hash(core))
+            row = task_row(keys, key[0], key[1], self.seqs[key], state)
             if key in self.stored:
                 stored.append(row)
                 changes = self.changes[key]
                 variables.extend((key[0], key[1], name, state.variables[name].seq,
                                   encode_variable(state.variables[name]))
                                  for name in changes.variables)
-                turns.extend((key[0], key[1], t.ordinal, t.seq, encode_turn(t)) for t in changes.turns)
+                turns.extend(turn_row(keys, key[0], key[1], t) for t in changes.turns)
             else:
                 fresh.append(row)
         fresh_keys = {(r[0], r[1]) for r in fresh}
@@ -171,8 +173,7 @@ class SpillingFold(Fold):
                 (key[0], key[1], name, variable.seq, encode_variable(variable))
                 for key in fresh_keys for name, variable in self.states[key].variables.items()))
             await store.copy_turns(conn, (
-                (key[0], key[1], t.ordinal, t.seq, encode_turn(t))
-                for key in fresh_keys for t in self.changes[key].turns))
+                turn_row(keys, key[0], key[1], t) for key in fresh_keys for t in self.changes[key].turns))
             await store.upsert_tasks(conn, stored)
             await store.write_parts(conn, variables, turns)
             await store.copy_applied(conn, (

@@ -16,30 +16,49 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import asyncpg
 
-from agentledger.core.state import WorkingMemory, decode_state, decode_variable
+from agentledger.core.projection_tags import (
+    KeyOf,
+    check_task,
+    check_turns,
+    task_tag,
+    turn_tag,
+    variables_digest,
+    variables_input,
+)
+from agentledger.core.state import (
+    Turn,
+    WorkingMemory,
+    core_hash,
+    decode_state,
+    decode_variable,
+    encode_core,
+    encode_turn,
+    encode_variable,
+)
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.stores.db import WATERMARK_NAME, check_schema, columns, watermark_name
 from agentledger.stores.ledger import partition_of
 
 Key = tuple[str, str]
-# (tenant, task_id, seq, core bytes, hash of the core bytes)
-TaskRow = tuple[str, str, int, bytes, str]
+# (tenant, task_id, seq, core bytes, hash of the core bytes, integrity tag)
+TaskRow = tuple[str, str, int, bytes, str, str]
 # (tenant, task_id, name, seq, variable bytes)
 VariableRow = tuple[str, str, str, int, bytes]
-# (tenant, task_id, ordinal, seq, turn bytes)
-TurnRow = tuple[str, str, int, int, bytes]
+# (tenant, task_id, ordinal, seq, turn bytes, integrity tag)
+TurnRow = tuple[str, str, int, int, bytes, str]
 # (tenant, task_id, event_id, seq of its first occurrence)
 AppliedRow = tuple[str, str, str, int]
 # (tenant, task_id, seq, event_id, kind, code, reason)
 RejectionRow = tuple[str, str, int, str, str, str, str]
 
-TASK_COLUMNS = ("tenant", "task_id", "seq", "state", "state_hash")
+TASK_COLUMNS = ("tenant", "task_id", "seq", "state", "state_hash", "mac")
 VARIABLE_COLUMNS = ("tenant", "task_id", "name", "seq", "value")
-TURN_COLUMNS = ("tenant", "task_id", "ordinal", "seq", "turn")
+TURN_COLUMNS = ("tenant", "task_id", "ordinal", "seq", "turn", "mac")
 APPLIED_COLUMNS = ("tenant", "task_id", "event_id", "seq")
 REJECTION_COLUMNS = ("tenant", "task_id", "seq", "event_id", "kind", "code", "reason")
 
@@ -92,19 +111,67 @@ def parse_layout(rows: Sequence[tuple[str, int, int]]) -> Layout | None:
 
 
 class Loaded(NamedTuple):
-    """A task's state as read back from its rows, with the size of each row."""
+    """A task's state as read back from its rows, with the size of each row; and what its
+    integrity tag is checked over (``check_loaded``): the core bytes, the variable rows."""
 
     key: Key
     seq: int
     state: WorkingMemory
     core_bytes: int
     variable_bytes: dict[str, int]
+    core: bytes = b""
+    variables: dict[str, bytes] = {}  # noqa: RUF012 - always given by load_states
+    mac: str | None = None
 
 
-# Tables holding a task's parts, compared row by row by ``replay --verify``.
-PART_TABLES = {"variables": ("task_variables", ("name",), "value"),
-               "transcript": ("task_turns", ("ordinal",), "turn"),
-               "applied_events": ("applied_events", ("event_id",), "seq")}
+def task_row(keys: IntegrityKeys, tenant: str, task_id: str, seq: int, state: WorkingMemory, *,
+             variables: Mapping[str, bytes] | None = None) -> TaskRow:
+    """A task's core row, tagged over its core bytes and every variable row it has
+    (``variables``: those rows as stored, name -> bytes; None: encoded here)."""
+    core = encode_core(state)
+    if variables is None:
+        variables = {n: encode_variable(v) for n, v in state.variables.items()}
+    digest = variables_digest(variables_input(variables))
+    return (tenant, task_id, seq, core, core_hash(core),
+            task_tag(keys.current, keys.mac_key, tenant, task_id, seq=seq, core=core, digest=digest))
+
+
+def turn_row(keys: IntegrityKeys, tenant: str, task_id: str, turn: Turn) -> TurnRow:
+    """A turn row, tagged."""
+    data = encode_turn(turn)
+    return (tenant, task_id, turn.ordinal, turn.seq, data,
+            turn_tag(keys.current, keys.mac_key, tenant, task_id, ordinal=turn.ordinal, turn=data))
+
+
+def check_view_row(row: asyncpg.Record, key_of: KeyOf, tenant: str, task_id: str,
+                   tail: int | None) -> WorkingMemory:
+    """The decoded core of a ``get_task`` row once its rows are the ones the projector wrote:
+    the task tag over the core bytes and every variable row, then each turn row read.
+    ``IntegrityViolationError`` otherwise."""
+    core = row["state"]
+    check_task(key_of, tenant, task_id, seq=row["seq"], core=core,
+               digest=variables_digest(row["variables_input"]), tag=row["mac"])
+    state = decode_state(core)
+    check_turns(key_of, tenant, task_id, last=state.turns, ordinals=row["ordinals"] or (),
+                turns=row["turns"] or (), tags=row["turn_macs"] or (), tail=tail)
+    return state
+
+
+def check_loaded(loaded: Loaded, key_of: KeyOf) -> None:
+    """Raise ``IntegrityViolationError`` unless a loaded task's rows are the ones the projector
+    wrote (so a fold never continues from, and re-tags, an edited state)."""
+    check_task(key_of, loaded.key[0], loaded.key[1], seq=loaded.seq, core=loaded.core,
+               digest=variables_digest(variables_input(loaded.variables)), tag=loaded.mac)
+
+
+# Tables holding a task's parts, compared row by row and column by column by ``replay
+# --verify``: (table, the row's key within the task, the columns compared). Every stored
+# column is compared, the core row's bytes included (not only the hash stored beside them);
+# the integrity tags are not (a fold under a newer key epoch tags the same rows differently).
+PART_TABLES = {"core": ("task_state", (), ("seq", "state", "state_hash")),
+               "variables": ("task_variables", ("name",), ("seq", "value")),
+               "transcript": ("task_turns", ("ordinal",), ("seq", "turn")),
+               "applied_events": ("applied_events", ("event_id",), ("seq",))}
 
 
 # SQL templates; ``{s}`` is the quoted, validated schema name.
@@ -124,7 +191,7 @@ _DROP_LAYOUT = ("DELETE FROM {s}.projector_watermark"
                 " WHERE (name = 'projector' OR name LIKE 'projector/%')")
 _NEW_LAYOUT = ("INSERT INTO {s}.projector_watermark(name, seq)"
                " SELECT unnest($1::text[]), $2")
-_LOAD = ("SELECT t.tenant, t.task_id, t.seq, t.state FROM {s}.task_state t"
+_LOAD = ("SELECT t.tenant, t.task_id, t.seq, t.state, t.mac FROM {s}.task_state t"
          " JOIN unnest($1::text[], $2::text[]) AS k(tenant, task_id)"
          " ON t.tenant = k.tenant AND t.task_id = k.task_id")
 _LOAD_VARIABLES = ("SELECT v.tenant, v.task_id, v.name, v.value FROM {s}.task_variables v"
@@ -134,10 +201,11 @@ _PUT_VARIABLES = ("INSERT INTO {s}.task_variables AS v (tenant, task_id, name, s
                   " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bytea[])"
                   " ON CONFLICT (tenant, task_id, name) DO UPDATE SET seq = excluded.seq,"
                   " value = excluded.value")
-_PUT_TURNS = ("INSERT INTO {s}.task_turns (tenant, task_id, ordinal, seq, turn)"
-              " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[])"
+_PUT_TURNS = ("INSERT INTO {s}.task_turns (tenant, task_id, ordinal, seq, turn, mac)"
+              " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[],"
+              " $6::text[])"
               " ON CONFLICT (tenant, task_id, ordinal) DO UPDATE SET seq = excluded.seq,"
-              " turn = excluded.turn")
+              " turn = excluded.turn, mac = excluded.mac")
 # The first occurrence of each id claims it; RETURNING names the ids that were new.
 _CLAIM = ("INSERT INTO {s}.applied_events (tenant, task_id, event_id, seq)"
           " SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])"
@@ -147,12 +215,14 @@ _FIRST_SEQS = ("SELECT a.tenant, a.task_id, a.event_id, a.seq FROM {s}.applied_e
                " ON a.tenant = k.tenant AND a.task_id = k.task_id AND a.event_id = k.event_id")
 _TASK_FIRST_SEQS = ("SELECT event_id, seq FROM {s}.applied_events WHERE tenant = $1 AND task_id = $2"
                     " AND event_id = ANY($3::text[]) AND seq <= $4")
-_TURNS_UPTO = ("SELECT turn FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal <= $3"
-               " ORDER BY ordinal")
-_UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_hash)"
-           " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[])"
+_TURNS_UPTO = ("SELECT ordinal, turn, mac FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2"
+               " AND ordinal <= $3 ORDER BY ordinal")
+_UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_hash, mac)"
+           " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::text[],"
+           " $6::text[])"
            " ON CONFLICT (tenant, task_id) DO UPDATE SET seq = excluded.seq,"
-           " state = excluded.state, state_hash = excluded.state_hash, updated_at = now()")
+           " state = excluded.state, state_hash = excluded.state_hash, mac = excluded.mac,"
+           " updated_at = now()")
 _REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, code, reason)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
            " $5::text[], $6::text[], $7::text[]) ON CONFLICT DO NOTHING")
@@ -168,36 +238,47 @@ _MOVE_WM = ("UPDATE {s}.projector_watermark SET seq = $1 WHERE name = $2 AND seq
             " AND tableoid = $4::oid RETURNING 1")
 _REFUSE_UNLESS = (" SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM wm)"
                   " THEN {s}.projector_refuse('the watermark is not where this projector left it')"
-                  " WHEN (SELECT count(*) FROM claimed) <> $31"
+                  " WHEN (SELECT count(*) FROM claimed) <> $33"
                   " THEN {s}.projector_refuse('an event id of the batch was consumed before') ELSE 0 END")
 
 
-# One statement (one snapshot) for a whole view: the core row, the variables as the members
-# of a JSON object and the turns as the items of a JSON array, joined from the rows' bytes
-# (each is its own JSON in the view) without decoding them. Names sort by code point ("C"),
-# as ``core.state.variables_view`` sorts them.
+# One statement (one snapshot) for a whole view: the core row with its tag, the variables as
+# the members of a JSON object joined from the rows' bytes (each is its own JSON in the view)
+# without decoding them, the same rows as ``name NUL value`` for the task tag's digest
+# (``core.projection_tags.variables_input``), and the turns (every one, or the newest
+# ``$3``) with their ordinals and tags, oldest first. Names sort by code point ("C"), as
+# ``core.state.variables_view`` sorts them.
 _VARIABLES_JSON = ("(SELECT string_agg(convert_to(to_json(v.name)::text, 'UTF8') || '\\x3a'::bytea"
                    " || v.value, '\\x2c'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
-                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables")
-_GET_TASK = ("SELECT t.seq, t.state, {variables},"
-             " (SELECT string_agg(u.turn, '\\x2c'::bytea ORDER BY u.ordinal) FROM {s}.task_turns u"
-             " WHERE u.tenant = t.tenant AND u.task_id = t.task_id) AS transcript"
-             " FROM {s}.task_state t WHERE t.tenant = $1 AND t.task_id = $2"
-             ).replace("{variables}", _VARIABLES_JSON)
-_GET_TASK_TAIL = ("SELECT t.seq, t.state, {variables},"
-                  " (SELECT string_agg(x.turn, '\\x2c'::bytea ORDER BY x.ordinal) FROM"
-                  " (SELECT u.turn, u.ordinal FROM {s}.task_turns u WHERE u.tenant = t.tenant"
-                  " AND u.task_id = t.task_id ORDER BY u.ordinal DESC LIMIT $3) x) AS transcript"
-                  " FROM {s}.task_state t WHERE t.tenant = $1 AND t.task_id = $2"
-                  ).replace("{variables}", _VARIABLES_JSON)
+                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables,"
+                   " (SELECT string_agg(convert_to(v.name, 'UTF8') || '\\x00'::bytea || v.value,"
+                   " '\\x00'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
+                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables_input")
+_TURN_ARRAYS = (" array_agg(x.turn ORDER BY x.ordinal) AS turns, array_agg(x.ordinal ORDER BY x.ordinal)"
+                " AS ordinals, array_agg(x.mac ORDER BY x.ordinal) AS turn_macs")
+_GET_TASK = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs"
+             " FROM {s}.task_state t LEFT JOIN LATERAL (SELECT {turns} FROM {s}.task_turns x"
+             " WHERE x.tenant = t.tenant AND x.task_id = t.task_id) tu ON true"
+             " WHERE t.tenant = $1 AND t.task_id = $2"
+             ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS)
+_GET_TASK_TAIL = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs"
+                  " FROM {s}.task_state t LEFT JOIN LATERAL (SELECT {turns} FROM"
+                  " (SELECT u.turn, u.ordinal, u.mac FROM {s}.task_turns u WHERE u.tenant = t.tenant"
+                  " AND u.task_id = t.task_id ORDER BY u.ordinal DESC LIMIT $3) x) tu ON true"
+                  " WHERE t.tenant = $1 AND t.task_id = $2"
+                  ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS)
 _REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
                      " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
-# Keys of tasks whose rows in one part differ between two schemas ({s}: this one, {o}: other).
-_PART_DIFF = ("SELECT DISTINCT coalesce(a.tenant, b.tenant), coalesce(a.task_id, b.task_id)"
+# Keys of tasks whose rows in one part differ between two schemas ({s}: this one, {o}: other),
+# with, per column, whether it differs in some row ({flags}); a row on one side only is a row
+# missing or extra ({rows}).
+_PART_DIFF = ("SELECT coalesce(a.tenant, b.tenant), coalesce(a.task_id, b.task_id),"
+              " bool_or(a.tenant IS NULL OR b.tenant IS NULL), {flags}"
               " FROM {s}.{table} a FULL JOIN {o}.{table} b ON a.tenant = b.tenant"
               " AND a.task_id = b.task_id AND {match}"
-              " WHERE a.{value} IS DISTINCT FROM b.{value}")
+              " WHERE a.tenant IS NULL OR b.tenant IS NULL OR {differ}"
+              " GROUP BY 1, 2")
 
 
 def _qualify(template: str, quoted_schema: str) -> str:
@@ -315,13 +396,15 @@ class Store:
         tenants, tasks = [k[0] for k in keys], [k[1] for k in keys]
         found: dict[Key, Loaded] = {}
         for r in await conn.fetch(self._load, tenants, tasks):
-            found[(r[0], r[1])] = Loaded((r[0], r[1]), int(r[2]), decode_state(r[3]), len(r[3]), {})
+            found[(r[0], r[1])] = Loaded((r[0], r[1]), int(r[2]), decode_state(r[3]), len(r[3]), {},
+                                         bytes(r[3]), {}, r[4])
         for r in await conn.fetch(self._load_variables, tenants, tasks):
             loaded = found.get((r[0], r[1]))
             if loaded is None:  # left by a partial restore without the core row: verify reports it
                 continue
             loaded.state.variables[r[2]] = decode_variable(r[3])
             loaded.variable_bytes[r[2]] = len(r[3])
+            loaded.variables[r[2]] = bytes(r[3])
         return list(found.values())
 
     async def load_state(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
@@ -334,14 +417,14 @@ class Store:
     async def upsert_tasks(self, conn: asyncpg.Connection, rows: Sequence[TaskRow]) -> None:
         """Insert or rewrite core rows."""
         if rows:
-            await conn.execute(self._upsert, *columns(rows, 5))
+            await conn.execute(self._upsert, *columns(rows, 6))
 
     async def write_rest(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
                          turns: Sequence[TurnRow], rejections: Sequence[RejectionRow],
                          watermark: int, *, name: str = WATERMARK_NAME) -> None:
         """``write_parts``, ``insert_rejections`` and ``set_watermark`` in one statement (one
         round trip instead of four, in the caller's transaction): the live projector's batch."""
-        await conn.execute(self._write_rest, *columns(variables, 5), *columns(turns, 5),
+        await conn.execute(self._write_rest, *columns(variables, 5), *columns(turns, 6),
                            *columns(rejections, 7), name, watermark)
 
     async def write_batch(self, conn: asyncpg.Connection, *, name: str, expected: int,
@@ -354,8 +437,8 @@ class Store:
         watermark was elsewhere or an id was claimed before: then nothing was written."""
         try:
             await conn.execute(self._write_batch, watermark, name, expected, projection,
-                               *columns(claims, 4), *columns(tasks, 5), *columns(variables, 5),
-                               *columns(turns, 5), *columns(rejections, 7), len(claims))
+                               *columns(claims, 4), *columns(tasks, 6), *columns(variables, 5),
+                               *columns(turns, 6), *columns(rejections, 7), len(claims))
         except asyncpg.UndefinedTableError as exc:
             raise ProjectionMissingError("the projection tables are missing") from exc
 
@@ -365,7 +448,7 @@ class Store:
         if variables:
             await conn.execute(self._put_variables, *columns(variables, 5))
         if turns:
-            await conn.execute(self._put_turns, *columns(turns, 5))
+            await conn.execute(self._put_turns, *columns(turns, 6))
 
     async def claim_events(self, conn: asyncpg.Connection,
                            rows: Sequence[AppliedRow]) -> set[tuple[str, str, str]]:
@@ -393,10 +476,15 @@ class Store:
         return {r[0]: int(r[1]) for r in rows}
 
     async def turns_upto(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
-                         ordinal: int) -> list[bytes]:
-        """The task's turn rows (``encode_turn`` bytes) with ordinals up to ``ordinal``, in order."""
+                         ordinal: int, key_of: KeyOf) -> list[bytes]:
+        """The task's turn rows (``encode_turn`` bytes) with ordinals up to ``ordinal``, in order;
+        ``IntegrityViolationError`` unless they are turns 1..n, each with its tag (fewer than
+        ``ordinal`` is the caller's to judge: a projection still catching up)."""
         rows = await conn.fetch(self._turns_upto, tenant, task_id, ordinal)
-        return [r[0] for r in rows]
+        turns = [bytes(r[1]) for r in rows]
+        check_turns(key_of, tenant, task_id, last=len(rows), ordinals=[r[0] for r in rows], turns=turns,
+                    tags=[r[2] for r in rows], tail=None)
+        return turns
 
     async def insert_rejections(self, conn: asyncpg.Connection,
                                 rows: Sequence[RejectionRow]) -> None:
@@ -405,11 +493,13 @@ class Store:
 
     async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
                        transcript_tail: int | None = None) -> asyncpg.Record | None:
-        """(seq, core bytes, variables, transcript) of one task, or None.
+        """(seq, core bytes, mac, variables, variables_input, turns, ordinals, turn_macs) of
+        one task, or None.
 
-        ``variables`` is the inside of the view's JSON object (members joined by
-        commas), ``transcript`` the inside of its JSON array: every turn, or the
-        newest ``transcript_tail``; either is None when there is nothing.
+        ``variables`` is the inside of the view's JSON object (members joined by commas),
+        ``variables_input`` the same rows for the task tag's digest; ``turns`` every turn
+        row (or the newest ``transcript_tail``), oldest first, with their ordinals and tags;
+        each is None when there is nothing.
         """
         if transcript_tail is None:
             return await conn.fetchrow(self._get_task, tenant, task_id)
@@ -449,16 +539,23 @@ class Store:
                     rows: Iterable[tuple[Any, ...]]) -> None:
         await conn.copy_records_to_table(table, records=rows, columns=names, schema_name=self.schema)
 
-    async def part_differences(self, conn: asyncpg.Connection, other: Store) -> dict[str, set[Key]]:
+    async def part_differences(self, conn: asyncpg.Connection, other: Store
+                               ) -> dict[str, dict[Key, list[str]]]:
         """Per part (``PART_TABLES``), the tasks whose rows differ between this schema and
-        ``other``'s: a row missing on one side or with other content."""
-        found: dict[str, set[Key]] = {}
-        for part, (table, keys, value) in PART_TABLES.items():
-            match = " AND ".join(f"a.{c} = b.{c}" for c in keys)
+        ``other``'s, each with what differs: ``<table>.<column>`` for a column with other
+        content in some row, ``<table> rows`` for a row on one side only."""
+        found: dict[str, dict[Key, list[str]]] = {}
+        for part, (table, keys, cols) in PART_TABLES.items():
+            match = " AND ".join(f"a.{c} = b.{c}" for c in keys) or "true"
+            flags = ", ".join(f"bool_or(a.{c} IS DISTINCT FROM b.{c})" for c in cols)
+            differ = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in cols)
             query = (_PART_DIFF.replace("{table}", table).replace("{match}", match)
-                     .replace("{value}", value).replace("{o}", other._quoted))
+                     .replace("{flags}", flags).replace("{differ}", differ).replace("{o}", other._quoted))
             rows = await conn.fetch(_qualify(query, self._quoted))
-            found[part] = {(r[0], r[1]) for r in rows}
+            found[part] = {(r[0], r[1]): [f"{table} rows"] * bool(r[2])
+                           + [f"{table}.{c}" for c, flagged in zip(cols, r[3:], strict=True)
+                              if flagged and not r[2]]
+                           for r in rows}
         return found
 
     async def tasks_missing_from(self, conn: asyncpg.Connection, other: Store, upto: int,
@@ -510,12 +607,12 @@ def _combined(*statements: str, final: str) -> str:
 
 def _batch_statement() -> str:
     """``_MOVE_WM`` as CTE ``wm``, the claim and the row writes gated on it, and
-    ``_REFUSE_UNLESS`` (its ``$31``: how many ids the batch claims)."""
+    ``_REFUSE_UNLESS`` (its ``$33``: how many ids the batch claims)."""
     gated = [(name, sql.replace(" ON CONFLICT", " WHERE EXISTS (SELECT 1 FROM wm) ON CONFLICT", 1))
              for name, sql in (("claimed", _CLAIM), ("tasks", _UPSERT), ("variables", _PUT_VARIABLES),
                                ("turns", _PUT_TURNS), ("rejected", _REJECT))]
     ctes, offset = _ctes([("wm", _MOVE_WM), *gated])
-    assert offset == 30
+    assert offset == 32
     return f"WITH {ctes}{_REFUSE_UNLESS}"
 
 

@@ -33,6 +33,7 @@ from agentledger.bench.memory_writes import Writes, writes_bulk, writes_single
 from agentledger.client import Client, connect
 from agentledger.models.embedding import WordLlamaEmbedder
 from agentledger.security import auth
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Vectors
 
 SERVICE = "agentledger-memory-policy"
@@ -49,7 +50,8 @@ async def bench_memory(stack: Stack) -> None:
     service: ServiceProcess | None = None
     client: Client | None = None
     try:
-        rows, statuses, load_s = await load_records(conn, sizes, Vectors(embedder), rng, datetime.now(UTC))
+        rows, statuses, load_s = await load_records(conn, sizes, Vectors(embedder), rng, datetime.now(UTC),
+                                                      keys=keys_of(stack.settings))
         print(f"# memory: {rows} records in {load_s:.1f} s ({statuses})", file=sys.stderr, flush=True)
         ctx = {"records": rows, "tenants": sizes.tenants, "statuses": statuses}
         service = await ServiceProcess.start(stack, "memory_policy", SERVICE)

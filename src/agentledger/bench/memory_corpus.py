@@ -29,6 +29,7 @@ from agentledger.bench.common import PROFILES, Stack
 from agentledger.contracts import events as ev
 from agentledger.core.memory.decide import decide, prepare
 from agentledger.core.memory.state import MemoryState, apply_memory_event
+from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.memory_policy.fold import Folded, Loaded, Vectors, history_row, write_loaded
 from agentledger.services.memory_policy.store import MemoryStore
 
@@ -309,7 +310,8 @@ def tenant_name(i: int) -> str:
 
 
 async def load_records(conn: asyncpg.Connection, sizes: Sizes, vectors: Vectors,
-                       rng: random.Random, now: datetime) -> tuple[int, dict[str, int], float]:
+                       rng: random.Random, now: datetime, *, keys: IntegrityKeys
+                       ) -> tuple[int, dict[str, int], float]:
     """Decide, fold and write ``sizes.records`` records; (rows written, rows by status, seconds).
 
     The next tenant is decided while PostgreSQL writes the previous one.
@@ -324,7 +326,8 @@ async def load_records(conn: asyncpg.Connection, sizes: Sizes, vectors: Vectors,
 
     async def write(tenant: str, state: MemoryState, folded: Folded) -> int:
         async with conn.transaction():
-            return await write_loaded(conn, store, tenant, Loaded(state, {}), folded=folded, vectors=vectors)
+            return await write_loaded(conn, store, tenant, Loaded(state, {}), folded=folded, vectors=vectors,
+                                      keys=keys)
 
     for i in range(sizes.tenants):
         tenant = tenant_name(i)

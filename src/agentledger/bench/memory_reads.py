@@ -39,10 +39,21 @@ from agentledger.bench.common import emit, pct
 from agentledger.bench.memory_corpus import COMPONENTS, QUERIES, Layout, Sizes, tenant_name
 from agentledger.client import Client
 from agentledger.contracts import events as ev
+from agentledger.contracts.memory_api import ReadRequest
 from agentledger.core.memory.authority import scope_key
+from agentledger.core.memory.tags import KeyOf
 from agentledger.models.embedding import WordLlamaEmbedder
-from agentledger.services.memory_policy.reads import OVERFETCH, TEXT_SQL, VECTOR_SQL, text_sql
-from agentledger.services.memory_policy.store import vector_text
+from agentledger.security.integrity_keys import keys_of
+from agentledger.services.memory_policy.reads import (
+    OVERFETCH,
+    TEXT_SQL,
+    VECTOR_SQL,
+    Candidate,
+    Checked,
+    passed_all,
+    text_sql,
+)
+from agentledger.services.memory_policy.store import decode_row, vector_text
 
 K = 10
 RECALL_K = 10
@@ -105,6 +116,24 @@ async def gated(conn: asyncpg.Connection, q: Query, limit: int) -> int:
     return len(text) + len(vector)
 
 
+async def decoded(conn: asyncpg.Connection, q: Query, limit: int, key_of: KeyOf | None) -> int:
+    """The two search statements of one read, each row decoded as the service decodes it, and
+    with ``key_of`` each candidate checked as the service checks it (``reads.Checked``: its
+    tag, its scope, every gate again on the verified row); rows read."""
+    now = datetime.now(UTC)
+    args = q.gate_args(now)
+    check = None if key_of is None else Checked(q.tenant, q.scopes, key_of,
+                                                ReadRequest(tenant=q.tenant, query=q.text), now)
+    n = 0
+    for sql, arg in ((TEXT_SQL, q.text), (VECTOR_SQL, q.vector)):
+        for r in await conn.fetch(sql, *args, arg, limit):
+            row = decode_row(r[0])
+            if check is not None:
+                check(Candidate(row, gates=passed_all(False)), r[0], r["mac"])
+            n += 1
+    return n
+
+
 async def ungated(conn: asyncpg.Connection, q: Query, limit: int) -> int:
     text = await conn.fetch(UNGATED_TEXT_SQL, q.text, limit)
     vector = await conn.fetch(UNGATED_VECTOR_SQL, q.vector, limit)
@@ -139,6 +168,7 @@ async def plan_indexes(conn: asyncpg.Connection, sql: str, args: Sequence[Any], 
 async def bench_reads(conn: asyncpg.Connection, client: Client, sizes: Sizes, *, embedder: WordLlamaEmbedder,
                       rng: random.Random, ctx: dict[str, Any]) -> None:
     limit = K * OVERFETCH
+    key_of = keys_of(client.settings).mac_key_of
     queries = make_queries(sizes.read_samples, sizes, embedder, rng)
     for q in queries[:20]:  # warm: plans, caches, the statements prepared (and any generic plan)
         await gated(conn, q, limit)
@@ -169,6 +199,20 @@ async def bench_reads(conn: asyncpg.Connection, client: Client, sizes: Sizes, *,
     for q_name, qv, target in (("p50", 0.5, "<= 1.5"), ("p99", 0.99, "ratio <= 1.5 and value <= 15 ms")):
         v, b = pct(g_ms, qv), pct(u_ms, qv)
         emit(f"memory_read_{q_name}", v, "ms", b, v / b, target=target, **base)
+
+    # The integrity check: the same reads decoded as the service does, checked and not, alternated.
+    checked_ms: list[float] = []
+    plain_ms: list[float] = []
+    for i, q in enumerate(queries):
+        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+            t = time.perf_counter()
+            await decoded(conn, q, limit, key_of if which == 0 else None)
+            (checked_ms if which == 0 else plain_ms).append((time.perf_counter() - t) * 1000)
+    on, off = pct(checked_ms, 0.5), pct(plain_ms, 0.5)
+    emit("memory_read_integrity_p50", on, "ms", off, off / on, target=">= 0.95",
+         **{**ctx, "samples": len(queries), "k": K, "limit": limit,
+            "baseline_is": "the same gated statements, rows decoded, without the candidates' integrity "
+                           "check (tag, scope, gates on the verified row); ratio off/on"})
 
     # End to end through the service, against the gated statements of the same reads.
     e2e_q = make_queries(sizes.e2e_samples, sizes, embedder, rng)

@@ -407,6 +407,24 @@ _MIGRATIONS: list[tuple[int, str]] = [
             PRIMARY KEY (projection, seq)
         );
     """),
+    # Integrity tags (core/integrity.py, core/projection_tags.py): the Working Memory core and
+    # turn rows, the memory records, read receipts and generations carry a keyed MAC their
+    # reads check. Rows made before
+    # had none and would be refused as tampered, so both projections are refolded from the
+    # ledger (the watermarks go back to 0; the services rebuild them as they start).
+    (11, """
+        ALTER TABLE {s}.task_state ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.task_turns ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.memory_receipts ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS finish_mac text;
+        TRUNCATE {s}.task_state, {s}.rejections, {s}.task_variables, {s}.task_turns,
+            {s}.applied_events;
+        UPDATE {s}.projector_watermark SET seq = 0;
+        TRUNCATE {s}.memory_groups, {s}.memory_records, {s}.memory_history, {s}.memory_held;
+        UPDATE {s}.memory_watermark SET seq = 0;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

@@ -1,0 +1,52 @@
+"""Generation rows edited outside the services: ``context.get`` refuses them.
+
+A generation row names the frozen input and the answer's artifacts by uri and digest; a
+reader fetches them by what the row says. Before its tags, a row pointed at another
+generation's artifacts (same tenant), re-filed under another task, or given a digest of the
+attacker's choosing was served as this generation. Each edit below is plain SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from agentledger.config import Settings
+from agentledger.errors import IntegrityViolationError
+from ckpt_support import Stack, created, running
+from test_context_service import TASK, TENANT, build, some_turns
+
+
+@pytest.fixture
+async def stack(settings: Settings) -> AsyncIterator[Stack]:
+    async with running(settings, checkpointer=False, memory=True, context=True) as s:
+        yield s
+
+
+EDITS = {
+    "content": "UPDATE context_generations SET digest = b.digest, artifact_uri = b.artifact_uri,"
+               " frozen_digest = b.frozen_digest, frozen_uri = b.frozen_uri FROM context_generations b"
+               " WHERE context_generations.generation_id = $1 AND b.generation_id = $2",
+    "moved": "UPDATE context_generations SET task_id = 'other' WHERE generation_id = $1 AND $2 <> ''",
+    "metadata": "UPDATE context_generations SET input_ordinal = input_ordinal - 1, epoch = epoch + 1"
+                " WHERE generation_id = $1 AND $2 <> ''",
+    "forged": "UPDATE context_generations SET mac = b.mac, finish_mac = b.finish_mac FROM context_generations b"
+              " WHERE context_generations.generation_id = $1 AND b.generation_id = $2",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+async def test_an_edited_generation_is_refused(stack: Stack, edit: str) -> None:
+    """Content (another generation's artifacts), moved to another task, metadata changed, or
+    given another row's tags: ``context.get`` answers ``integrity_violation`` instead of a
+    generation. (Put back to its unfinished version, a row is valid: docs/security.md.)"""
+    await stack.append([created(TASK), *some_turns(1, 5)])
+    first, _ = await build(stack.c, input_ordinal=3, window_tokens=4096)
+    second, _ = await build(stack.c, input_ordinal=5, window_tokens=4096)
+    assert await stack.c.get_generation(TENANT, first.generation_id) == first
+    assert stack.db is not None
+    await stack.db.execute(EDITS[edit], first.generation_id, second.generation_id)
+    with pytest.raises(IntegrityViolationError):
+        await stack.c.get_generation(TENANT, first.generation_id)
+    assert await stack.c.get_generation(TENANT, second.generation_id) == second
