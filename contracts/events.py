@@ -505,8 +505,11 @@ class ForgottenRecord(Strict, frozen=True):
 
     record_id: RecordId
     scope: Scope
-    key: MemoryKey
     kind: MemoryKind
+    # The keyed digest of its key (``core.memory.keys.tombstone_key``): never the key's words,
+    # which are often its value's. Events before it carried ``key`` instead (still read).
+    key_digest: Annotated[str, Meta(pattern=r"^forgotten:[0-9a-f]{32}$")] | None = None
+    key: Annotated[str, Meta(max_length=512)] = ""
     # Whether it was the active record of its kind when the forget was planned: then no record
     # of that kind below user-confirmed authority is active in its group again (an older value
     # it had superseded does not come back, nor does a model's next guess of it).
