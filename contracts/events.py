@@ -422,6 +422,8 @@ class DocumentIngested(Strict, frozen=True):
     chunking: Name = "chars:1200/200"
     chunks: Annotated[list[DocumentChunk], Meta(max_length=1000)] = []
     content_blake3: Hash | None = None
+    # The data subjects the version is declared to be about (its lineage for a subject's forget).
+    data_subjects: Annotated[list[Token], Meta(max_length=100)] = []
 
 
 # ---- forgetting -------------------------------------------------------------

@@ -2,7 +2,7 @@
 names: real agent credentials, real NATS JetStream and PostgreSQL, every service in process.
 
 Alice told a task her phone number and e-mail (sealed under her key). Someone then ingested a
-delivery note quoting her phone, a memory read's query quoted her e-mail, and another task's
+delivery note quoting her phone (and call notes declared about her), a memory read's query quoted her e-mail, and another task's
 context generation was built over the delivery note. Forgetting Alice opens her sealed values
 with her key (before the key is destroyed), searches with them, and forgets what holds them:
 the document version (erased, the index rebuilt from what remains), the receipt (its query
@@ -31,6 +31,7 @@ TENANT = "acme"
 PHONE = "+33 6 12 34 56 78"
 EMAIL = "alice.moreau@example.fr"
 NOTE = f"Delivery note of week 12. The parcel for the Lyon office: call the customer on {PHONE} first."
+CALL = "Notes of the call about the office move: the customer prefers mornings, the van is booked."
 RUNBOOK = "Runbook of the worker: restart it when the queue stalls for more than ten minutes."
 
 
@@ -58,6 +59,8 @@ async def test_a_subject_forget_finds_the_plaintext_copies_of_their_values_and_f
                             turn("chat-a", 1, f"You can reach me on {PHONE} or at {EMAIL}", "s-alice")])
     await c.ingest_document(TENANT, "delivery-note", 1, NOTE, source="crm")
     await c.ingest_document(TENANT, "runbook", 1, RUNBOOK, source="wiki")
+    # Declared about her at ingest: that lineage needs no needle.
+    await c.ingest_document(TENANT, "call-notes", 1, CALL, source="crm", data_subjects=["s-alice"])
     quoted = await c.memory_read(TENANT, f"what do we know about {EMAIL}", project_id="p1", task_id="chat-x")
     plain = await c.memory_read(TENANT, "worker restart", project_id="p1", task_id="chat-x")
     await env.stack.append([created("chat-b", tenant=TENANT),
@@ -80,9 +83,9 @@ async def test_a_subject_forget_finds_the_plaintext_copies_of_their_values_and_f
     assert derived.status == "done", done.receipt.indexes
     counts = dict(derived.counts)
     assert counts.pop("needles") >= 2
-    assert counts == {"document_versions": 1, "receipts_redacted": 1, "receipts": 0, "generations": 1}
+    assert counts == {"document_versions": 2, "receipts_redacted": 1, "receipts": 0, "generations": 1}
 
-    for needle in (PHONE, EMAIL):
+    for needle in (PHONE, EMAIL, "office move"):
         assert await rows_holding(env.db, needle) == [], needle
         assert await messages_holding(env, needle.encode()) == [], needle
     # What quoted nothing of hers stays: the runbook, the other read, the other generation.

@@ -9,9 +9,10 @@ them as **needles**: each whole value (at least ``WHOLE_MIN`` characters) and ea
 span the detector finds in it (an address, a phone number, an e-mail, an id: at least
 ``SPAN_MIN``), searched as written and as a JSON string body holds them. What holds one:
 
-* a ``_documents`` ledger message (a document version): securely erased, and the tenant's
-  document index rebuilt from what its ledger still holds (as the ``documents`` step does for
-  a tenant), so the index and a replay agree;
+* a document version (any of its ``_documents`` messages), and every version declared about
+  the subject at ingest (``data_subjects``: that lineage needs no needle): all its messages
+  securely erased, and the tenant's document index rebuilt from what its ledger still holds
+  (as the ``documents`` step does for a tenant), so the index and a replay agree;
 * a read receipt: redacted of its request's query and key; deleted when it still holds one;
 * a context generation (its frozen input or its output artifact): its row deleted and both
   artifacts securely erased.
@@ -143,14 +144,11 @@ class DerivedHandler:
         assert sel.subject is not None
         needles = await subject_needles(ctx, sel.subject)
         patterns = forms(needles)
-        plan: dict[str, Any] = {"needles": len(needles), "document_seqs": [], "receipts_redacted": [],
-                                "receipts": [], "generations": [], "uris": []}
+        plan: dict[str, Any] = {"needles": len(needles), "receipts_redacted": [], "receipts": [],
+                                "generations": [], "uris": []}
+        plan["document_seqs"], plan["document_versions"] = await self._documents_of(ctx, sel.subject, patterns)
         if not patterns:
             return plan
-        docs = ledger_subject(ctx.settings.prefix, ctx.tenant, ev.DOCUMENTS_TASK)
-        plan["document_seqs"] = [m.metadata.sequence.stream
-                                 async for m in scan_subject(ctx.nc.jetstream(), ctx.settings.stream, docs)
-                                 if m.data and holds(m.data, patterns)]
         for receipt_id, raw in await ctx.pool.fetch(
                 "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 ORDER BY receipt_id", ctx.tenant):
             if not holds(bytes(raw), patterns):
@@ -159,6 +157,28 @@ class DerivedHandler:
             plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
         plan["generations"], plan["uris"] = await self._generations(ctx, patterns)
         return plan
+
+    async def _documents_of(self, ctx: ForgetContext, subject: str,
+                            patterns: list[bytes]) -> tuple[list[int], int]:
+        """The ``_documents`` messages of every document version declared about ``subject`` or
+        holding a needle in any of its parts (all its parts: a version goes whole); how many
+        versions."""
+        docs = ledger_subject(ctx.settings.prefix, ctx.tenant, ev.DOCUMENTS_TASK)
+        parts: dict[tuple[str, int], list[int]] = {}
+        hit: set[tuple[str, int]] = set()
+        async for m in scan_subject(ctx.nc.jetstream(), ctx.settings.stream, docs):
+            try:
+                event = decode_event(m.data or b"")
+            except Exception:  # noqa: BLE001, S112 - not a document version; the documents index passed it over
+                continue
+            p = ev.payload_of(event)
+            if not isinstance(p, ev.DocumentIngested):
+                continue
+            version = (p.doc_id, p.version)
+            parts.setdefault(version, []).append(m.metadata.sequence.stream)
+            if subject in p.data_subjects or holds(m.data or b"", patterns):
+                hit.add(version)
+        return sorted(s for v in hit for s in parts[v]), len(hit)
 
     async def _generations(self, ctx: ForgetContext, patterns: list[bytes]) -> tuple[list[str], list[str]]:
         # Those the ``generations`` step reaches anyway (the subject's, or of unknown subjects) are
@@ -207,7 +227,7 @@ class DerivedHandler:
         await asyncio.gather(*(erase(u) for u in plan["uris"]))
         await ctx.pool.execute("DELETE FROM context_generations WHERE tenant = $1 AND generation_id = ANY($2::text[])",
                                ctx.tenant, plan["generations"])
-        return {"needles": int(plan["needles"]), "document_versions": len(plan["document_seqs"]),
+        return {"needles": int(plan["needles"]), "document_versions": int(plan["document_versions"]),
                 "receipts_redacted": len(plan["receipts_redacted"]), "receipts": len(plan["receipts"]),
                 "generations": len(plan["generations"])}
 
