@@ -2,9 +2,10 @@
 names: real agent credentials, real NATS JetStream and PostgreSQL, every service in process.
 
 Alice told a task her phone number and e-mail (sealed under her key). Someone then ingested a
-delivery note quoting her phone (and call notes declared about her), a memory read's query quoted her e-mail, and another task's
-context generation was built over the delivery note. Forgetting Alice opens her sealed values
-with her key (before the key is destroyed), searches with them, and forgets what holds them:
+delivery note quoting her phone (and call notes declared about her), a memory read's query
+quoted her e-mail, and another task's context generation was built over the delivery note.
+Forgetting Alice opens her sealed values with her key (before the key is destroyed), searches
+with them, and forgets what holds them:
 the document version (erased, the index rebuilt from what remains), the receipt (its query
 redacted), the generation (row and artifacts). The test's own scan of every row and every
 stream message finds the phone and e-mail before, and nothing after; what quoted neither

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+import structlog
 
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
@@ -53,6 +55,7 @@ SPAN_MIN = 6
 READ_IN_FLIGHT = 8
 _DOC_TABLES = ("documents", "document_versions", "document_chunks")
 _receipt = msgspec.json.Decoder(ReadReceipt)
+log = structlog.get_logger()
 
 
 def needles_of(text: str) -> set[str]:
@@ -142,8 +145,10 @@ class DerivedHandler:
         if sel.kind != "subject":
             return None
         assert sel.subject is not None
+        started = time.perf_counter()
         needles = await subject_needles(ctx, sel.subject)
         patterns = forms(needles)
+        opened = time.perf_counter()
         plan: dict[str, Any] = {"needles": len(needles), "receipts_redacted": [], "receipts": [],
                                 "generations": [], "uris": []}
         plan["document_seqs"], plan["document_versions"] = await self._documents_of(ctx, sel.subject, patterns)
@@ -155,7 +160,12 @@ class DerivedHandler:
                 continue
             redacted = msgspec.json.encode(redact_query(_receipt.decode(bytes(raw))))
             plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
+        searched = time.perf_counter()
         plan["generations"], plan["uris"] = await self._generations(ctx, patterns)
+        # Where a subject forget's time goes (the needles themselves are never logged).
+        log.info("forget.derived_planned", needles=len(needles), open_s=round(opened - started, 3),
+                 documents_receipts_s=round(searched - opened, 3),
+                 generations_s=round(time.perf_counter() - searched, 3))
         return plan
 
     async def _documents_of(self, ctx: ForgetContext, subject: str,
