@@ -136,7 +136,8 @@ class DerivedHandler:
     """Plaintext copies of a data subject's values; see the module docstring."""
 
     index = "derived"
-    # Claimed by their own steps; listed so that the statistics step analyzes them.
+    # Claimed by their own steps; listed for the statistics step, which analyzes those a plan
+    # says it changes (its ``tables``).
     tables: tuple[str, ...] = (*_DOC_TABLES, "memory_receipts", "context_generations")
     stores: tuple[str, ...] = ()
 
@@ -153,7 +154,7 @@ class DerivedHandler:
                                 "generations": [], "uris": []}
         plan["document_seqs"], plan["document_versions"] = await self._documents_of(ctx, sel.subject, patterns)
         if not patterns:
-            return plan
+            return {**plan, "tables": self._reached(plan)}
         for receipt_id, raw in await ctx.pool.fetch(
                 "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 ORDER BY receipt_id", ctx.tenant):
             if not holds(bytes(raw), patterns):
@@ -162,11 +163,19 @@ class DerivedHandler:
             plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
         searched = time.perf_counter()
         plan["generations"], plan["uris"] = await self._generations(ctx, patterns)
+        plan["tables"] = self._reached(plan)
         # Where a subject forget's time goes (the needles themselves are never logged).
         log.info("forget.derived_planned", needles=len(needles), open_s=round(opened - started, 3),
                  documents_receipts_s=round(searched - opened, 3),
                  generations_s=round(time.perf_counter() - searched, 3))
         return plan
+
+    @staticmethod
+    def _reached(plan: dict[str, Any]) -> list[str]:
+        """The tables the plan changes: the statistics step analyzes only those."""
+        return sorted({*(_DOC_TABLES if plan["document_seqs"] else ()),
+                       *(("memory_receipts",) if plan["receipts"] or plan["receipts_redacted"] else ()),
+                       *(("context_generations",) if plan["generations"] else ())})
 
     async def _documents_of(self, ctx: ForgetContext, subject: str,
                             patterns: list[bytes]) -> tuple[list[int], int]:
