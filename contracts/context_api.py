@@ -292,6 +292,9 @@ class IngestRequest(_Req, frozen=True):
     title: Text = ""
     chunk_chars: Annotated[int, Meta(ge=200, le=16000)] = 1200
     overlap_chars: Annotated[int, Meta(ge=0, le=4000)] = 200
+    # The pseudonymous data subjects the text is about: forgetting one of them forgets this
+    # version (its ``document_ingested`` events carry them; docs/deletion.md, "needles").
+    data_subjects: Annotated[list[Token], Meta(max_length=100)] = []
 
 
 class IngestReply(Struct, frozen=True, omit_defaults=True):

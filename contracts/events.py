@@ -422,6 +422,8 @@ class DocumentIngested(Strict, frozen=True):
     chunking: Name = "chars:1200/200"
     chunks: Annotated[list[DocumentChunk], Meta(max_length=1000)] = []
     content_blake3: Hash | None = None
+    # The data subjects the version is declared to be about (its lineage for a subject's forget).
+    data_subjects: Annotated[list[Token], Meta(max_length=100)] = []
 
 
 # ---- forgetting -------------------------------------------------------------
@@ -505,8 +507,11 @@ class ForgottenRecord(Strict, frozen=True):
 
     record_id: RecordId
     scope: Scope
-    key: MemoryKey
     kind: MemoryKind
+    # The keyed digest of its key (``core.memory.keys.tombstone_key``): never the key's words,
+    # which are often its value's. Events before it carried ``key`` instead (still read).
+    key_digest: Annotated[str, Meta(pattern=r"^forgotten:[0-9a-f]{32}$")] | None = None
+    key: Annotated[str, Meta(max_length=512)] = ""
     # Whether it was the active record of its kind when the forget was planned: then no record
     # of that kind below user-confirmed authority is active in its group again (an older value
     # it had superseded does not come back, nor does a model's next guess of it).

@@ -15,6 +15,13 @@ or a dependency did not answer (retry those marked ``retryable``).
   have an unknown outcome (``reconcile``). Nothing may be dispatched
   (``dispatch`` is empty) until the executor has queried the external system by
   each idempotency key and recorded a ``side_effect_recorded`` receipt.
+* ``needs_accept`` (schema version 2 requests only): artifacts the task cites
+  were erased by forget requests (``erased``: each URI, why, and the request's id).
+  Nothing was leased and nothing changed; like a rejected reply it carries only
+  ``status``, ``reasons`` and ``erased``. Resume again with each of those request
+  ids in ``accept_erased`` to continue without those artifacts; the accepted
+  reply lists them in ``erased`` too. A version 1 request is ``rejected`` with
+  ``artifact_forgotten`` instead (its callers know no other status).
 * ``rejected``: nothing was leased and nothing changed; ``reasons`` say why. A
   rejected reply carries only ``status`` and ``reasons``: never the task's
   state, next-ready steps or watermark.
@@ -32,12 +39,15 @@ from msgspec import Meta, Struct
 
 from agentledger.contracts.api import MAX_LEASE_TTL_S, ErrorBody, LeaseBody
 from agentledger.contracts.events import Token
+from agentledger.errors import ContractError
 
 Holder = Annotated[str, Meta(min_length=1, max_length=128,
                              description="the executor's id; it becomes the lease holder")]
 CheckpointId = Annotated[int, Meta(ge=1)]
 
-ResumeStatus = Literal["resumable", "needs_reconcile", "rejected"]
+ResumeStatus = Literal["resumable", "needs_reconcile", "needs_accept", "rejected"]
+# The schema versions of ``ResumeRequest`` this checkpointer reads (2 added ``accept_erased``).
+RESUME_VERSIONS = (1, 2)
 Severity = Literal["info", "reconcile", "reject"]
 
 
@@ -65,6 +75,12 @@ class ResumeRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     ``checkpoint_id`` is normally left out (the task's active pointer is used); an
     operator may name one explicitly, e.g. one restored from a backup. The lease
     a resume takes lasts ``lease_ttl_s`` (at most 10 minutes); renew it.
+
+    ``schema_version`` 2 (1 when left out) may be answered ``needs_accept`` and may
+    carry ``accept_erased``: the ids of the forget requests whose erasure of cited
+    artifacts the executor accepts (only those: an artifact erased by a request not
+    named here still stops the resume). A version 1 request with ``accept_erased``
+    is ``unknown_field``, as any field its version does not have.
     """
 
     tenant: Token
@@ -72,6 +88,18 @@ class ResumeRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     executor: Holder
     lease_ttl_s: Annotated[float, Meta(gt=0, le=MAX_LEASE_TTL_S)] = 60.0
     checkpoint_id: CheckpointId | None = None
+    schema_version: int = 1
+    accept_erased: Annotated[list[Token], Meta(max_length=1000)] = []
+
+
+def check_resume_version(req: ResumeRequest) -> None:
+    """Refuse a version this contract does not have, and a field its version does not have."""
+    if req.schema_version not in RESUME_VERSIONS:
+        raise ContractError(f"resume requests have schema versions {list(RESUME_VERSIONS)}, not "
+                            f"{req.schema_version}", code="unknown_schema_version", path="$.schema_version")
+    if req.schema_version < 2 and req.accept_erased:
+        raise ContractError("accept_erased is a field of schema version 2 resume requests; send "
+                            '"schema_version": 2', code="unknown_field", path="$.accept_erased")
 
 
 class Reason(Struct, frozen=True, omit_defaults=True):
@@ -82,6 +110,16 @@ class Reason(Struct, frozen=True, omit_defaults=True):
     severity: Severity
     uri: str | None = None
     detail: dict[str, Any] | None = None
+
+
+class ErasedArtifact(Struct, frozen=True):
+    """An artifact the task cites that a forget request erased (``reason``: ``forgotten``),
+    for good: it cannot be restored, only accepted as gone (``accept_erased``) or produced
+    again."""
+
+    uri: str
+    reason: Literal["forgotten"]
+    request_id: str
 
 
 class ReconcileItem(Struct, frozen=True):
@@ -118,6 +156,9 @@ class ResumeReply(Struct, frozen=True):
     ``replayed_events`` counts the ledger messages folded after the checkpoint's
     cursor. ``lease`` carries the secret: keep it for renewals and appends.
 
+    ``erased`` lists the cited artifacts forget requests erased (``needs_accept``, and
+    a resume that accepted them).
+
     ``state_omitted`` is true when the view did not fit in one reply (over
     ``AGENTLEDGER_MAX_REPLY_BYTES`` or the server's max_payload): ``state`` is
     then null and everything else is there; read the state with ``wm.get`` and
@@ -138,4 +179,5 @@ class ResumeReply(Struct, frozen=True):
     replayed_events: int = 0
     watermark: int = 0
     state_omitted: bool = False
+    erased: list[ErasedArtifact] = []
     error: ErrorBody | None = None

@@ -33,11 +33,12 @@ from agentledger.contracts.api import AppendReply
 from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import memory as m
 from agentledger.core.memory.authority import promoted_id_for
+from agentledger.core.memory.keys import tombstone_key
 from agentledger.erasure import evict
 from agentledger.errors import NotFoundError
 from agentledger.security import auth
 from agentledger.security.kek_epochs import KekRing
-from agentledger.security.sealing import Keyring, unseal
+from agentledger.security.sealing import Keyring, marker_key_of, unseal
 from agentledger.services.memory_policy.forget import MemoryHandler, ReadReceiptsHandler
 from agentledger.services.memory_policy.replay import fold_tenant, read_tenant, rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
@@ -285,7 +286,11 @@ async def test_forget_one_record(env: Env) -> None:
     ctx, plans = await env.forget(selector("record", record_id=ids["a2"]))
     plan = plans["memory"]
     assert plan["record_ids"] == [ids["a2"]]
-    assert [r["key"] for r in plan["records"]] == ["deploy_process"]
+    # The plan (stored by the saga) names the key by its keyed digest, never its words.
+    secret = marker_key_of(env.settings)
+    assert [r["key_digest"] for r in plan["records"]] == [
+        tombstone_key(f"project/{TENANT}/p1", "deploy_process", secret)]
+    assert "key" not in plan["records"][0]
     assert len(plan["seqs"]) == 3  # its proposal, its decision, the confirm
     assert plans["memory:counts"] == {"records": 1, "messages": 3}
     assert plans["read_receipts"]["receipt_ids"] == [read.receipt.receipt_id]
@@ -331,8 +336,8 @@ async def test_forget_one_record(env: Env) -> None:
     tomb = [(s, e) for s, e in await read_tenant(env.nc, env.settings, TENANT, await env.stack.last_seq())
             if isinstance(e, ev.MemoryForgottenEvent)]
     erased = set(plan["seqs"])
-    full_state, full = fold_tenant([*events_before, *tomb])
-    gap_state, gap = fold_tenant([*[(s, e) for s, e in events_before if s not in erased], *tomb])
+    full_state, full = fold_tenant([*events_before, *tomb], secret)
+    gap_state, gap = fold_tenant([*[(s, e) for s, e in events_before if s not in erased], *tomb], secret)
     assert full_state.rows == gap_state.rows
     assert {k: msgspec.json.encode(g) for k, g in full_state.groups.items()} == {
         k: msgspec.json.encode(g) for k, g in gap_state.groups.items()}
@@ -482,7 +487,9 @@ async def test_a_forgotten_promoted_fact_never_wins_again(env: Env) -> None:
     await env.c.memory_feedback(TENANT, promoted, "confirm", "fb-promoted")
     ctx, plans = await env.forget(selector("record", record_id=promoted))
     assert plans["memory"]["records"] == [{"record_id": promoted, "scope": f"project/{TENANT}/p1",
-                                           "key": "test_no19", "kind": "fact", "active": True}]
+                                           "key_digest": tombstone_key(f"project/{TENANT}/p1", "test_no19",
+                                                                       marker_key_of(env.settings)),
+                                           "kind": "fact", "active": True}]
     assert len(plans["memory"]["seqs"]) == 1  # the confirm
     await env.assert_tombstone(promoted, "passed")
     await _by(env, TENANT, [proposal("ep-t4", "test:no19 passed", kind="task_result", key="test:no19",

@@ -121,7 +121,10 @@ async def test_a_fanout_killed_after_any_step_resumes_to_the_same_receipt(settin
         expected = shape(await stack.c.forget_wait("base", "fg-base", timeout_s=120))
     finally:
         await fanout.stop()
-    assert all(status == "done" for _, status, _ in expected), expected
+    # Every index holds something of a tenant, but the plaintext copies of one data subject's
+    # values: a tenant's go with the rest of it.
+    assert all(status == ("not_applicable" if index == "derived" else "done")
+               for index, status, _ in expected), expected
     for i, handler in enumerate(HANDLERS):
         tenant, point = f"k{i}", f"{handler.index}:planned"
         await populate(stack, tenant, f"s-{tenant}")

@@ -14,9 +14,9 @@ reason naming it, and nothing is written (no pointer moves, no lease is taken):
    (``watermark_ahead_of_ledger``) and the message at the cursor must exist on this
    task's subject (``watermark_not_found``); every artifact the checkpoint cites
    must exist and hash as cited (``artifact_missing`` / ``artifact_hash_mismatch``,
-   naming the uri); the checkpoint's goal hash must be the one of the ledger's
-   ``task_created`` (``goal_changed``; ``goal_unverified``, informational, when
-   the ledger no longer holds that event).
+   naming the uri), except one a forget request erased (step 5); the checkpoint's goal
+   hash must be the one of the ledger's ``task_created`` (``goal_changed``;
+   ``goal_unverified``, informational, when the ledger no longer holds that event).
 4. replay: this task's ledger messages after the cursor, up to the task's last
    message when the resume began (later appends are not waited for), with the
    projector's own ``fold_message`` (hence the same reducer and the same
@@ -27,7 +27,12 @@ reason naming it, and nothing is written (no pointer moves, no lease is taken):
    (``plan_upgraded``, informational: next-ready comes from the replayed plan).
    Artifacts that entered after the checkpoint are verified too. A task with no
    events at all is ``task_not_found``; an ended task is ``task_closed``.
-5. reconcile: a ``running`` step with an idempotency key and no receipt had a
+5. reconcile: an artifact the task cites (at the checkpoint or after it) that a forget
+   request erased is gone for good, never ``artifact_missing``: it is listed in ``erased``
+   (URI, ``forgotten``, the request's id). Unless the request names every such forget
+   request in ``accept_erased``, the status is ``needs_accept`` (nothing leased; a version 1
+   request: rejected ``artifact_forgotten``); once accepted, the resume goes on and the reply
+   still lists them. A ``running`` step with an idempotency key and no receipt had a
    side effect of unknown outcome: status ``needs_reconcile``, the step is listed
    in ``reconcile`` and nothing is dispatched. Other running steps (no side
    effect, or a receipt recorded) are ``interrupted``: safe to close and retry.
@@ -62,6 +67,7 @@ from agentledger.contracts import events as ev
 from agentledger.contracts.api import LeaseBody, LeaseReply, LeaseRequest
 from agentledger.contracts.codec import encode
 from agentledger.contracts.resume import (
+    ErasedArtifact,
     InterruptedStep,
     Reason,
     ReconcileItem,
@@ -75,6 +81,7 @@ from agentledger.errors import AgentLedgerError, IntegrityViolationError, NotFou
 from agentledger.services.checkpointer.store import CheckpointStore, Located
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
 from agentledger.services.projector.store import Store as ProjectionStore
+from agentledger.services.tombstone_fanout.store import ForgetStore
 from agentledger.stores import db
 from agentledger.stores.artifacts import ArtifactStore
 from agentledger.stores.ledger import chain_head_at, chain_key_of, ledger_subject
@@ -131,6 +138,8 @@ class Resumer:
         """Run the protocol of the module docstring for one request."""
         reasons: list[Reason] = []
         found: Located | None = None
+        # Cited artifacts a forget request erased (``_verify_artifacts`` collects them).
+        erased: list[ErasedArtifact] = []
         try:
             subject = ledger_subject(self.settings.prefix, req.tenant, req.task_id)
             # The task's ledger as of now: replay stops here even if the task keeps moving.
@@ -143,7 +152,7 @@ class Resumer:
                                               "start of the ledger"))
             else:
                 cp = self._compatible(req, found)
-                await self._integrity(req, cp, last)
+                await self._integrity(req, cp, last, erased)
                 # The ledger's goal does not depend on the replay: check it before paying for one.
                 unverified = await self._same_goal(req, cp)
                 if unverified is not None:
@@ -166,10 +175,14 @@ class Resumer:
                     detail={"from": cp.plan_version, "to": state.plan_version}))
             known = {a.uri for a in cp.artifacts} if cp is not None else set()
             await self._verify_artifacts(req.tenant,
-                                         [a for a in state.artifacts.values() if a.uri not in known])
+                                         [a for a in state.artifacts.values() if a.uri not in known], erased)
             if state.status in TERMINAL_TASK:
                 raise _Rejected(_reject("task_closed", f"the task is {state.status}; nothing to resume",
                                         detail={"task_status": state.status}))
+            if erased:
+                asked = self._erased(req, erased, reasons)
+                if asked is not None:
+                    return asked
             lease = await self._acquire(req)
             if lease.error is not None or lease.lease is None:
                 message = lease.error.message if lease.error else "no lease was granted"
@@ -180,7 +193,7 @@ class Resumer:
             fold = await self._replay_checked(req, found, cp, fold, seeded=seeded, start=last + 1,
                                               upto=lease.lease.token)
             transcript = await self._transcript(req, fold, checkpoint_turns)
-            return self._finish(found, fold, transcript, reasons, lease.lease)
+            return self._finish(found, fold, transcript, reasons, lease.lease, erased=erased)
         except _Rejected as rejected:
             reasons.append(rejected.reason)
             return ResumeReply(ok=True, status="rejected", reasons=reasons)
@@ -255,7 +268,8 @@ class Resumer:
 
     # ---- 3. integrity --------------------------------------------------------------------
 
-    async def _integrity(self, req: ResumeRequest, cp: cp_mod.Checkpoint, task_last: int) -> None:
+    async def _integrity(self, req: ResumeRequest, cp: cp_mod.Checkpoint, task_last: int,
+                         erased: list[ErasedArtifact]) -> None:
         """``task_last``: sequence of the task's last ledger message (0: none)."""
         cursor = cp.ledger_cursor
         if cursor > task_last:
@@ -273,10 +287,12 @@ class Resumer:
                 "watermark_not_found",
                 f"the checkpoint's cursor seq {cursor} {where}; expected an event of this task",
                 detail={"ledger_cursor": cursor}))
-        await self._verify_artifacts(req.tenant, cp.artifacts)
+        await self._verify_artifacts(req.tenant, cp.artifacts, erased)
 
-    async def _verify_artifacts(self, tenant: str, refs: list[ev.ArtifactRef]) -> None:
-        """Every ref must be stored intact, and be ``tenant``'s: another tenant's is missing."""
+    async def _verify_artifacts(self, tenant: str, refs: list[ev.ArtifactRef],
+                                erased: list[ErasedArtifact]) -> None:
+        """Every ref must be stored intact, and be ``tenant``'s: another tenant's is missing.
+        A missing one a forget request erased goes to ``erased`` instead (step 5)."""
         if not refs:
             return
         gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
@@ -293,6 +309,15 @@ class Resumer:
             return None
 
         failures = [r for r in await asyncio.gather(*(one(ref) for ref in refs)) if r is not None]
+        missing = [r.uri for r in failures if r.code == "artifact_missing" and r.uri is not None]
+        if missing:
+            try:
+                forgotten = await ForgetStore().erased_artifacts(self.store.pool, tenant, missing)
+            except db.DATABASE_ERRORS as exc:
+                raise UnavailableError("the forget requests are not available") from exc
+            erased.extend(ErasedArtifact(uri=uri, reason="forgotten", request_id=request)
+                          for uri, request in sorted(forgotten.items()))
+            failures = [r for r in failures if r.uri not in forgotten]
         if failures:
             first, *rest = failures
             # One reason per bad artifact: the first one raises, the others ride along.
@@ -424,8 +449,33 @@ class Resumer:
 
     # ---- 5. reconcile and 6. lease ----------------------------------------------------------------
 
+    @staticmethod
+    def _erased(req: ResumeRequest, erased: list[ErasedArtifact], reasons: list[Reason]) -> ResumeReply | None:
+        """The answer while ``erased`` holds an erasure the request did not accept (None: go on,
+        with an ``artifacts_erased`` note in ``reasons``)."""
+        listed = [msgspec.to_builtins(e) for e in erased]
+        pending = sorted({e.request_id for e in erased} - set(req.accept_erased))
+        uris = ", ".join(e.uri for e in erased)
+        if not pending:
+            reasons.append(Reason(code="artifacts_erased", severity="info",
+                                  message=f"resuming without {len(erased)} artifact(s) erased by the accepted "
+                                          f"forget request(s): {uris}", detail={"erased": listed}))
+            return None
+        if req.schema_version < 2:
+            raise _Rejected(_reject(
+                "artifact_forgotten", f"{len(erased)} artifact(s) the task cites were erased by forget "
+                                      f"request(s) {pending}: {uris}; resume with schema_version 2 and "
+                                      "accept_erased to continue without them",
+                uri=erased[0].uri, detail={"erased": listed}))
+        reasons.append(Reason(code="artifacts_erased", severity="reconcile",
+                              message=f"{len(erased)} artifact(s) the task cites were erased by forget "
+                                      f"request(s) {pending}: {uris}; they cannot come back. Resume again "
+                                      "with those request ids in accept_erased to continue without them",
+                              detail={"request_ids": pending}))
+        return ResumeReply(ok=True, status="needs_accept", reasons=reasons, erased=erased)
+
     def _finish(self, found: Located | None, fold: Fold, transcript: list[Turn],
-                reasons: list[Reason], lease: LeaseBody) -> ResumeReply:
+                reasons: list[Reason], lease: LeaseBody, *, erased: list[ErasedArtifact]) -> ResumeReply:
         (state,) = fold.states.values()
         reconcile: list[ReconcileItem] = []
         interrupted: list[InterruptedStep] = []
@@ -453,7 +503,7 @@ class Resumer:
                            reconcile=reconcile, interrupted=interrupted, state=state_view,
                            lease=lease, checkpoint_id=found.id if found else None,
                            checkpoint_seq=found.seq if found else None, replayed_events=fold.events,
-                           watermark=state.watermark)
+                           watermark=state.watermark, erased=erased)
 
     async def _acquire(self, req: ResumeRequest) -> LeaseReply:
         """The writer's lease.acquire; ``lease_held`` comes back as an error body."""

@@ -44,6 +44,7 @@ from agentledger.contracts.resume import (
     CheckpointSaveRequest,
     ResumeReply,
     ResumeRequest,
+    check_resume_version,
 )
 from agentledger.core import checkpoint as cp_mod
 from agentledger.core import checkpoint_policy as policy
@@ -386,6 +387,7 @@ MAX_BIGINT = 2**63 - 1
 
 
 def _check_resume(body: ResumeRequest) -> None:
+    check_resume_version(body)
     if body.checkpoint_id is not None and body.checkpoint_id > MAX_BIGINT:
         raise ContractError(f"checkpoint_id must be at most {MAX_BIGINT}", code="invalid_value",
                             path="$.checkpoint_id")

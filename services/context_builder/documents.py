@@ -132,7 +132,8 @@ def document_events(tenant: str, request: IngestRequest, chunks: Sequence[str], 
             task_id=ev.DOCUMENTS_TASK, producer=producer, occurred_at=occurred_at, schema_version=1,
             payload=ev.DocumentIngested(doc_id=request.doc_id, version=request.version,
                                         source=request.source, title=request.title, chunking=chunking,
-                                        chunks=items, content_blake3=digest))
+                                        chunks=items, content_blake3=digest,
+                                        data_subjects=list(request.data_subjects)))
 
     items = [ev.DocumentChunk(index=i, text=t) for i, t in enumerate(chunks)]
     # An empty part's size plus each chunk's encoded size (and a comma) is the part's exact size;

@@ -29,7 +29,7 @@ import msgspec
 
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import promoted_id_for, record_id_for, scope_key
-from agentledger.core.memory.keys import text_of
+from agentledger.core.memory.keys import is_tombstone_key, text_of, tombstone_key
 from agentledger.core.memory.resolve import FeedbackMark, GroupKey, KeyGroup, decode_group, encode_group
 from agentledger.core.memory.state import (
     FORGOTTEN,
@@ -138,9 +138,11 @@ class Loaded:
     held_ids: set[str] = field(default_factory=set)
 
 
-def _touches(events: Sequence[tuple[int, ev.EventBase]]) -> tuple[list[str], list[str], set[GroupKey]]:
+def _touches(events: Sequence[tuple[int, ev.EventBase]],
+             secret: bytes) -> tuple[list[str], list[str], set[GroupKey]]:
     """Proposal ids decided, record ids named (a proposal's own included, to see whether it was
-    forgotten) and groups decided or forgotten into by ``events``."""
+    forgotten) and groups decided or forgotten into by ``events``: a decided key's digest too
+    (its buried tombstones), a forgotten record's key by its digest only."""
     proposals, records, groups = [], [], set()
     for _, event in events:
         p = ev.payload_of(event)
@@ -151,21 +153,25 @@ def _touches(events: Sequence[tuple[int, ev.EventBase]]) -> tuple[list[str], lis
             records.append(record_id_for(event.tenant, p.proposal_id))
             if p.record is not None:
                 records.append(p.record.record_id)
-                groups.add((scope_key(p.record.scope), p.record.key))
+                scope = scope_key(p.record.scope)
+                groups |= {(scope, p.record.key), (scope, tombstone_key(scope, p.record.key, secret))}
         elif isinstance(p, ev.MemoryFeedback):
             records.append(p.record_id)
         elif isinstance(p, ev.MemoryForgotten):
             for fr in p.records:
                 records.append(fr.record_id)
-                groups.add((scope_key(fr.scope), fr.key))
+                scope = scope_key(fr.scope)
+                groups.add((scope, fr.key_digest or tombstone_key(scope, fr.key, secret)))
     return proposals, records, groups
 
 
 async def load_state(conn: Any, store: MemoryStore, tenant: str,
-                     events: Sequence[tuple[int, ev.EventBase]]) -> Loaded:
-    """What the reducer needs to fold ``events`` (of ``tenant``) as if it held the whole state."""
-    proposals, records, groups = _touches(events)
-    state = MemoryState(events=await store.seen_events(conn, tenant, [e.event_id for _, e in events]))
+                     events: Sequence[tuple[int, ev.EventBase]], secret: bytes) -> Loaded:
+    """What the reducer needs to fold ``events`` (of ``tenant``) as if it held the whole state;
+    ``secret`` keys the digests of buried keys (``state.key_secret``)."""
+    proposals, records, groups = _touches(events, secret)
+    state = MemoryState(events=await store.seen_events(conn, tenant, [e.event_id for _, e in events]),
+                        key_secret=secret)
     for pid, d in (await store.decisions(conn, tenant, proposals)).items():
         group = (d.scope_key, d.key) if d.scope_key is not None and d.key is not None else None
         state.decisions[pid] = DecisionIndex(d.action, d.reason, d.seq, d.record_id, group, d.trace)
@@ -175,6 +181,7 @@ async def load_state(conn: Any, store: MemoryStore, tenant: str,
     stored, rows = await store.groups(conn, tenant, keys)
     for gk, data in stored.items():
         state.groups[gk] = decode_group(data)
+    keys = sorted(set(keys) | set(stored))
     rows_before: dict[GroupKey, dict[str, RecordRow]] = {}
     for row in rows:
         rows_before.setdefault((row.scope, row.key), {})[row.record_id] = row
@@ -255,9 +262,12 @@ async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loade
     state = loaded.state
     await store.put_history(conn, tenant, folded.history)
     await store.drop_history(conn, tenant, folded.forgotten, folded.forgotten_proposals)
+    touched = sorted(folded.groups | folded.changed)
+    await store.drop_groups(conn, tenant, [gk for gk in touched if gk not in state.groups])
     await store.put_groups(conn, tenant, [
-        (gk[0], gk[1], promoted_id_for(*gk), group_seq(state.groups[gk]), encode_group(state.groups[gk]))
-        for gk in sorted(folded.groups) if gk in state.groups])
+        (gk[0], gk[1], promoted_id_for(*gk), group_seq(state.groups[gk]), encode_group(state.groups[gk]),
+         gk[1] if is_tombstone_key(gk[1]) else tombstone_key(gk[0], gk[1], state.key_secret))
+        for gk in touched if gk in state.groups])
     written: list[RecordRow] = []
     dropped: list[str] = []
     for gk in sorted(folded.changed | folded.groups):

@@ -4,8 +4,8 @@ Two indexes of ``services/tombstone_fanout/registry.py`` (see ``docs/memory.md``
 "Forgetting"):
 
 * ``MemoryHandler`` (``memory``): the projection tables. For a record, key,
-  subject or task selector the plan is the records reached (id, scope, key,
-  kind) and the ledger sequences of every ``_memory`` message that carried
+  subject or task selector the plan is the records reached (id, scope, the
+  keyed digest of the key, kind) and the ledger sequences of every ``_memory`` message that carried
   them (their proposals, decisions and feedback, found through
   ``memory_history``). The apply appends ``memory_forgotten`` (one event per
   10,000 records; event ids and time come from the plan, so a re-run is a
@@ -42,11 +42,12 @@ import nats.js.errors
 from agentledger.contracts import events as ev
 from agentledger.contracts.memory_api import ReadReceipt
 from agentledger.core.memory.authority import parse_scope_key
-from agentledger.core.memory.keys import normalise_key
+from agentledger.core.memory.keys import normalise_key, tombstone_key
 from agentledger.core.memory.state import FORGET_PRODUCER
 from agentledger.core.memory.tags import check_receipt, receipt_tag
 from agentledger.errors import UnavailableError
 from agentledger.security.integrity_keys import keys_of
+from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.projection import DURABLE
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, WATERMARK, MemoryStore
 from agentledger.services.tombstone_fanout.registry import ForgetContext
@@ -100,8 +101,8 @@ def forgotten_events(ctx: ForgetContext, plan: dict[str, Any]) -> list[ev.Memory
     chunks: list[list[ev.ForgottenRecord]] = [[]]
     size = 0
     for r in plan["records"]:
-        fr = ev.ForgottenRecord(record_id=r["record_id"], scope=parse_scope_key(r["scope"]), key=r["key"],
-                                kind=r["kind"], active=bool(r.get("active")))
+        fr = ev.ForgottenRecord(record_id=r["record_id"], scope=parse_scope_key(r["scope"]),
+                                key_digest=r["key_digest"], kind=r["kind"], active=bool(r.get("active")))
         n = len(msgspec.json.encode(fr)) + 1
         if chunks[-1] and (size + n > limit or len(chunks[-1]) >= RECORDS_PER_EVENT):
             chunks.append([])
@@ -177,8 +178,10 @@ class MemoryHandler:
             args = (sel.task_id, f"task/{tenant}/{sel.task_id}")
         rows = await ctx.pool.fetch(_BY_KIND[sel.kind], tenant, *args)
         # Whether each was active: then its kind stays forgotten in its group (core.memory.resolve).
-        records = [{"record_id": r[0], "scope": r[1], "key": r[2], "kind": r[3],
-                    **({"active": True} if r[4] == "active" else {})} for r in rows]
+        # The key by its keyed digest only: the plan is stored, and the key may be the value's words.
+        secret = marker_key_of(ctx.settings)
+        records = [{"record_id": r[0], "scope": r[1], "key_digest": tombstone_key(r[1], r[2], secret),
+                    "kind": r[3], **({"active": True} if r[4] == "active" else {})} for r in rows]
         ids = [r["record_id"] for r in records]
         seqs = [int(r[0]) for r in await ctx.pool.fetch(_HISTORY_SEQS, tenant, ids)] if ids else []
         # A data subject's records are its personal ones, whose values every message holds sealed

@@ -28,6 +28,7 @@ from agentledger.contracts import events as ev
 from agentledger.projection.live import SubjectProjection
 from agentledger.projection.spec import Rows, SubjectFold
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
+from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 
@@ -51,7 +52,7 @@ class MemoryFold(SubjectFold[MemoryStore]):
                   "subject_version", "observed_at", "expires_at", "ledger_seq", "row")),
             ("full-text vector", ("tsv",)), ("embedding", ("embedding",)), ("data subject", ("data_subject",))),
             vectors=frozenset({"embedding"})),
-        Rows("memory_groups", "group", ("scope_key", "key"), (("", ("promoted_id", "seq", "state")),)),
+        Rows("memory_groups", "group", ("scope_key", "key"), (("", ("promoted_id", "seq", "state", "key_digest")),)),
         Rows("memory_history", "history event", ("event_id",), (
             ("", ("seq", "event", "proposal_id", "record_id", "scope_key", "key", "action", "reason", "trace",
                   "at")),)),
@@ -60,14 +61,16 @@ class MemoryFold(SubjectFold[MemoryStore]):
 
     store_type = MemoryStore
 
-    def __init__(self, vectors: Vectors, keys: IntegrityKeys) -> None:
+    def __init__(self, vectors: Vectors, keys: IntegrityKeys, key_secret: bytes) -> None:
         self.vectors = vectors
         self.keys = keys  # record rows are tagged as they are written
+        # The marker key: what buried keys' digests are keyed with (``core.memory.state``).
+        self.key_secret = key_secret
 
     async def fold_tenant(self, conn: asyncpg.Connection, store: MemoryStore, tenant: str,
                           events: Sequence[tuple[int, ev.EventBase]]) -> dict[str, int]:
         """The tenant's touched state read back, folded by the reducer, and what changed written."""
-        loaded = await load_state(conn, store, tenant, events)
+        loaded = await load_state(conn, store, tenant, events, self.key_secret)
         folded = fold(loaded.state, events, Folded())
         return {"rows": await write_loaded(conn, store, tenant, loaded, folded=folded, vectors=self.vectors,
                                          keys=self.keys)}
@@ -80,4 +83,4 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     """The memory projection, live; see the module docstring."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
-        super().__init__(settings, nc, pool, MemoryFold(vectors, keys_of(settings)))
+        super().__init__(settings, nc, pool, MemoryFold(vectors, keys_of(settings), marker_key_of(settings)))

@@ -53,6 +53,7 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.memory.authority import KIND_RULES, record_id_for
 from agentledger.core.memory.decide import Prepared, decide, prepare
+from agentledger.core.memory.keys import tombstone_key
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
 from agentledger.errors import ContractError, NotFoundError, QuotaExceededError, UnavailableError
@@ -312,8 +313,18 @@ class Decider:
         return out
 
     async def _groups(self, tenant: str, keys: Sequence[GroupKey]) -> dict[GroupKey, KeyGroup]:
-        stored, _ = await self.store.groups(self._pool, tenant, sorted(set(keys)))
-        return {gk: decode_group(data) for gk, data in stored.items()}
+        """The groups of ``keys`` as ``decide`` sees them: a key whose records are all forgotten
+        has its tombstones buried under its digest, and they are its group's (as the fold will
+        make them once the decision is appended: ``core.memory.state.unearth``)."""
+        secret = marker_key_of(self.settings)
+        digests = {(gk[0], tombstone_key(gk[0], gk[1], secret)): gk for gk in keys}
+        stored, _ = await self.store.groups(self._pool, tenant, sorted(set(keys) | set(digests)))
+        out = {gk: decode_group(data) for gk, data in stored.items() if gk not in digests}
+        for dk, data in stored.items():
+            plain = digests.get(dk)
+            if plain is not None and plain not in out:
+                out[plain] = KeyGroup(plain[0], plain[1], {}, {}, dict(decode_group(data).forgotten))
+        return out
 
     async def _append(self, tenant: str, pairs: Sequence[tuple[bytes, ...]]) -> dict[str, int]:
         """Append the events (each tuple atomically together) in chunks; their seqs by event id.

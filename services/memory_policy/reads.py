@@ -51,7 +51,7 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.detect import redact_secrets
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
-from agentledger.core.memory.keys import key_repeats_value, lookup_keys, normalise_key
+from agentledger.core.memory.keys import key_repeats_value, lookup_keys, normalise_key, tombstone_key
 from agentledger.core.memory.read import (
     Bindings,
     allowed_scopes,
@@ -155,7 +155,8 @@ SAVE_SQL = (
     " SELECT $2, r, $6, 1 FROM unnest($9::text[]) AS r ORDER BY r"
     " ON CONFLICT (tenant, record_id) DO UPDATE SET last_read_at = excluded.last_read_at,"
     " reads = memory_usage.reads + 1")
-KEY_SQL = "SELECT row, mac FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = $3"
+# By a key and its digest (``tombstone_key``): the tombstones of a key whose records are all forgotten.
+KEY_SQL = "SELECT row, mac FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = ANY($3::text[])"
 # Which of a looked-up key's canonical forms the scope holds (records, or decisions without one).
 KEYS_HELD_SQL = (
     "SELECT key FROM memory_records WHERE tenant = $1 AND scope_key = $2 AND key = ANY($3::text[])"
@@ -163,11 +164,11 @@ KEYS_HELD_SQL = (
     " AND key = ANY($3::text[])")
 HISTORY_SQL = (
     "SELECT seq, event, proposal_id, record_id, action, reason, trace, at FROM memory_history h"
-    " WHERE tenant = $1 AND ((scope_key = $2 AND key = $3)"
+    " WHERE tenant = $1 AND ((scope_key = $2 AND key = ANY($3::text[]))"
     " OR proposal_id IN (SELECT proposal_id FROM memory_history WHERE tenant = $1 AND scope_key = $2"
-    " AND key = $3 AND proposal_id IS NOT NULL)"
+    " AND key = ANY($3::text[]) AND proposal_id IS NOT NULL)"
     " OR record_id IN (SELECT record_id FROM memory_records WHERE tenant = $1 AND scope_key = $2"
-    " AND key = $3)) ORDER BY seq")
+    " AND key = ANY($3::text[]))) ORDER BY seq")
 RECEIPTS_SQL = (
     "SELECT receipt_id, receipt, mac FROM memory_receipts WHERE tenant = $1 AND expires_at > now()"
     " AND ($2::text IS NULL OR task_id = $2) AND ($3::text IS NULL OR record_ids @> ARRAY[$3::text])"
@@ -470,7 +471,7 @@ class Reader:
         now = datetime.now(UTC)
         key_of = keys_of(self.settings).mac_key_of
         rows = []
-        for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, key):
+        for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, self._with_digest(skey, key)):
             row = decode_row(r[0])
             if not record_matches(key_of, request.tenant, r[0], r[1]) or row.scope != skey:
                 self._refused({row.record_id: "its bytes fail their integrity tag"})
@@ -488,8 +489,13 @@ class Reader:
         skey, key = await self._key_scope(caller, request)
         entries = [HistoryEntry(seq=int(r[0]), event=r[1], proposal_id=r[2], record_id=r[3], action=r[4],
                                 reason=r[5] or "", trace=decode_trace(r[6]), at=r[7])
-                   for r in await self._pool.fetch(HISTORY_SQL, request.tenant, skey, key)]
+                   for r in await self._pool.fetch(HISTORY_SQL, request.tenant, skey,
+                                                   self._with_digest(skey, key))]
         return KeyReply(ok=True, history=entries)
+
+    def _with_digest(self, skey: str, key: str) -> list[str]:
+        """``key`` and the digest its tombstones are kept under once all its records are forgotten."""
+        return [key, tombstone_key(skey, key, marker_key_of(self.settings))]
 
     async def _key_scope(self, caller: Caller, request: KeyRequest) -> tuple[str, str]:
         bound = await binding_of(self._bindings, caller, request.tenant)
@@ -505,8 +511,10 @@ class Reader:
         forms = lookup_keys(key)
         if len(forms) < 2:  # one form (or none): nothing to choose between
             return forms[0] if forms else normalise_key(key)
-        held = {r[0] for r in await self._pool.fetch(KEYS_HELD_SQL, tenant, skey, list(forms))}
-        return next((k for k in forms if k in held), forms[0])
+        digests = {k: tombstone_key(skey, k, marker_key_of(self.settings)) for k in forms}
+        held = {r[0] for r in await self._pool.fetch(KEYS_HELD_SQL, tenant, skey,
+                                                     [*forms, *digests.values()])}
+        return next((k for k in forms if k in held or digests[k] in held), forms[0])
 
     async def receipts(self, caller: Caller, request: ReceiptsRequest) -> ReceiptsReply:
         # A tenant agent sees the receipts of its own reads: another agent's may name records of

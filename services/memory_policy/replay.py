@@ -28,6 +28,7 @@ from agentledger.models.embedding import load_embedder
 from agentledger.projection.stream import read_subject
 from agentledger.projection.subject import rebuild_subject, verify_subject
 from agentledger.security.integrity_keys import keys_of
+from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold
 from agentledger.services.memory_policy.projection import MemoryFold
 
@@ -39,16 +40,18 @@ async def read_tenant(nc: Client, settings: Settings, tenant: str, upto: int,
     return await read_subject(nc, settings, tenant, ev.MEMORY_TASK, upto, decode=MemoryFold.decode, skip=skip)
 
 
-def fold_tenant(events: list[tuple[int, ev.EventBase]]) -> tuple[MemoryState, Folded]:
-    state = MemoryState()
+def fold_tenant(events: list[tuple[int, ev.EventBase]], key_secret: bytes = b"") -> tuple[MemoryState, Folded]:
+    state = MemoryState(key_secret=key_secret)
     return state, fold(state, events, Folded())
 
 
 async def rebuild_memory(settings: Settings) -> dict[str, int]:
     """Rebuild the memory projection from the ledger beside the live one and switch to it."""
-    return await rebuild_subject(settings, MemoryFold(Vectors(load_embedder(settings)), keys_of(settings)))
+    fold = MemoryFold(Vectors(load_embedder(settings)), keys_of(settings), marker_key_of(settings))
+    return await rebuild_subject(settings, fold)
 
 
 async def verify_memory(settings: Settings, wait_s: float = 60.0) -> list[str]:
     """Fold the ledger's memory subjects and compare with the live tables; the differences."""
-    return await verify_subject(settings, MemoryFold(Vectors(load_embedder(settings)), keys_of(settings)), wait_s)
+    fold = MemoryFold(Vectors(load_embedder(settings)), keys_of(settings), marker_key_of(settings))
+    return await verify_subject(settings, fold, wait_s)

@@ -129,19 +129,24 @@ class MemoryStore(WatermarkRow):
             " WHERE tenant = $1 AND record_id = ANY($2::text[])"
             " UNION ALL SELECT promoted_id, scope_key, key FROM {s}.memory_groups"
             " WHERE tenant = $1 AND promoted_id = ANY($2::text[])")
-        self._groups = q("SELECT g.scope_key, g.key, g.state FROM {s}.memory_groups g"
+        # A key asked for finds its group by the key or by the key's digest (a buried group's).
+        self._groups = q("SELECT DISTINCT g.scope_key, g.key, g.state FROM {s}.memory_groups g"
                         " JOIN unnest($2::text[], $3::text[]) AS k(scope_key, key)"
-                        " ON g.scope_key = k.scope_key AND g.key = k.key WHERE g.tenant = $1")
+                        " ON g.scope_key = k.scope_key AND (g.key = k.key OR g.key_digest = k.key)"
+                        " WHERE g.tenant = $1")
+        self._drop_groups = q("DELETE FROM {s}.memory_groups g USING unnest($2::text[], $3::text[])"
+                             " AS k(scope_key, key) WHERE g.tenant = $1 AND g.scope_key = k.scope_key"
+                             " AND g.key = k.key")
         self._rows = q("SELECT r.row FROM {s}.memory_records r"
                       " JOIN unnest($2::text[], $3::text[]) AS k(scope_key, key)"
                       " ON r.scope_key = k.scope_key AND r.key = k.key WHERE r.tenant = $1")
         self._held = q("SELECT record_id, mark FROM {s}.memory_held"
                       " WHERE tenant = $1 AND record_id = ANY($2::text[]) ORDER BY record_id, n")
         self._put_groups = q(
-            "INSERT INTO {s}.memory_groups(tenant, scope_key, key, promoted_id, seq, state)"
-            " SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[])"
-            " ON CONFLICT (tenant, scope_key, key) DO UPDATE SET seq = excluded.seq,"
-            " state = excluded.state")
+            "INSERT INTO {s}.memory_groups(tenant, scope_key, key, promoted_id, seq, state, key_digest)"
+            " SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],"
+            " $7::text[]) ON CONFLICT (tenant, scope_key, key) DO UPDATE SET seq = excluded.seq,"
+            " state = excluded.state, key_digest = excluded.key_digest")
         self._put_records = q(
             "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
             " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
@@ -207,12 +212,15 @@ class MemoryStore(WatermarkRow):
 
     async def groups(self, conn: Any, tenant: str,
                      keys: Sequence[GroupKey]) -> tuple[dict[GroupKey, bytes], list[RecordRow]]:
-        """The stored state of each group of ``keys`` that exists, and its record rows."""
+        """The stored state of each group of ``keys`` that exists, and its record rows; a key may
+        be a key's digest (``tombstone_key``): then the group with that digest is found too."""
         if not keys:
             return {}, []
         scopes, names = [k[0] for k in keys], [k[1] for k in keys]
         groups = {(r[0], r[1]): bytes(r[2]) for r in await conn.fetch(self._groups, tenant, scopes, names)}
-        rows = [decode_row(r[0]) for r in await conn.fetch(self._rows, tenant, scopes, names)]
+        found = sorted(groups)
+        rows = [decode_row(r[0]) for r in await conn.fetch(self._rows, tenant, [k[0] for k in found],
+                                                           [k[1] for k in found])] if found else []
         return groups, rows
 
     async def held(self, conn: Any, tenant: str, record_ids: Sequence[str]) -> dict[str, list[bytes]]:
@@ -226,9 +234,15 @@ class MemoryStore(WatermarkRow):
     # ---- writes ---------------------------------------------------------------------------
 
     async def put_groups(self, conn: asyncpg.Connection, tenant: str,
-                         groups: Sequence[tuple[str, str, str, int, bytes]]) -> None:
+                         groups: Sequence[tuple[str, str, str, int, bytes, str]]) -> None:
+        """Write groups: (scope key, key, promoted id, seq, state, the key's digest)."""
         if groups:
-            await conn.execute(self._put_groups, tenant, *columns(groups, 5))
+            await conn.execute(self._put_groups, tenant, *columns(groups, 6))
+
+    async def drop_groups(self, conn: asyncpg.Connection, tenant: str, keys: Sequence[GroupKey]) -> None:
+        """Delete the rows of groups that moved to another key (buried, or back from burial)."""
+        if keys:
+            await conn.execute(self._drop_groups, tenant, [k[0] for k in keys], [k[1] for k in keys])
 
     async def put_records(self, conn: asyncpg.Connection, tenant: str,
                           records: Sequence[RecordWrite], keys: IntegrityKeys) -> None:

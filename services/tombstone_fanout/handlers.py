@@ -1,7 +1,9 @@
 """The index registry's handlers, in the order a forget request runs them.
 
 The ledger goes first (a task's or tenant's messages erased, so no projection can
-be fed them again), then the keys (every sealed copy unreadable), then each
+be fed them again), then the plaintext copies made from a data subject's values (found
+by those values, which only its key still opens), then the keys (every sealed copy
+unreadable), then each
 projection and store, then the services' caches (so nothing an earlier step
 removed survives in a process), last the column statistics of every table reached.
 ``tests/test_forget_registry.py`` fails when a table or JetStream store of a
@@ -16,6 +18,7 @@ from agentledger.services.context_builder.forget import (
     GenerationsHandler,
 )
 from agentledger.services.memory_policy.forget import MemoryHandler, ReadReceiptsHandler
+from agentledger.services.tombstone_fanout.derived import DerivedHandler
 from agentledger.services.tombstone_fanout.indexes import (
     ArtifactsHandler,
     BindingsHandler,
@@ -31,6 +34,7 @@ from agentledger.services.tombstone_fanout.registry import Handler
 
 _INDEXES: tuple[Handler, ...] = (
     LedgerHandler(),
+    DerivedHandler(),
     KeysHandler(),
     MemoryHandler(),
     ReadReceiptsHandler(),

@@ -420,8 +420,10 @@ class StatisticsHandler:
         self._tables = {h.index: h.tables for h in handlers}
 
     async def plan(self, ctx: ForgetContext) -> Any | None:
+        # A plan that says which of its tables it reaches (``tables``) gets only those analyzed.
         tables = sorted({t for index, plan in ctx.plans.items() if plan is not None
-                         for t in self._tables.get(index, ())})
+                         for t in (plan["tables"] if isinstance(plan, dict) and "tables" in plan
+                                   else self._tables.get(index, ()))})
         return {"tables": tables} if tables else None
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:

@@ -51,6 +51,12 @@ _SELECT = ("SELECT tenant, request_id, seq, request, requested_at, status, compl
 _ONE = _SELECT + " WHERE tenant = $1 AND request_id = $2"
 _BY_SUBJECT = _SELECT + " WHERE tenant = $1 AND subject = $2 ORDER BY seq LIMIT $3"
 _PENDING = _SELECT + " WHERE status = 'pending' ORDER BY seq"
+# The artifacts step's plans that name one of the URIs: who erased each (the first request).
+_ERASED = ("SELECT DISTINCT ON (u.uri) u.uri, s.request_id FROM forget_steps s"
+           " JOIN forget_requests r USING (tenant, request_id)"
+           " CROSS JOIN LATERAL jsonb_array_elements_text(convert_from(s.plan, 'UTF8')::jsonb -> 'uris') AS u(uri)"
+           " WHERE s.tenant = $1 AND s.index_name = 'artifacts' AND s.plan IS NOT NULL"
+           " AND u.uri = ANY($2::text[]) ORDER BY u.uri, r.seq")
 
 
 def _row(r: asyncpg.Record) -> RequestRow:
@@ -107,6 +113,17 @@ class ForgetStore:
     async def note_error(self, conn: Any, tenant: str, request_id: str, error: str) -> None:
         await conn.execute("UPDATE forget_requests SET last_error = $3 WHERE tenant = $1 AND request_id = $2",
                            tenant, request_id, error[:500])
+
+    async def erased_artifacts(self, conn: Any, tenant: str, uris: list[str]) -> dict[str, str]:
+        """Which of ``uris`` a forget request of ``tenant`` erases (or erased): URI -> request id.
+
+        Read by resume (``services/checkpointer/resume.py``), which then names the request
+        instead of answering ``artifact_missing`` for what will never come back. A stack whose
+        fan-out never started has no such table, and no request erased anything.
+        """
+        if not uris or not await conn.fetchval("SELECT to_regclass('forget_steps') IS NOT NULL"):
+            return {}
+        return {r[0]: r[1] for r in await conn.fetch(_ERASED, tenant, uris)}
 
     # ---- steps ----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,15 +236,17 @@ def cmd_artifact(args: argparse.Namespace) -> int:
 
 
 # Exit codes of `agentledger resume`: the status, so scripts can branch on it.
-RESUME_EXIT = {"resumable": 0, "needs_reconcile": 3, "rejected": 1}
+RESUME_EXIT = {"resumable": 0, "needs_reconcile": 3, "needs_accept": 4, "rejected": 1}
 
 
-def resume_command(settings: Settings, tenant: str, task_id: str, executor: str) -> int:
-    """Print the resume reply as JSON; exit 0 resumable, 3 needs_reconcile, 1 rejected."""
+def resume_command(settings: Settings, tenant: str, task_id: str, executor: str,
+                   accept_erased: Sequence[str] = ()) -> int:
+    """Print the resume reply as JSON; exit 0 resumable, 3 needs_reconcile, 4 needs_accept
+    (artifacts erased by forget requests not in ``accept_erased``), 1 rejected."""
 
     async def run() -> Any:
         async with await connect(settings) as client:
-            return await client.resume(tenant, task_id, executor)
+            return await client.resume(tenant, task_id, executor, accept_erased=accept_erased)
 
     reply = asyncio.run(run())
     print(json.dumps(msgspec.to_builtins(reply), indent=2, sort_keys=True))
@@ -251,7 +254,8 @@ def resume_command(settings: Settings, tenant: str, task_id: str, executor: str)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    return resume_command(_connected(args), args.tenant, args.task_id, args.executor)
+    return resume_command(_connected(args), args.tenant, args.task_id, args.executor,
+                          args.accept_erased or ())
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -472,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tenant")
     p.add_argument("task_id")
     p.add_argument("--executor", default=f"cli-{os.getpid()}", help="lease holder id")
+    p.add_argument("--accept-erased", action="append", metavar="REQUEST_ID",
+                   help="continue without the artifacts this forget request erased (repeatable)")
     p.set_defaults(fn=cmd_resume)
     p = sub.add_parser("checkpoint", help="save a checkpoint of a task now")
     p.add_argument("tenant")

@@ -401,16 +401,25 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
         return reply
 
     async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 60.0,
-                     checkpoint_id: int | None = None) -> ResumeReply:
+                     checkpoint_id: int | None = None,
+                     accept_erased: Sequence[str] | None = None) -> ResumeReply:
         """Resume the task for ``executor`` (see docs/checkpoints.md).
 
         Returns the reply whatever its status (read ``reasons`` when it is
         ``rejected``: then it carries nothing else); on ``resumable`` or
         ``needs_reconcile`` the reply carries the lease, secret included: pass it
         as ``lease=`` to every append and renew it before ``expires_at``.
+
+        ``accept_erased`` (even empty) makes it a schema version 2 request: artifacts the
+        task cites that forget requests erased are answered ``needs_accept`` with the
+        list in ``erased``, and resuming again with their request ids in ``accept_erased``
+        continues without them. Left out, such a task is ``rejected``
+        (``artifact_forgotten``), as for a version 1 caller.
         """
-        body = msgspec.to_builtins(ResumeRequest(tenant=tenant, task_id=task_id, executor=executor,
-                                                 lease_ttl_s=lease_ttl_s, checkpoint_id=checkpoint_id))
+        body = msgspec.to_builtins(ResumeRequest(
+            tenant=tenant, task_id=task_id, executor=executor, lease_ttl_s=lease_ttl_s,
+            checkpoint_id=checkpoint_id, schema_version=1 if accept_erased is None else 2,
+            accept_erased=list(accept_erased or ())))
         reply = _resume_reply.decode(await self._request("resume", body, "checkpointer"))
         if reply.error is not None:
             raise_error(reply.error)

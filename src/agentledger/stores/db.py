@@ -425,6 +425,13 @@ _MIGRATIONS: list[tuple[int, str]] = [
         TRUNCATE {s}.memory_groups, {s}.memory_records, {s}.memory_history, {s}.memory_held;
         UPDATE {s}.memory_watermark SET seq = 0;
     """),
+    # A memory group's key by its keyed digest (``core.memory.keys.tombstone_key``): a group left
+    # with tombstones only is keyed by it (its words go), and a forget whose record's proposal
+    # was erased finds the group of its key by it (services/memory_policy/fold.py).
+    (12, """
+        ALTER TABLE {s}.memory_groups ADD COLUMN IF NOT EXISTS key_digest text;
+        CREATE INDEX IF NOT EXISTS memory_groups_digest ON {s}.memory_groups (tenant, scope_key, key_digest);
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

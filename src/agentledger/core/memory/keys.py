@@ -377,3 +377,28 @@ def value_digest(scope: str, value: Any, key: bytes | None) -> str:
     """
     message = _DIGEST_INFO + scope.encode() + b"\x00" + value_identity(value).encode()
     return hmac.new(key or _PROCESS_KEY, message, hashlib.sha256).hexdigest()[:DIGEST_HEX]
+
+
+# What a group of tombstones is keyed by once no record of its key is left (``tombstone_key``).
+TOMBSTONE_KEY_PREFIX = "forgotten:"
+_TOMBSTONE_INFO = b"agentledger/forgotten-key/v1\x00"
+
+
+def tombstone_key(scope: str, key: str, secret: bytes) -> str:
+    """The keyed digest a forgotten key is kept under (HMAC-SHA256, 128 bits in hex).
+
+    A key is often made of its value's words (``content_key``): a tombstone that kept it would
+    keep the words the forget removed, in the group row, the record row, the history and the
+    column statistics of each. So once only tombstones are left of a key, their group is keyed
+    by this digest instead; the same key proposed again gives the same digest, so the group is
+    found and the forget still holds (``core.memory.state``). ``secret`` is the installation's
+    marker key (derived from the key-encryption key): a copy of the data folder cannot check a
+    guessed key against it. Normalised keys never hold a ``:``, so no key looks like one.
+    """
+    message = _TOMBSTONE_INFO + scope.encode() + b"\x00" + key.encode()
+    return TOMBSTONE_KEY_PREFIX + hmac.new(secret, message, hashlib.sha256).hexdigest()[:DIGEST_HEX]
+
+
+def is_tombstone_key(key: str) -> bool:
+    """Whether ``key`` is a ``tombstone_key`` (a group of forgotten records only)."""
+    return key.startswith(TOMBSTONE_KEY_PREFIX)

@@ -23,6 +23,12 @@ tombstone's sequence, so the rows do not depend on which of the forgotten
 records' events (erased from the ledger afterwards) were seen before it; and
 every later event that names a forgotten record id (its proposal, decision or
 feedback) is ignored.
+
+A group left with tombstones only is **buried**: re-keyed by the keyed digest of its key
+(``keys.tombstone_key``, with ``state.key_secret``), so no row keeps the key's words (often
+its value's). A later decision of the same key finds it by that digest and takes the
+tombstones back under the key it names (the words are in that record anyway), so the forget
+still holds. ``memory_forgotten`` names each record's key by the digest only.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from agentledger.contracts import events as ev
 from agentledger.contracts.events import MemoryRecordBody, MemoryStatus, RuleFired
 from agentledger.contracts.memory_api import MemoryItem
 from agentledger.core.memory.authority import parse_scope_key, promoted_id_for, record_id_for, scope_key
+from agentledger.core.memory.keys import is_tombstone_key, tombstone_key
 from agentledger.core.memory.resolve import (
     FeedbackMark,
     GroupEntry,
@@ -138,6 +145,8 @@ class MemoryState(Struct):
     pending: dict[str, list[FeedbackMark]] = {}
     rows: dict[GroupKey, dict[str, RecordRow]] = {}
     watermark: int = 0
+    # The installation's marker key: what a buried group's key digest is keyed with.
+    key_secret: bytes = b""
 
     def group_for(self, key: GroupKey) -> KeyGroup:
         """The group ``decide`` needs for ``key``: the stored one, or a new empty one (not stored)."""
@@ -198,29 +207,34 @@ def forget_records(state: MemoryState, event: ev.MemoryForgottenEvent, seq: int)
 
     Nothing here depends on the record's own earlier events beyond removing what they
     left: the tombstone is made of the event alone, and every row of each touched group
-    is re-rendered with ``ledger_seq = seq``.
+    is re-rendered with ``ledger_seq = seq``. A record is found in the group it is known in,
+    else in the group whose key has the event's digest (its proposal was erased), else its
+    tombstone goes to the buried group of that digest; a group left with tombstones only is
+    buried (the module docstring).
     """
     payload = event.payload
     out = Forgot(set(), {}, set())
+    by_digest: dict[GroupKey, GroupKey] | None = None
     for fr in payload.records:
         rid = fr.record_id
         if is_forgotten(state, rid) or rid in out.records:
             continue
-        target = (scope_key(fr.scope), fr.key)
-        known = state.record_groups.get(rid)
-        for gk in sorted({target} | ({known} if known is not None else set())):
-            group = state.groups.get(gk)
-            if group is None:
-                continue
+        scope = scope_key(fr.scope)
+        digest = (scope, fr.key_digest or tombstone_key(scope, fr.key, state.key_secret))
+        target = state.record_groups.get(rid)
+        if target is None or target not in state.groups:
+            if by_digest is None:
+                by_digest = {(gk[0], tombstone_key(gk[0], gk[1], state.key_secret)): gk
+                             for gk in state.groups if not is_tombstone_key(gk[1])}
+            target = by_digest.get(digest, digest)
+        group = state.groups.get(target)
+        if group is not None:
             entry = group.entries.pop(rid, None)
             if entry is not None and entry.proposal_id is not None:
                 out.proposals.add(entry.proposal_id)
             group.feedback.pop(rid, None)
-            out.changed.add(gk)
-        group = state.groups.get(target)
-        if group is None:
+        else:
             group = state.groups[target] = KeyGroup(target[0], target[1], {}, {})
-            _register(state, promoted_id_for(*target), group)
         state.pending.pop(rid, None)
         group.forgotten[rid] = Tombstone(fr.kind, seq, event.occurred_at, payload.request_id, fr.active)
         state.record_groups[rid] = target
@@ -229,10 +243,61 @@ def forget_records(state: MemoryState, event: ev.MemoryForgottenEvent, seq: int)
     for pid in out.proposals:
         state.decisions.pop(pid, None)
         state.proposals.pop(pid, None)
+    for gk in sorted(out.changed):
+        group = state.groups[gk]
+        if not is_tombstone_key(gk[1]) and not group.entries:
+            buried = _bury(state, group)
+            out.changed.add(buried)
+            out.records.update({rid: buried for rid in out.records if out.records[rid] == gk})
     for gk in out.changed:
-        state.rows[gk] = {row.record_id: msgspec.structs.replace(row, ledger_seq=seq)
-                          for row in render_rows(state.groups[gk])}
+        if gk in state.groups:
+            state.rows[gk] = {row.record_id: msgspec.structs.replace(row, ledger_seq=seq)
+                              for row in render_rows(state.groups[gk])}
     return out
+
+
+def _move(state: MemoryState, group: KeyGroup, to: GroupKey) -> KeyGroup:
+    """``group``'s tombstones under the key ``to`` (joining the group there); the old key's
+    group is gone, and its rows (so a shell drops them)."""
+    state.groups.pop(group.group_key, None)
+    state.rows.pop(group.group_key, None)
+    # Its entries are none (buried) or it is a buried one: its promoted id is all that is left.
+    promoted = promoted_id_for(*group.group_key)
+    if state.record_groups.get(promoted) == group.group_key:
+        del state.record_groups[promoted]
+    there = state.groups.get(to)
+    if there is None:
+        there = state.groups[to] = KeyGroup(to[0], to[1], {}, {})
+    there.forgotten.update(group.forgotten)
+    for rid in group.forgotten:
+        state.record_groups[rid] = to
+    return there
+
+
+def _bury(state: MemoryState, group: KeyGroup) -> GroupKey:
+    """Re-key a group of tombstones only by its key's digest; the buried group's key. Feedback
+    it kept for records not in it (its promoted fact's) is held again, as it would be had the
+    forgotten records' events never been seen (a fold after their erasure)."""
+    to = (group.scope, tombstone_key(group.scope, group.key, state.key_secret))
+    for rid, marks in group.feedback.items():
+        held = state.pending.setdefault(rid, [])
+        held.extend(m for m in marks if m not in held)
+    group.feedback.clear()
+    _move(state, group, to)
+    return to
+
+
+def unearth(state: MemoryState, gk: GroupKey) -> set[GroupKey]:
+    """Before a record of key ``gk`` joins it: the tombstones buried under its digest come back
+    under ``gk``; the group keys whose rows that changed (none when nothing was buried)."""
+    if gk in state.groups or is_tombstone_key(gk[1]):
+        return set()
+    buried = state.groups.get((gk[0], tombstone_key(gk[0], gk[1], state.key_secret)))
+    if buried is None:
+        return set()
+    group = _move(state, buried, gk)
+    _register(state, promoted_id_for(*gk), group)
+    return {buried.group_key, gk}
 
 
 def tombstone_row(group: KeyGroup, record_id: str, tomb: Tombstone) -> RecordRow:
@@ -261,6 +326,7 @@ def _decided(state: MemoryState, decision: ev.MemoryDecided, seq: int) -> set[Gr
         decision.action, decision.reason, seq, record.record_id if record else None, gk, list(decision.trace))
     if record is None or gk is None or record.record_id in state.record_groups:
         return set()
+    moved = unearth(state, gk)
     group = state.groups.get(gk)
     if group is None:
         group = state.groups[gk] = KeyGroup(gk[0], gk[1], {}, {})
@@ -268,7 +334,7 @@ def _decided(state: MemoryState, decision: ev.MemoryDecided, seq: int) -> set[Gr
     group.entries[record.record_id] = GroupEntry(record, decision.action, decision.reason,
                                                  decision.proposal_id, seq)
     _register(state, record.record_id, group)
-    return _refresh(state, group, seq)
+    return _refresh(state, group, seq) | moved
 
 
 def _register(state: MemoryState, record_id: str, group: KeyGroup) -> None:

@@ -1,0 +1,273 @@
+"""Derived plaintext copies of a data subject's values, found by the values themselves.
+
+A data subject's personal values are sealed under its key, and the ``keys`` step makes every
+sealed copy unreadable. Copies made *from* them in plaintext are not: a document someone
+ingested that quotes the subject's address, a read receipt whose query quoted it, another
+task's context generation built over that document. No lineage names the subject there. So
+before the key is destroyed, this step opens the subject's sealed values with it and uses
+them as **needles**: each whole value (at least ``WHOLE_MIN`` characters) and each personal
+span the detector finds in it (an address, a phone number, an e-mail, an id: at least
+``SPAN_MIN``), searched as written and as a JSON string body holds them. What holds one:
+
+* a document version (any of its ``_documents`` messages), and every version declared about
+  the subject at ingest (``data_subjects``: that lineage needs no needle): all its messages
+  securely erased, and the tenant's document index rebuilt from what its ledger still holds
+  (as the ``documents`` step does for a tenant), so the index and a replay agree;
+* a read receipt: redacted of its request's query and key; deleted when it still holds one;
+* a context generation (its frozen input or its output artifact): its row deleted and both
+  artifacts securely erased.
+
+The plan keeps ids, sequences and URIs only (never a needle): it is stored before the apply,
+and the apply does not need the key, so a run resumed after the key is gone does the same.
+Counts go to the receipt as ``derived``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+import structlog
+
+from agentledger.contracts import events as ev
+from agentledger.contracts.codec import decode_event
+from agentledger.contracts.memory_api import ReadReceipt
+from agentledger.core.detect.personal import find_personal
+from agentledger.erasure.erase import scan_subject
+from agentledger.models.embedding import load_embedder
+from agentledger.security.sealing import unseal
+from agentledger.services.context_builder.docs_replay import fold_tenant, read_tenant
+from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS_DURABLE
+from agentledger.services.context_builder.documents import DocumentStore
+from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores.ledger import ledger_subject
+
+# A whole value shorter than this is no needle (a short phrase would match ordinary text and
+# forget what never came from the subject); nor a shorter personal span.
+WHOLE_MIN = 32
+SPAN_MIN = 6
+# Generation artifacts read at once.
+READ_IN_FLIGHT = 8
+_DOC_TABLES = ("documents", "document_versions", "document_chunks")
+_receipt = msgspec.json.Decoder(ReadReceipt)
+log = structlog.get_logger()
+
+
+def needles_of(text: str) -> set[str]:
+    """The needles one opened value gives: itself, and the personal spans inside it."""
+    out = {text.strip()} if len(text.strip()) >= WHOLE_MIN else set()
+    out |= {text[f.start:f.end] for f in find_personal(text) if f.end - f.start >= SPAN_MIN}
+    return out
+
+
+def forms(needles: Iterable[str]) -> list[bytes]:
+    """Each needle as raw UTF-8 and as the body of a JSON string (ASCII-escaped or not)."""
+    out: set[bytes] = set()
+    for n in needles:
+        out |= {n.encode(), json.dumps(n, ensure_ascii=False)[1:-1].encode(), json.dumps(n)[1:-1].encode()}
+    return sorted(out)
+
+
+def holds(data: bytes, patterns: list[bytes]) -> bool:
+    return any(p in data for p in patterns)
+
+
+def _sealed_in(value: Any, subject: str) -> Iterable[ev.Sealed]:
+    """Every sealed value of ``subject`` inside an event's payload (as built-ins)."""
+    if isinstance(value, dict):
+        if value.get("subject") == subject and "ciphertext" in value and "nonce" in value:
+            yield msgspec.convert(value, ev.Sealed)
+            return
+        for v in value.values():
+            yield from _sealed_in(v, subject)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _sealed_in(v, subject)
+
+
+def _text(plain: bytes) -> str:
+    """An opened value as text: a JSON value's strings joined, else the bytes decoded."""
+    text = plain.decode(errors="replace")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, str):
+        return value
+    return " ".join(_strings(value))
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+async def subject_needles(ctx: ForgetContext, subject: str) -> set[str]:
+    """The needles of every value of ``subject`` sealed in the tenant's ledger that still opens."""
+    mark = b'"subject":"' + subject.encode() + b'"'
+    needles: set[str] = set()
+    async for msg in scan_subject(ctx.nc.jetstream(), ctx.settings.stream,
+                                  f"{ctx.settings.prefix}.ledger.{ctx.tenant}.*"):
+        if not msg.data or mark not in msg.data:
+            continue
+        try:
+            event = decode_event(msg.data)
+        except Exception:  # noqa: BLE001, S112 - undecodable bytes seal nothing readable
+            continue
+        for sealed in _sealed_in(msgspec.to_builtins(event.payload), subject):
+            plain = await unseal(sealed, ctx.tenant, event.task_id, ctx.keyring)
+            if plain is not None:
+                needles |= needles_of(_text(plain))
+    return needles
+
+
+class DerivedHandler:
+    """Plaintext copies of a data subject's values; see the module docstring."""
+
+    index = "derived"
+    # Claimed by their own steps; listed for the statistics step, which analyzes those a plan
+    # says it changes (its ``tables``).
+    tables: tuple[str, ...] = (*_DOC_TABLES, "memory_receipts", "context_generations")
+    stores: tuple[str, ...] = ()
+
+    async def plan(self, ctx: ForgetContext) -> Any | None:
+        sel = ctx.selector
+        if sel.kind != "subject":
+            return None
+        assert sel.subject is not None
+        started = time.perf_counter()
+        needles = await subject_needles(ctx, sel.subject)
+        patterns = forms(needles)
+        opened = time.perf_counter()
+        plan: dict[str, Any] = {"needles": len(needles), "receipts_redacted": [], "receipts": [],
+                                "generations": [], "uris": []}
+        plan["document_seqs"], plan["document_versions"] = await self._documents_of(ctx, sel.subject, patterns)
+        if not patterns:
+            return {**plan, "tables": self._reached(plan)}
+        for receipt_id, raw in await ctx.pool.fetch(
+                "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 ORDER BY receipt_id", ctx.tenant):
+            if not holds(bytes(raw), patterns):
+                continue
+            redacted = msgspec.json.encode(redact_query(_receipt.decode(bytes(raw))))
+            plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
+        searched = time.perf_counter()
+        plan["generations"], plan["uris"] = await self._generations(ctx, patterns)
+        plan["tables"] = self._reached(plan)
+        # Where a subject forget's time goes (the needles themselves are never logged).
+        log.info("forget.derived_planned", needles=len(needles), open_s=round(opened - started, 3),
+                 documents_receipts_s=round(searched - opened, 3),
+                 generations_s=round(time.perf_counter() - searched, 3))
+        return plan
+
+    @staticmethod
+    def _reached(plan: dict[str, Any]) -> list[str]:
+        """The tables the plan changes: the statistics step analyzes only those."""
+        return sorted({*(_DOC_TABLES if plan["document_seqs"] else ()),
+                       *(("memory_receipts",) if plan["receipts"] or plan["receipts_redacted"] else ()),
+                       *(("context_generations",) if plan["generations"] else ())})
+
+    async def _documents_of(self, ctx: ForgetContext, subject: str,
+                            patterns: list[bytes]) -> tuple[list[int], int]:
+        """The ``_documents`` messages of every document version declared about ``subject`` or
+        holding a needle in any of its parts (all its parts: a version goes whole); how many
+        versions."""
+        docs = ledger_subject(ctx.settings.prefix, ctx.tenant, ev.DOCUMENTS_TASK)
+        parts: dict[tuple[str, int], list[int]] = {}
+        hit: set[tuple[str, int]] = set()
+        async for m in scan_subject(ctx.nc.jetstream(), ctx.settings.stream, docs):
+            try:
+                event = decode_event(m.data or b"")
+            except Exception:  # noqa: BLE001, S112 - not a document version; the documents index passed it over
+                continue
+            p = ev.payload_of(event)
+            if not isinstance(p, ev.DocumentIngested):
+                continue
+            version = (p.doc_id, p.version)
+            parts.setdefault(version, []).append(m.metadata.sequence.stream)
+            if subject in p.data_subjects or holds(m.data or b"", patterns):
+                hit.add(version)
+        return sorted(s for v in hit for s in parts[v]), len(hit)
+
+    async def _generations(self, ctx: ForgetContext, patterns: list[bytes]) -> tuple[list[str], list[str]]:
+        # Those the ``generations`` step reaches anyway (the subject's, or of unknown subjects) are
+        # not read here: only the generations of other subjects' conversations can be copies.
+        rows = await ctx.pool.fetch("SELECT generation_id, frozen_uri, artifact_uri FROM context_generations"
+                                    " WHERE tenant = $1 AND subjects IS NOT NULL AND NOT ($2 = ANY(subjects))"
+                                    " ORDER BY generation_id", ctx.tenant, ctx.selector.subject)
+        gate = asyncio.Semaphore(READ_IN_FLIGHT)
+
+        async def holding(row: Any) -> bool:
+            async with gate:
+                for uri in (row["frozen_uri"], row["artifact_uri"]):
+                    if not uri:
+                        continue
+                    try:
+                        data = await ctx.artifacts.get(uri, tenant=ctx.tenant)
+                    except Exception:  # noqa: BLE001, S112 - an artifact gone holds nothing
+                        continue
+                    if holds(data, patterns):
+                        return True
+            return False
+
+        found = [r for r, hit in zip(rows, await asyncio.gather(*(holding(r) for r in rows)), strict=True) if hit]
+        uris = sorted({u for r in found for u in (r["frozen_uri"], r["artifact_uri"]) if u})
+        return [r["generation_id"] for r in found], uris
+
+    async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        if plan["document_seqs"]:
+            await self._documents(ctx, plan["document_seqs"])
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            for receipt_id in plan["receipts_redacted"]:
+                raw = await conn.fetchval("SELECT receipt FROM memory_receipts WHERE tenant = $1"
+                                          " AND receipt_id = $2", ctx.tenant, receipt_id)
+                if raw is not None:
+                    await conn.execute("UPDATE memory_receipts SET receipt = $3 WHERE tenant = $1"
+                                       " AND receipt_id = $2", ctx.tenant, receipt_id,
+                                       msgspec.json.encode(redact_query(_receipt.decode(bytes(raw)))))
+            await conn.execute("DELETE FROM memory_receipts WHERE tenant = $1 AND receipt_id = ANY($2::text[])",
+                               ctx.tenant, plan["receipts"])
+        gate = asyncio.Semaphore(READ_IN_FLIGHT)
+
+        async def erase(uri: str) -> None:
+            async with gate:
+                await ctx.erase_artifact(uri)
+
+        await asyncio.gather(*(erase(u) for u in plan["uris"]))
+        await ctx.pool.execute("DELETE FROM context_generations WHERE tenant = $1 AND generation_id = ANY($2::text[])",
+                               ctx.tenant, plan["generations"])
+        return {"needles": int(plan["needles"]), "document_versions": int(plan["document_versions"]),
+                "receipts_redacted": len(plan["receipts_redacted"]), "receipts": len(plan["receipts"]),
+                "generations": len(plan["generations"])}
+
+    async def _documents(self, ctx: ForgetContext, seqs: list[int]) -> None:
+        """Erase the document versions' messages, then make the tenant's document index exactly
+        what its ledger still holds (the ``documents`` step's rebuild, for one tenant)."""
+        await ctx.wait_watermark(DOCUMENTS_DURABLE, "document_watermark", "documents")
+        store = DocumentStore()
+        settings = ctx.settings
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            locked = await store.lock_watermark(conn)  # the live projection waits
+            upto = locked[0] if locked is not None else 0
+            await ctx.erase(seqs)
+            for table in _DOC_TABLES:
+                await conn.execute(f"DELETE FROM {table} WHERE tenant = $1", ctx.tenant)  # noqa: S608 - constant
+            docs = fold_tenant(await read_tenant(ctx.nc, settings, ctx.tenant, upto))
+            if docs:
+                await store.write(conn, ctx.tenant, docs, Vectors(load_embedder(settings)))
+
+
+def redact_query(receipt: ReadReceipt) -> ReadReceipt:
+    """``receipt`` without its request's query and key (the words a needle was found in)."""
+    request = {k: v for k, v in receipt.request.items() if k not in ("query", "key")}
+    return msgspec.structs.replace(receipt, request=request)
