@@ -36,9 +36,12 @@ import structlog
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
 from agentledger.contracts.memory_api import ReadReceipt
+from agentledger.core import integrity
 from agentledger.core.detect.personal import find_personal
+from agentledger.core.memory.tags import receipt_tag
 from agentledger.erasure.erase import scan_subject
 from agentledger.models.embedding import load_embedder
+from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import unseal
 from agentledger.services.context_builder.docs_replay import fold_tenant, read_tenant
 from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS_DURABLE
@@ -227,16 +230,25 @@ class DerivedHandler:
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         if plan["document_seqs"]:
             await self._documents(ctx, plan["document_seqs"])
+        keys = keys_of(ctx.settings)
+        doomed = list(plan["receipts"])
         async with ctx.pool.acquire() as conn, conn.transaction():
             for receipt_id in plan["receipts_redacted"]:
-                raw = await conn.fetchval("SELECT receipt FROM memory_receipts WHERE tenant = $1"
-                                          " AND receipt_id = $2", ctx.tenant, receipt_id)
-                if raw is not None:
-                    await conn.execute("UPDATE memory_receipts SET receipt = $3 WHERE tenant = $1"
-                                       " AND receipt_id = $2", ctx.tenant, receipt_id,
-                                       msgspec.json.encode(redact_query(_receipt.decode(bytes(raw)))))
+                found = await conn.fetchrow("SELECT receipt, mac FROM memory_receipts WHERE tenant = $1"
+                                            " AND receipt_id = $2", ctx.tenant, receipt_id)
+                if found is None:
+                    continue
+                raw = bytes(found[0])
+                if not integrity.matches(found[1], keys.mac_key_of, integrity.RECEIPT,
+                                         (receipt_id, ctx.tenant, raw)):
+                    doomed.append(receipt_id)  # edited outside the services: never re-tagged, it goes
+                    continue
+                data = msgspec.json.encode(redact_query(_receipt.decode(raw)))
+                await conn.execute("UPDATE memory_receipts SET receipt = $3, mac = $4 WHERE tenant = $1"
+                                   " AND receipt_id = $2", ctx.tenant, receipt_id, data,
+                                   receipt_tag(keys.current, keys.mac_key, receipt_id, ctx.tenant, data))
             await conn.execute("DELETE FROM memory_receipts WHERE tenant = $1 AND receipt_id = ANY($2::text[])",
-                               ctx.tenant, plan["receipts"])
+                               ctx.tenant, doomed)
         gate = asyncio.Semaphore(READ_IN_FLIGHT)
 
         async def erase(uri: str) -> None:
