@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 
 from agentledger.contracts.context_api import SystemPart, ToolSchema
 from agentledger.core import context as cx
+from agentledger.core.context.render import frame_tokens, group_of, group_tokens, unit_segment
+from agentledger.core.context.select import words_of
+from agentledger.core.context.units import SOURCE_RANK, W_REDUNDANCY
 from agentledger.models import tokens
 
 pytestmark = pytest.mark.timeout(900)
@@ -129,10 +132,6 @@ def optional_units(draw: st.DrawFn) -> list[cx.Unit]:
 def _reference(us: list[cx.Unit], budget: int, count: Callable[[str], int]) -> dict[str, str]:
     """The selection rule written the slow, obvious way: recompute every remaining unit's
     marginal value after each decision, decide the best; each unit's outcome and reason."""
-    from agentledger.core.context.render import frame_tokens, group_of, group_tokens, unit_segment
-    from agentledger.core.context.select import words_of
-    from agentledger.core.context.units import SOURCE_RANK, W_REDUNDANCY
-
     values = {u.id: cx.value(u) for u in us}
     seen: dict[str, str] = {}
     out: dict[str, str] = {}
@@ -145,11 +144,12 @@ def _reference(us: list[cx.Unit], budget: int, count: Callable[[str], int]) -> d
     shown: set[str] = set()
     taken: list[cx.Unit] = []
     room, framed, opened = budget, False, set()
+    def marginal(u: cx.Unit, shown: set[str]) -> float:
+        w = words_of(u.text)
+        return round(values[u.id] - W_REDUNDANCY * (len(w & shown) / len(w) if w else 0.0), 9)
+
     while left:
-        def marginal(u: cx.Unit) -> float:
-            w = words_of(u.text)
-            return round(values[u.id] - W_REDUNDANCY * (len(w & shown) / len(w) if w else 0.0), 9)
-        u = min(left, key=lambda u: (-marginal(u), SOURCE_RANK[u.source], u.id))
+        u = min(left, key=lambda u: (-marginal(u, shown), SOURCE_RANK[u.source], u.id))
         left.remove(u)
         g = group_of(u)
         extra = (0 if framed else frame_tokens(count)) + (group_tokens(g, count) if g and g not in opened else 0)
