@@ -73,9 +73,12 @@ def test_render_accounting_and_order() -> None:
     r = cx.render(units, system_parts=SYSTEM, tools=tools, count=count)
     assert list(r.unit_tokens) == ["system:rules", "tools", "goal", "mem:1", "turn:2", "turn:3", "input:4"]
     assert [m.role for m in r.messages] == ["system", "user", "user", "assistant", "user"]
-    assert r.messages[1].content.index("goal") < r.messages[1].content.index("mem:1")
+    data = r.messages[1].content
+    # A memory item is a line of the memory block (its id and version are in the trace).
+    assert data.index('id="goal"') < data.index('<data source="memory">\n- user prefers metric units\n</data>\n')
     assert r.tokens == count(r.text) == sum(r.unit_tokens.values()) + r.separator_tokens
-    assert r.separator_tokens == count("<|im_start|>user\n") + count("<|im_end|>\n")
+    assert r.separator_tokens == (count("<|im_start|>user\n") + count("<|im_end|>\n")
+                                  + count('<data source="memory">\n') + count("</data>\n"))
     assert r.system_tokens == r.unit_tokens["system:rules"] and r.tools_tokens == r.unit_tokens["tools"]
     assert r.budgeted_tokens == r.tokens - r.system_tokens - r.tools_tokens
     assert '{"description":"deploy a build","name":"deploy","parameters":{"type":"object"}}' in r.text

@@ -81,6 +81,7 @@ from agentledger.core.context import (
     plan,
     policy_version,
     public_key_from_bytes,
+    rank_relevance,
     render,
     select,
     source_digest,
@@ -92,6 +93,7 @@ from agentledger.core.context import (
 )
 from agentledger.core.context.render import system_segment, tools_segment
 from agentledger.core.dag import next_ready
+from agentledger.core.memory.keys import key_repeats_value
 from agentledger.core.memory.read import Bindings, allowed_scopes
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
@@ -118,9 +120,15 @@ GENERATION_SCHEMA = "context-generation/v1"
 _generation = msgspec.json.Decoder(Generation)
 # How long an identical concurrent build waits for the one that froze the generation first.
 TWIN_WAIT_S = 30.0
-# Most memory items and document chunks one build asks for.
-MEMORY_K = 10
-DOCUMENTS_K = 8
+# The candidates a build asks for, as a multiple of its budget: memory items whose rendered
+# tokens fill POOL_FACTOR budgets, and as many document chunks as would (at CHUNK_TOKENS each,
+# at least DOCUMENTS_MIN), so that selection has more to choose from than it can take.
+POOL_FACTOR = 3
+CHUNK_TOKENS = 300
+DOCUMENTS_MIN = 8
+DOCUMENTS_MAX = 200
+# The memory read's budget is capped as ``ReadRequest`` caps it.
+MEMORY_POOL_MAX = 200_000
 
 
 @dataclass
@@ -284,25 +292,30 @@ _RISKY_SOURCES = {"model_inference": 0.4, "external_document": 0.6, "tool_output
 
 
 def memory_units(reply: ReadReply) -> list[Unit]:
+    """One unit per item, in the read's order; relevance from that rank (``rank_relevance``).
+
+    Items are lines of the memory block of their kind and scope (``render``), so a line is
+    the value alone, or ``key: value`` when the key says more than the value's own words."""
     receipt = reply.receipt.receipt_id if reply.receipt is not None else ""
     out = []
-    for item in reply.items:
-        text = f"[{item.kind}:{item.key}] (erased)" if item.erased else f"[{item.kind}:{item.key}] {_json(item.value)}"
+    for rank, item in enumerate(reply.items, start=1):
+        value = "(erased)" if item.erased else _json(item.value)
+        text = value if item.erased or key_repeats_value(item.key, item.value) else f"{item.key}: {value}"
         out.append(Unit(id=f"memory:{item.record_id}", source="memory", text=text,
                         version=str(item.record_version), key=f"memory:{item.scope}:{item.key}",
-                        relevance=min(max(item.score or 0.0, 0.0), 1.0), verifiability=item.authority / 6,
+                        relevance=rank_relevance(rank), verifiability=item.authority / 6,
                         risk=_RISKY_SOURCES.get(item.source, 0.0), kind=item.kind,
                         gated="erased" if item.erased else None,
-                        attrs=(("receipt", receipt), ("scope", item.scope))))
+                        attrs=(("kind", item.kind), ("receipt", receipt), ("scope", item.scope))))
     return out
 
 
 def document_units(hits: Sequence[Any]) -> list[Unit]:
+    """One unit per chunk, in the search's order; relevance from that rank, as memory's."""
     out = []
-    best = max((h.score for h in hits), default=0.0) or 1.0
-    for h in hits:
+    for rank, h in enumerate(hits, start=1):
         out.append(Unit(id=h.unit_id, source="document", text=h.text, version=str(h.version),
-                        relevance=min(h.score / best, 1.0), verifiability=0.5, risk=0.3, kind="document",
+                        relevance=rank_relevance(rank), verifiability=0.5, risk=0.3, kind="document",
                         attrs=(("doc", h.doc_id), ("chunk", str(h.chunk_index)), ("source", h.source or ""))))
     return out
 
@@ -569,9 +582,9 @@ class Builder:
         b = budget(request.window_tokens, request.reserve_tokens, system_tokens, tools_tokens, counter.margin)
         variables, variable_subjects = await self._variables(state)
         common = wm_units(state, variables)
-        memory, memory_ids, memory_subjects = await self._memory(request)
+        memory, memory_ids, memory_subjects = await self._memory(request, b)
         common += memory
-        common += await self._documents(request)
+        common += await self._documents(request, b)
         head = {"generation_id": generation_id, "tenant": tenant, "task_id": task,
                 "input_ordinal": request.input_ordinal, "epoch": state.epoch, "lineage": lineage,
                 "encoding": counter.encoding, "exact": counter.exact, "margin": counter.margin,
@@ -743,16 +756,17 @@ class Builder:
                 subjects.add(var.sealed.subject)
         return out, subjects
 
-    async def _memory(self, request: BuildRequest) -> tuple[list[Unit], list[str], set[str]]:
-        """Memory units, the ids of the records read, and the data subjects of the personal
-        ones whose value was opened."""
+    async def _memory(self, request: BuildRequest, budget_tokens: int) -> tuple[list[Unit], list[str], set[str]]:
+        """Memory units (a read filling ``POOL_FACTOR`` times the build's budget, no item cap),
+        the ids of the records read, and the data subjects of the personal ones whose value
+        was opened."""
         if request.memory_query is None:
             return [], [], set()
         reply = await self.sources.memory(ReadRequest(
             tenant=request.tenant, query=request.memory_query, task_id=request.task_id,
             session_id=request.session_id, user_id=request.user_id, project_id=request.project_id,
-            k=MEMORY_K, encoding=request.encoding,
-            budget_tokens=max(1, min(200_000, request.window_tokens // 4)), purpose="context build"))
+            encoding=request.encoding, budget_tokens=max(1, min(MEMORY_POOL_MAX, POOL_FACTOR * budget_tokens)),
+            purpose="context build"))
         if reply is None:
             return [], [], set()
         ids = sorted({item.record_id for item in reply.items})
@@ -763,13 +777,13 @@ class Builder:
                      if (scope := item.scope).startswith("user/") and not scope.endswith("/")}
         return memory_units(reply), ids, subjects
 
-    async def _documents(self, request: BuildRequest) -> list[Unit]:
+    async def _documents(self, request: BuildRequest, budget_tokens: int) -> list[Unit]:
         if request.document_query is None or self.documents is None:
             return []
+        k = min(DOCUMENTS_MAX, max(DOCUMENTS_MIN, POOL_FACTOR * budget_tokens // CHUNK_TOKENS))
         try:
             vector = await self.documents.embed(request.document_query)
-            hits = await self.documents.search(self.store.pool, request.tenant, request.document_query,
-                                               vector, DOCUMENTS_K)
+            hits = await self.documents.search(self.store.pool, request.tenant, request.document_query, vector, k)
         except (OSError, UnavailableError) as exc:
             log.warning("context.documents_unavailable", error=type(exc).__name__)
             return []

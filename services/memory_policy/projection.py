@@ -50,7 +50,8 @@ class MemoryFold(SubjectFold[MemoryStore]):
         Rows("memory_records", "record", ("record_id",), (
             ("", ("scope_key", "key", "kind", "status", "authority", "sensitivity_rank", "schema_version",
                   "subject_version", "observed_at", "expires_at", "ledger_seq", "row")),
-            ("full-text vector", ("tsv",)), ("embedding", ("embedding",)), ("data subject", ("data_subject",))),
+            ("full-text vector", ("tsv", "doc_len")), ("embedding", ("embedding",)),
+            ("data subject", ("data_subject",))),
             vectors=frozenset({"embedding"})),
         Rows("memory_groups", "group", ("scope_key", "key"), (("", ("promoted_id", "seq", "state", "key_digest")),)),
         Rows("memory_history", "history event", ("event_id",), (

@@ -113,15 +113,16 @@ EXACT_SQL = _sql("SELECT row, {columns}, mac FROM memory_records WHERE {scope} A
 # gated records and their mean length (tokens); ``df``: per word, the hits holding it (every
 # gated record holding a word is a hit, so that is its document frequency over the gated set).
 # idf = ln(1 + (N - df + 0.5) / (df + 0.5)); a record's score is the sum over its query words of
-# idf · tf·(k1 + 1) / (tf + k1·(1 - b + b·len/avg_len)).
-_DOC_LEN = "(SELECT sum(greatest(cardinality(p.positions), 1)) FROM unnest(tsv) AS p)"
+# idf · tf·(k1 + 1) / (tf + k1·(1 - b + b·len/avg_len)). ``len`` is the stored ``doc_len`` (the
+# projection writes it with the tsvector), so the statistics read one small column of the gated
+# rows, never their tsvectors.
 _QUOTED = r"'''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''''"
 _TEXT = (
     "WITH terms AS MATERIALIZED (SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('simple', {query})) AS t),"
     " q AS (SELECT string_agg({quoted}, ' | ')::tsquery AS q FROM terms),"
-    " hits AS MATERIALIZED (SELECT record_id, row, mac, tsv, {doc_len}::float8 AS dl FROM memory_records"
+    " hits AS MATERIALIZED (SELECT record_id, row, mac, tsv, doc_len::float8 AS dl FROM memory_records"
     " WHERE {where} AND tsv @@ (SELECT q FROM q)),"
-    " stats AS (SELECT count(*)::float8 AS n, coalesce(avg({doc_len}), 1)::float8 AS avgdl"
+    " stats AS (SELECT count(*)::float8 AS n, coalesce(avg(doc_len), 1)::float8 AS avgdl"
     " FROM memory_records WHERE {where} AND tsv IS NOT NULL),"
     " tf AS (SELECT h.record_id, t.lexeme, greatest(cardinality(t.positions), 1)::float8 AS f, h.dl"
     " FROM hits h CROSS JOIN LATERAL unnest(h.tsv) AS t WHERE t.lexeme IN (SELECT lexeme FROM terms)),"
@@ -136,8 +137,7 @@ _TEXT = (
 def text_sql(where: str, query: str, limit: str) -> str:
     """The BM25 statement over the records ``where`` selects (the bench runs it ungated, with
     ``true``, as the baseline of the gated one); ``query`` and ``limit``: their parameters."""
-    return _sql(_TEXT, {"{where}": where, "{query}": query, "{limit}": limit, "{quoted}": _QUOTED,
-                        "{doc_len}": _DOC_LEN})
+    return _sql(_TEXT, {"{where}": where, "{query}": query, "{limit}": limit, "{quoted}": _QUOTED})
 
 
 TEXT_SQL = text_sql(_sql("{scope} AND {gates}"), "$8", "$9")

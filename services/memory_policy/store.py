@@ -42,7 +42,7 @@ from agentledger.core.memory.state import RecordRow
 from agentledger.core.memory.tags import record_tag
 from agentledger.projection.spec import WatermarkRow
 from agentledger.security.integrity_keys import IntegrityKeys
-from agentledger.stores.db import columns
+from agentledger.stores.db import MEMORY_DOC_LEN, columns
 
 WATERMARK = "memory"
 # Tables the projection consists of (what a rebuild empties and refills).
@@ -150,20 +150,23 @@ class MemoryStore(WatermarkRow):
         self._put_records = q(
             "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
             " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
-            " row, tsv, embedding, data_subject, mac)"
-            " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw,"
-            " CASE WHEN tx IS NULL THEN NULL ELSE to_tsvector('simple', tx) END, em::vector, ds, mc"
+            " row, tsv, doc_len, embedding, data_subject, mac)"
+            " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, t.tsv,"
+            " {doc_len}, em::vector, ds, mc"
             " FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[],"
             " $8::smallint[], $9::smallint[], $10::int[], $11::timestamptz[], $12::timestamptz[],"
             " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[], $18::text[])"
             " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds, mc)"
+            " CROSS JOIN LATERAL (SELECT CASE WHEN tx IS NULL THEN NULL"
+            " ELSE to_tsvector('simple', tx) END AS tsv) AS t"
             " ON CONFLICT (tenant, record_id) DO UPDATE SET scope_key = excluded.scope_key,"
             " key = excluded.key, kind = excluded.kind, status = excluded.status,"
             " authority = excluded.authority, sensitivity_rank = excluded.sensitivity_rank,"
             " schema_version = excluded.schema_version, subject_version = excluded.subject_version,"
             " observed_at = excluded.observed_at, expires_at = excluded.expires_at,"
-            " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv,"
-            " embedding = excluded.embedding, data_subject = excluded.data_subject, mac = excluded.mac")
+            " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv, doc_len = excluded.doc_len,"
+            " embedding = excluded.embedding, data_subject = excluded.data_subject, mac = excluded.mac"
+            .replace("{doc_len}", MEMORY_DOC_LEN.format(tsv="t.tsv")))
         self._drop_records = q("DELETE FROM {s}.memory_records WHERE tenant = $1"
                               " AND record_id = ANY($2::text[])")
         self._put_history = q(

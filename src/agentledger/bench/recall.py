@@ -11,8 +11,9 @@ document through ``context.ingest``. Each question then gets:
   ``max_sensitivity`` personal (the turns name people: the policy marks them personal);
 * ``context.build`` of a one-turn task holding the question, ``window_tokens`` = the budget,
   nothing reserved, ``memory_query`` and ``document_query`` the question (the build reads
-  memory with its own k in a quarter of the window, and its own number of chunks:
-  ``MEMORY_K``, ``DOCUMENTS_K`` in ``services/context_builder/build.py``);
+  memory without k in three times its budget and as many chunks as would fill it, then fills
+  its budget by marginal value: ``POOL_FACTOR`` in ``services/context_builder/build.py``,
+  docs/context.md);
 * the baseline, in the same run: Okapi BM25 (k1 1.2, b 0.75) over the same turn texts, ranked
   for the question and packed greedily into the budget with the same tokenizer (cl100k_base).
 

@@ -66,6 +66,9 @@ CONNECT_TIMEOUT_S = 5.0
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # (version, DDL). Append only: a deployed migration never changes.
+# The length BM25 normalises by: a tsvector's tokens (each lexeme's positions, at least one).
+MEMORY_DOC_LEN = "(SELECT sum(greatest(cardinality(p.positions), 1)) FROM unnest({tsv}) AS p)::int"
+
 _MIGRATIONS: list[tuple[int, str]] = [
     (1, """
         CREATE TABLE IF NOT EXISTS {s}.projector_watermark (
@@ -432,6 +435,13 @@ _MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE {s}.memory_groups ADD COLUMN IF NOT EXISTS key_digest text;
         CREATE INDEX IF NOT EXISTS memory_groups_digest ON {s}.memory_groups (tenant, scope_key, key_digest);
     """),
+    # BM25's document length, stored: the tokens of a memory record's lexical document (the sum
+    # of its lexemes' positions), written with its tsvector by the memory projection, so a read
+    # scores and averages lengths from a column instead of unnesting every gated tsvector.
+    (13, """
+        ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS doc_len int;
+        UPDATE {s}.memory_records SET doc_len = {doc_len} WHERE tsv IS NOT NULL AND doc_len IS NULL;
+    """.replace("{doc_len}", MEMORY_DOC_LEN.format(tsv="tsv"))),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]

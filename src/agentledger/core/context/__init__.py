@@ -60,7 +60,7 @@ from agentledger.core.context.render import (
     unescape_frame,
 )
 from agentledger.core.context.select import Selection, select
-from agentledger.core.context.units import Reduction, Unit, structured_reductions, value
+from agentledger.core.context.units import Reduction, Unit, rank_relevance, structured_reductions, value
 
 __all__ = [
     "REFUSALS", "AccountingError", "BudgetTooSmallError", "Counter", "InvalidSummaryError", "Reduction",
@@ -68,8 +68,8 @@ __all__ = [
     "cas_check", "checkpoint_id_for", "checkpoint_payload", "compact_structured", "counter_for",
     "empty_summary", "escape_data", "escape_frame", "forgotten_checkpoint", "generation_digest", "key_id",
     "lineage_id", "model_encoding", "parse_summary", "plan", "policy_version", "private_key_bytes",
-    "private_key_from_bytes", "public_key_bytes", "public_key_from_bytes", "receipt_payload", "render",
-    "select", "sign", "source_digest", "source_genesis", "stage_candidate", "structured_reductions",
+    "private_key_from_bytes", "public_key_bytes", "public_key_from_bytes", "rank_relevance", "receipt_payload",
+    "render", "select", "sign", "source_digest", "source_genesis", "stage_candidate", "structured_reductions",
     "summary_digest", "summary_text", "turn_tokens", "turn_unit", "unescape_data", "unescape_frame",
     "validate_summary", "value", "verify", "verify_checkpoint",
 ]

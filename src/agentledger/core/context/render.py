@@ -9,19 +9,26 @@ The rendered text is a sequence of **segments**, concatenated with nothing in be
 - if any data unit was selected, the **data message**: the separator ``<|im_start|>user\\n``,
   then one block per unit ``<data source="…" id="…" version="…">\\n{escaped text}\\n</data>\\n``
   in source order (goal, working_memory, checkpoint, memory, document, artifact), then the
-  separator ``<|im_end|>\\n``;
+  separator ``<|im_end|>\\n``. Units of a **listed** source (memory: many short items, where a
+  block of its own per item would cost more than the item) share one block per set of
+  attributes instead, ``<data source="memory" receipt="…" scope="…">\\n`` … ``</data>\\n``
+  (separators, paid by the first unit of the block taken), one line each:
+  ``- {escaped text}\\n``, a newline inside the text continued as ``\\n  ``. A listed line
+  names no id or version: the trace line of the same unit does, and the block's receipt
+  names every record it read;
 - each turn, by ordinal, then the current input: ``<|im_start|>{role}\\n{text}<|im_end|>\\n``
   (one segment each). A turn whose stored role is ``system`` is never a system message:
   it is a data block (``source="turn" role="system"``) inside a user message.
 
-Every segment starts with ``<`` and ends with a non-space character and one ``\\n``.
+Every segment starts with ``<`` (a listed line: ``-``) and ends with one ``\\n``.
 Both bundled encodings (cl100k_base, o200k_base) pre-split text with a regular expression
 before BPE, and such a boundary is always a split point of it (the newline ends the last
 piece of a segment, whatever precedes it; ``<`` starts the next piece), so the count of
 the whole text is exactly the sum of the counts of its segments:
 ``count(text) == sum(unit_tokens) + separator_tokens``, where ``separator_tokens`` is the
-data message's opening and closing. ``tests/test_context_properties.py`` checks this on
-random unicode; ``render`` re-counts the whole text and raises if a counter is not additive.
+data message's opening and closing and the shared blocks' tags.
+``tests/test_context_properties.py`` checks this on random unicode; ``render`` re-counts the whole
+text and raises if a counter is not additive.
 
 Escaping. Data text escapes ``&`` and ``<`` (``&amp;``, ``&lt;``), so it cannot close its
 block, open another or contain a message frame: a document saying "ignore previous
@@ -41,7 +48,7 @@ import msgspec
 from msgspec import Struct
 
 from agentledger.contracts.context_api import ChatMessage, SystemPart, ToolSchema
-from agentledger.core.context.units import DATA_SOURCES, SOURCE_RANK, Unit
+from agentledger.core.context.units import DATA_SOURCES, LISTED_SOURCES, SOURCE_RANK, Unit
 from agentledger.errors import AgentLedgerError, ContractError
 
 Count = Callable[[str], int]
@@ -63,7 +70,8 @@ class Rendered(Struct, frozen=True):
 
     ``unit_tokens``: tokens of every segment that belongs to a unit (system parts as
     ``system:{name}``, the tools as ``tools``, then the selected units by id), in render
-    order. ``separator_tokens``: the data message's frame. ``tokens == count(text) ==
+    order. ``separator_tokens``: the data message's frame and the shared blocks' opening and
+    closing. ``tokens == count(text) ==
     sum(unit_tokens) + separator_tokens``; ``budgeted_tokens`` is what counts against the
     budget ``B`` (everything but the system parts and the tools).
     """
@@ -123,13 +131,47 @@ def data_block(unit: Unit, text: str | None = None) -> str:
     return f"<data {head}>\n{escape_data(body)}\n</data>\n"
 
 
+def is_listed(unit: Unit) -> bool:
+    """Rendered as one line of a block shared with the units of its source and attributes."""
+    return unit.source in LISTED_SOURCES
+
+
+Group = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def group_of(unit: Unit) -> Group | None:
+    """The shared block a listed unit is a line of (its source and attributes); None otherwise."""
+    return (unit.source, tuple(sorted(unit.attrs))) if is_listed(unit) else None
+
+
+def group_open(group: Group) -> str:
+    source, attrs = group
+    head = " ".join(f'{k}="{_attr(v)}"' for k, v in (("source", source), *attrs))
+    return f"<data {head}>\n"
+
+
+GROUP_CLOSE = "</data>\n"
+
+
+def group_tokens(group: Group, count: Count) -> int:
+    """Tokens of a shared block's opening and closing (paid once, by its first unit taken)."""
+    return count(group_open(group)) + count(GROUP_CLOSE)
+
+
+def listed_line(text: str) -> str:
+    """One listed unit: ``- {escaped text}\\n``, inner newlines continued with two spaces."""
+    return f"- {escape_data(text).replace(chr(10), chr(10) + '  ')}\n"
+
+
 def is_data(unit: Unit) -> bool:
     """Rendered inside the data message (everything but turns and the current input)."""
     return unit.source in DATA_SOURCES
 
 
 def unit_segment(unit: Unit, text: str | None = None) -> str:
-    """The segment a unit renders to (its data block, or its whole turn message)."""
+    """The segment a unit renders to (its line, its data block, or its whole turn message)."""
+    if is_listed(unit):
+        return listed_line(unit.text if text is None else text)
     if is_data(unit):
         return data_block(unit, text)
     role = unit.role or "user"
@@ -178,11 +220,47 @@ def frame_tokens(count: Count) -> int:
 
 
 def render_order(units: Sequence[Unit]) -> tuple[list[int], list[int]]:
-    """Indices of the data units (by source, then given order) and of the turns (by ordinal, input last)."""
-    data = sorted((i for i, u in enumerate(units) if is_data(u)), key=lambda i: (SOURCE_RANK[units[i].source], i))
+    """Indices of the data units (by source, then shared block in order of first appearance,
+    then given order) and of the turns (by ordinal, input last)."""
+    first: dict[Group, int] = {}
+    for i, u in enumerate(units):
+        g = group_of(u)
+        if g is not None:
+            first.setdefault(g, i)
+
+    def data_key(i: int) -> tuple[int, int, int]:
+        g = group_of(units[i])
+        return SOURCE_RANK[units[i].source], first[g] if g is not None else i, i
+
+    data = sorted((i for i, u in enumerate(units) if is_data(u)), key=data_key)
     turns = sorted((i for i, u in enumerate(units) if not is_data(u)),
                    key=lambda i: (units[i].source == "input", units[i].ordinal or 0, i))
     return data, turns
+
+
+def _data_blocks(data: Sequence[Unit], texts: dict[str, str], count: Count,
+                 unit_tokens: dict[str, int]) -> tuple[list[str], int]:
+    """The data message's segments between its frame (blocks, listed lines and their shared
+    blocks' tags), each data unit's tokens added to ``unit_tokens``; and the separator tokens
+    (the frame and the shared blocks' tags)."""
+    out: list[str] = []
+    separators = frame_tokens(count)
+    group: Group | None = None
+    for u in data:
+        g = group_of(u)
+        if g != group:  # close the shared block open before, open this unit's
+            if group is not None:
+                out.append(GROUP_CLOSE)
+            if g is not None:
+                out.append(group_open(g))
+                separators += group_tokens(g, count)
+            group = g
+        segment = unit_segment(u, texts.get(u.id))
+        out.append(segment)
+        unit_tokens[u.id] = count(segment)
+    if group is not None:
+        out.append(GROUP_CLOSE)
+    return out, separators
 
 
 def render(units: Sequence[Unit], *, system_parts: Sequence[SystemPart] = (), tools: Sequence[ToolSchema] = (),
@@ -216,16 +294,8 @@ def render(units: Sequence[Unit], *, system_parts: Sequence[SystemPart] = (), to
     data, turns = render_order(units)
     separator_tokens = 0
     if data:
-        blocks = []
-        segments.append(DATA_OPEN)
-        for i in data:
-            u = units[i]
-            block = data_block(u, texts.get(u.id))
-            blocks.append(block)
-            segments.append(block)
-            unit_tokens[u.id] = count(block)
-        segments.append(DATA_CLOSE)
-        separator_tokens = frame_tokens(count)
+        blocks, separator_tokens = _data_blocks([units[i] for i in data], texts, count, unit_tokens)
+        segments += [DATA_OPEN, *blocks, DATA_CLOSE]
         messages.append(ChatMessage("user", "".join(blocks)))
     for i in turns:
         u = units[i]

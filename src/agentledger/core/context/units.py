@@ -28,11 +28,17 @@ W_RELEVANCE = 0.5
 W_VERIFIABILITY = 0.3
 W_FRESHNESS = 0.2
 LAMBDA_RISK = 0.5
+# Selection's marginal value: a unit's value less this times its redundancy, the share of its
+# distinct words the context already shows (``select``).
+W_REDUNDANCY = 0.2
 
 Source = Literal["goal", "working_memory", "checkpoint", "turn", "input", "memory", "document", "artifact"]
 # Sources rendered as provenance-tagged data blocks (low privilege, never instructions).
 DATA_SOURCES: frozenset[str] = frozenset({"goal", "working_memory", "checkpoint", "memory", "document",
                                           "artifact"})
+# Data sources whose units are lines of one shared block (per source and attributes), not a
+# block each: memory items are short, and a block's tags would cost more than the item.
+LISTED_SOURCES: frozenset[str] = frozenset({"memory"})
 # Sources rendered as chat turns with their own role.
 TURN_SOURCES: frozenset[str] = frozenset({"turn", "input"})
 # Fixed order of the data blocks in the data message, then of the turns.
@@ -84,6 +90,17 @@ class Unit(Struct, frozen=True, omit_defaults=True):
     gated: str | None = None
     reductions: tuple[Reduction, ...] = ()
     attrs: tuple[tuple[str, str], ...] = ()
+
+
+# Reciprocal rank fusion's constant: a candidate source's rank r becomes relevance
+# (RRF_K + 1) / (RRF_K + r), 1 for the first of every source, so memory items and document
+# chunks ranked by different searches meet on one scale (their order, not their raw scores).
+RRF_K = 60
+
+
+def rank_relevance(rank: int) -> float:
+    """The relevance of the ``rank``-th candidate (from 1) of a ranked source, in (0, 1]."""
+    return (RRF_K + 1) / (RRF_K + max(rank, 1))
 
 
 def _clamp(x: float) -> float:
