@@ -27,7 +27,8 @@ PINNED_CLEAN = [
     ("full", 1.0, 90.0, 1.0, 0.346, 1.0, 0.0, 0.538),
     ("summary", 0.6, 50.0, 0.0, 0.625, 0.556, 0.167, 0.333),
     ("vector", 0.6, 50.0, 0.0, 0.833, 0.556, 0.0, 0.0),
-    ("structured", 1.0, 90.0, 1.0, 0.818, 1.0, 0.0, 0.0),
+    # Contradiction 0.077: Working Memory lists the superseded patch v1 beside v2 (docs/evaluation.md).
+    ("structured", 1.0, 90.0, 1.0, 0.643, 1.0, 0.0, 0.077),
 ]
 
 
