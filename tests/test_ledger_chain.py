@@ -177,6 +177,10 @@ async def test_edited_ledger_is_refused_on_every_read(settings: Settings, kind: 
             return "integrity_violation" in codes
 
         await assert_eventually(refused_by_the_fold)
+        # wm.get does not serve the state folded up to the break as the task's.
+        with pytest.raises(IntegrityViolationError) as refused:
+            await stack.c.working_memory(TENANT, task)
+        assert refused.value.code == "integrity_violation" and f"task {task!r}" in refused.value.message
 
 
 async def test_live_lane_refuses_a_forged_event_after_a_restart(settings: Settings) -> None:
@@ -201,9 +205,14 @@ async def test_live_lane_refuses_a_forged_event_after_a_restart(settings: Settin
         with pytest.raises(IntegrityViolationError) as info:
             await stack.append([variable("t1", "owner", "carol")])
         assert "index 4 " in info.value.message
-        await stack.append([created("t2")])
+        seq2 = await stack.append([created("t2")])
         state = await projected_state(settings, "t1")
         assert state.variables["owner"].value == "bob" and state.events_applied == 3
+        with pytest.raises(IntegrityViolationError) as info:
+            await stack.c.working_memory(TENANT, "t1")
+        assert "fails its chain" in info.value.message
+        # Another task is served.
+        assert (await stack.c.working_memory(TENANT, "t2", min_seq=seq2, wait_ms=10_000)).seq >= seq2
 
 
 async def test_tail_cut_is_named_by_verify_against_the_witness(settings: Settings,

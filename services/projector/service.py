@@ -495,6 +495,15 @@ class Projector(Shell):
         gap = task_gap(self._span, row["seq"])
         if gap is not None:
             raise gap
+        if row["broken_at"] is not None:
+            # Its ledger fails its chain there (a forged, edited or moved event): the state folded
+            # up to it is not the task's, so nothing is served as if the ledger were whole.
+            log.error("projector.integrity_violation", seq=row["broken_at"], where="ledger")
+            self.integrity_violations += 1
+            raise IntegrityViolationError(
+                f"the ledger of task {ref.task_id!r} of tenant {ref.tenant!r} fails its chain at sequence "
+                f"{row['broken_at']}: an event was changed, forged or moved outside the services "
+                "(`agentledger verify` names it)", where="ledger")
         try:
             state = check_view_row(row, keys_of(self.settings).mac_key_of, ref.tenant, ref.task_id,
                                    ref.transcript_tail)

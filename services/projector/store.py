@@ -256,17 +256,23 @@ _VARIABLES_JSON = ("(SELECT string_agg(convert_to(to_json(v.name)::text, 'UTF8')
                    " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables_input")
 _TURN_ARRAYS = (" array_agg(x.turn ORDER BY x.ordinal) AS turns, array_agg(x.ordinal ORDER BY x.ordinal)"
                 " AS ordinals, array_agg(x.mac ORDER BY x.ordinal) AS turn_macs")
-_GET_TASK = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs"
+# ``broken_at``: the first ledger sequence of the task whose chain check failed (the projector's
+# ``integrity_violation`` rejection row), or NULL: such a task is refused, not served at its last
+# good event as if its ledger were whole.
+_BROKEN_AT = ("(SELECT min(r.seq) FROM {s}.rejections r WHERE r.tenant = t.tenant AND r.task_id = t.task_id"
+              " AND r.code = 'integrity_violation') AS broken_at")
+_GET_TASK = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs, {broken}"
              " FROM {s}.task_state t LEFT JOIN LATERAL (SELECT {turns} FROM {s}.task_turns x"
              " WHERE x.tenant = t.tenant AND x.task_id = t.task_id) tu ON true"
              " WHERE t.tenant = $1 AND t.task_id = $2"
-             ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS)
-_GET_TASK_TAIL = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs"
+             ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS).replace("{broken}", _BROKEN_AT)
+_GET_TASK_TAIL = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordinals, tu.turn_macs, {broken}"
                   " FROM {s}.task_state t LEFT JOIN LATERAL (SELECT {turns} FROM"
                   " (SELECT u.turn, u.ordinal, u.mac FROM {s}.task_turns u WHERE u.tenant = t.tenant"
                   " AND u.task_id = t.task_id ORDER BY u.ordinal DESC LIMIT $3) x) tu ON true"
                   " WHERE t.tenant = $1 AND t.task_id = $2"
-                  ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS)
+                  ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS
+                            ).replace("{broken}", _BROKEN_AT)
 _REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
                      " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
@@ -493,8 +499,8 @@ class Store:
 
     async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
                        transcript_tail: int | None = None) -> asyncpg.Record | None:
-        """(seq, core bytes, mac, variables, variables_input, turns, ordinals, turn_macs) of
-        one task, or None.
+        """(seq, core bytes, mac, variables, variables_input, turns, ordinals, turn_macs,
+        broken_at) of one task, or None.
 
         ``variables`` is the inside of the view's JSON object (members joined by commas),
         ``variables_input`` the same rows for the task tag's digest; ``turns`` every turn
