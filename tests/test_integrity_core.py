@@ -73,3 +73,10 @@ def test_a_damaged_key_file_is_refused_with_the_reason(tmp_path: Path) -> None:
     path.write_text('{"version": 9, "current": 1, "epochs": {}}')
     with pytest.raises(AgentLedgerError, match="version 9 is not supported"):
         integrity_keys.load(path)
+
+
+def test_the_mac_of_fixed_input_never_changes() -> None:
+    """Stored tags must keep verifying across releases: a change of the byte layout (order,
+    length prefixes, type marks) would refuse every row and event ever tagged."""
+    got = integrity.mac(KEY, integrity.LEDGER_LINK, ["acme", "t1", 3, None, True, b"body"]).hex()
+    assert got == "fa8400da428596cdf58c56a8e8cf6f154eb445995eea324fdb3bb5ee8feaa8a0"
