@@ -133,3 +133,25 @@ async def test_an_edited_receipt_is_refused(mem: Mem) -> None:
                                "receipt, 'UTF8'), '\"selected\"', '\"gated\"'), 'UTF8')")
     with pytest.raises(IntegrityViolationError):
         await mem.c.memory_receipts(TENANT, task_id="t9")
+
+
+
+async def test_an_edited_record_does_not_keep_out_the_one_it_would_override(mem: Mem) -> None:
+    """Only the winners a read is about to return are checked, so a tampered record must not win
+    the merge silently: the project's record of a key overrides the tenant's; its value edited
+    (its bytes no longer match its tag), the read refuses it, merges again, and returns the
+    tenant's genuine record instead of nothing."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("wide", "the deploy region is eu-west-1", key="deploy region", level="tenant", scope_id=None),
+        proposal("narrow", "the deploy region is eu-central-1", key="deploy region")])
+    wide, narrow = (d.record_id for d in reply.decisions)
+    before = await mem.c.memory_read(TENANT, "deploy region", key="deploy region", project_id="p1", k=1)
+    assert [i.record_id for i in before.items] == [narrow], before.receipt.candidates
+    db = mem.stack.db
+    assert db is not None
+    await db.execute("UPDATE memory_records SET row = convert_to(replace(convert_from(row, 'UTF8'),"
+                     " 'eu-central-1', 'attacker-host'), 'UTF8') WHERE record_id = $1", narrow)
+    read = await mem.c.memory_read(TENANT, "deploy region", key="deploy region", project_id="p1", k=1)
+    assert [(i.record_id, i.value) for i in read.items] == [(wide, "the deploy region is eu-west-1")], \
+        read.receipt.candidates
+    assert integrity_dropped(read, narrow), read.receipt.candidates

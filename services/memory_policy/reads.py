@@ -191,6 +191,8 @@ class Candidate:
     review: bool = False
     value: Any = None
     erased: bool = False
+    # The stored bytes and tag it was read with: checked (``Checked``) once it would be returned.
+    stored: tuple[bytes, str | None] = (b"", None)
 
     @property
     def record_id(self) -> str:
@@ -359,22 +361,21 @@ class Reader:
                     c = found.setdefault(row.record_id, Candidate(row))
                     c.found_by.append("key")
                     c.gates = _exact_gates(r, request, row)
-                    check(c, r[0], r["mac"])
+                    c.stored = (r[0], r["mac"])
             if request.query.strip():
                 for sql, arg, source in ((TEXT_SQL, request.query, "text"),
                                          (VECTOR_SQL, query_vector, "vector")):
                     ranking = []
                     for r in await conn.fetch(sql, *gate_args, arg, limit):
                         c = self._found(found, decode_row(r[0]), source, request)
-                        if check(c, r[0], r["mac"]):
-                            ranking.append(c.record_id)
+                        c.stored = (r[0], r["mac"])
+                        ranking.append(c.record_id)
                     rankings.append(ranking)
-            self._refused(check.refused)
             exact = [rid for rid, c in found.items() if "key" in c.found_by]
             for rid, relevance in fuse(rankings, exact=exact).items():
                 found[rid].relevance = relevance
             return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),
-                                      now=now, started=started)
+                                      now=now, started=started, check=check)
 
     def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, request: ReadRequest) -> Candidate:
         """Adds a search hit to ``found`` (the gates passed, as PostgreSQL says)."""
@@ -392,7 +393,15 @@ class Reader:
 
     async def _finish(self, conn: asyncpg.Connection, caller: Caller, request: ReadRequest, *,
                       scopes: list[str], found: list[Candidate], now: datetime,
-                      started: float) -> ReadReply:
+                      started: float, check: Checked) -> ReadReply:
+        """Score, merge by key, take the first ``k`` (or all) winners and fill the budget.
+
+        Integrity is checked where it decides what is returned: every winner about to be
+        taken is verified (``check``); one that fails is refused (its gates become one failed
+        ``integrity`` gate) and the merge runs again without it, so a forged or edited row can
+        neither be returned nor keep out the record it would have overridden. Losers and
+        records below ``k`` are not checked (they change nothing returned): about ``k`` tags a
+        read instead of one per candidate."""
         passed = [c for c in found if c.passed]
         last_read = dict(await conn.fetch(LAST_READ_SQL, request.tenant, [c.record_id for c in passed]))
         for c in passed:
@@ -400,10 +409,16 @@ class Reader:
             c.review = needs_review(body.review_at, now) or idle(
                 c.authority, body.confidence, last_read.get(c.record_id) or body.observed_at, now)
             c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now, review=c.review)
-        winners, overridden = merge_candidates(passed)
-        winners.sort(key=lambda c: read_order("key" in c.found_by, c.score, c.observed_at, c.record_id))
-        cap = request.k if request.k is not None else len(winners)
-        chosen, below = winners[:cap], winners[cap:]
+        while True:
+            winners, overridden = merge_candidates(passed)
+            winners.sort(key=lambda c: read_order("key" in c.found_by, c.score, c.observed_at, c.record_id))
+            cap = request.k if request.k is not None else len(winners)
+            chosen, below = winners[:cap], winners[cap:]
+            verdicts = [check(c, *c.stored) for c in chosen]  # every one checked, not up to the first
+            if all(verdicts):
+                break
+            passed = [c for c in passed if c.record_id not in check.refused]
+        self._refused(check.refused)
         for c in chosen:
             c.value, c.erased = await self._open(c.row, request.tenant)
         selection = select_within_budget(chosen, request.budget_tokens,

@@ -118,19 +118,24 @@ async def gated(conn: asyncpg.Connection, q: Query, limit: int) -> int:
 
 async def decoded(conn: asyncpg.Connection, q: Query, limit: int, key_of: KeyOf | None) -> int:
     """The two search statements of one read, each row decoded as the service decodes it, and
-    with ``key_of`` each candidate checked as the service checks it (``reads.Checked``: its
-    tag, its scope, every gate again on the verified row); rows read."""
+    with ``key_of`` checked as the service checks them: the ``K`` records a read of ``k = K``
+    returns (``reads._finish`` verifies the winners it is about to return, each once: its
+    tag, its scope, every gate again on the verified row), here the first ``K`` distinct ones
+    found; rows read."""
     now = datetime.now(UTC)
     args = q.gate_args(now)
     check = None if key_of is None else Checked(q.tenant, q.scopes, key_of,
                                                 ReadRequest(tenant=q.tenant, query=q.text), now)
+    found: dict[str, tuple[Candidate, bytes, str | None]] = {}
     n = 0
     for sql, arg in ((TEXT_SQL, q.text), (VECTOR_SQL, q.vector)):
         for r in await conn.fetch(sql, *args, arg, limit):
             row = decode_row(r[0])
-            if check is not None:
-                check(Candidate(row, gates=passed_all(False)), r[0], r["mac"])
+            found.setdefault(row.record_id, (Candidate(row, gates=passed_all(False)), r[0], r["mac"]))
             n += 1
+    if check is not None:
+        for c, data, tag in list(found.values())[:K]:
+            check(c, data, tag)
     return n
 
 
