@@ -20,8 +20,10 @@ from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.contracts.codec import decode_event, encode
 from agentledger.core import checkpoint as cp_mod
+from agentledger.core import ledger_chain
 from agentledger.core.reducer import fold
 from agentledger.core.state import Changes, encode_state, new_state, view
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector import rebuild as replay
 from agentledger.services.projector.service import Projector
 from agentledger.services.projector.store import REFUSED, Store
@@ -38,10 +40,21 @@ pytest_plugins = ["projection_fixtures"]
 
 async def republish(ledger: Ledger, ev: dict[str, Any], tag: str) -> int:
     """Store ``ev`` again under a message id JetStream has not seen: what a retry after the dedupe
-    window does (the event id inside is the same)."""
+    window does (the event id inside is the same). Linked into its task's chain as the writer
+    links every message (an unchained message in a chained task is refused as a forgery); left
+    unchained in a task published raw, unchained (events written before chaining)."""
     tenant, task = ev["tenant"], ev["task_id"]
-    ack = await ledger.js.publish(ledger_subject(ledger.settings.prefix, tenant, task), encode(ev),
-                                  headers={MSG_ID: msg_id(tenant, task, ev["event_id"]) + tag})
+    subject = ledger_subject(ledger.settings.prefix, tenant, task)
+    last = await ledger.js.get_msg(ledger.settings.stream, subject=subject)
+    keys = keys_of(ledger.settings)
+    head = ledger_chain.own_head(keys.mac_key_of, tenant=tenant, task=task, seq=int(last.seq or 0),
+                                 body=last.data or b"", headers=last.headers)
+    body = encode(ev)
+    headers = {MSG_ID: msg_id(tenant, task, ev["event_id"]) + tag}
+    if head is not None:
+        headers[ledger_chain.CHAIN] = ledger_chain.link(keys.current, keys.mac_key, head, tenant=tenant, task=task,
+                                                        body=body, headers=headers)[0]
+    ack = await ledger.js.publish(subject, body, headers=headers)
     return int(ack.seq)
 
 
@@ -135,7 +148,7 @@ async def test_the_one_statement_batch_keeps_nothing_when_a_guard_fails(
         async def write(expected: int, projection: int, claims: list[tuple[str, str, str, int]]) -> None:
             await store.write_batch(conn, name=WATERMARK_NAME, expected=expected, projection=projection,
                                     watermark=pos.seq + 1, claims=claims,
-                                    tasks=[(TENANT, "t9", pos.seq + 1, b"{}", "h")],
+                                    tasks=[(TENANT, "t9", pos.seq + 1, b"{}", "h", "1:" + "0" * 64)],
                                     variables=[(TENANT, "t9", "x", pos.seq + 1, b"1")], turns=[],
                                     rejections=[])
 

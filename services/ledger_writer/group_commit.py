@@ -40,9 +40,10 @@ its per-task index and the tag of the task's previous message. It is made in ``_
 the head the message is committed after: the expectation names that head's sequence, so the
 server refuses the message if anything else was stored on its task since, and the link can
 never be to the wrong predecessor. The head is what this committer learnt from its own acks
-(kept beside ``_known``); only a subject it knows nothing of costs one direct get of the
-message at the expectation (after a start, or another writer's append), whose own tag is
-checked before anything links to it. Nothing else is read per append.
+(kept beside ``_known``); only a subject it knows nothing of costs one get of the message at
+the expectation (after a start, or another writer's append), asked of the stream's leader (a
+lagging replica would answer an older head), whose own tag is checked before anything links
+to it. Nothing else is read per append.
 
 A duplicate is only a duplicate if it says the same thing. Every message
 carries its event's digest (``Agentledger-Digest``); when the server reports an
@@ -612,19 +613,26 @@ class GroupCommitter:
             return known[1] if known is not None else GENESIS
         if known is not None and (expected is None or known[0] == expected):
             return known[1]
-        query = {"seq": expected} if expected is not None else {"last_by_subj": unit.subject}
+        # Asked of the stream's leader, not as a direct get: on a cluster any replica answers a
+        # direct get, and one that lags answers "none" or an older message. A fenced unit has no
+        # expectation to refuse a link to such a head, and even with one the expectation is
+        # right while the head read is not: either way the chain would fork (index 1 again
+        # after index 140, found by the cluster chaos tests).
+        js = self._nc.jetstream()
         try:
-            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}",
-                                           json.dumps(query).encode(), timeout=self._timeout)
-        except (NatsTimeout, NoRespondersError) as exc:
-            raise UnavailableError("the ledger did not answer a direct get of the task's last "
-                                   "message") from exc
-        headers = reply.headers or {}
-        if headers.get("Nats-Subject") != unit.subject or not headers.get("Nats-Sequence"):
-            return GENESIS  # none, or another task's: the expectation refuses the unit
+            if expected is not None:
+                msg = await js.get_msg(self._stream, seq=expected)
+            else:
+                msg = await js.get_msg(self._stream, subject=unit.subject)
+        except nats.js.errors.NotFoundError:
+            return GENESIS  # none: a new task (or the expectation refuses the unit)
+        except (NatsTimeout, NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
+            raise UnavailableError("the ledger did not answer a get of the task's last message") from exc
+        if msg.subject != unit.subject or not msg.seq:
+            return GENESIS  # another task's message: the expectation refuses the unit
         assert self._keys is not None
         head = ledger_chain.own_head(self._keys.mac_key_of, tenant=unit.tenant, task=unit.task_id,
-                                     seq=int(headers["Nats-Sequence"]), body=reply.data, headers=headers)
+                                     seq=int(msg.seq), body=msg.data or b"", headers=msg.headers or {})
         return head if head is not None else GENESIS
 
     async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
