@@ -7,11 +7,15 @@ message deletes (JetStream cannot lift that), so a forget could only purge it an
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import nats.js.errors
 import pytest
 from nats.js.client import JetStreamContext
 
 from agentledger.config import Settings
+from agentledger.erasure.erase import kv_removed, live_kv_keys
 from agentledger.runtime import commands
 from agentledger.security import auth
 from agentledger.security.bindings import bindings_bucket
@@ -19,7 +23,7 @@ from agentledger.security.kek_epochs import KekRing
 from agentledger.security.sealing import Keyring
 from agentledger.stores import bucket_migration
 from agentledger.stores.bucket_migration import make_erasable, side_stream
-from agentledger.stores.buckets import open_kv
+from agentledger.stores.buckets import kv_stream_config, open_kv
 from agentledger.stores.leases import LeaseTable
 
 
@@ -114,5 +118,35 @@ async def test_buckets_made_now_allow_erasing_and_up_rebuilds_old_ones(settings:
         await commands.ensure_erasable_buckets(settings)
         info = await js.stream_info(f"KV_{bindings_bucket(settings.prefix)}")
         assert info.config.deny_delete is False and info.state.messages == 1
+    finally:
+        await nc.close()
+
+
+async def test_a_ttl_removal_marker_is_not_a_live_key(settings: Settings) -> None:
+    """Protects forget plans and key listings of KV buckets: a key whose TTL ended leaves the
+    server's removal marker (``Nats-Marker-Reason``, no ``KV-Operation``), and it holds no
+    value; a deleted key neither. Before ``live_kv_keys`` the leases plan listed such a key."""
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        js = nc.jetstream()
+        bucket = f"{settings.prefix}_ttl"
+        await js.add_stream(kv_stream_config(bucket, marker_ttl_s=600))
+        await js.publish(f"$KV.{bucket}.acme.kept", b"kept")
+        await js.publish(f"$KV.{bucket}.acme.expiring", b"short", msg_ttl=1)
+        await js.publish(f"$KV.{bucket}.acme.deleted", b"gone")
+        await js.publish(f"$KV.{bucket}.acme.deleted", b"", headers={"KV-Operation": "DEL"})
+        await js.publish(f"$KV.{bucket}.globex.other", b"other tenant")
+        # The marker replaces the value once the server's TTL sweep has run (its own pace).
+        deadline = time.monotonic() + 120
+        while True:
+            last = await js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.acme.expiring")
+            if "Nats-Marker-Reason" in (last.headers or {}):
+                break
+            assert time.monotonic() < deadline, "the server never wrote the TTL marker"
+            await asyncio.sleep(0.2)
+        assert kv_removed(last.headers)
+        assert await live_kv_keys(js, bucket, "acme.>") == ["acme.kept"]
+        assert await live_kv_keys(js, bucket, ">") == ["acme.kept", "globex.other"]
+        assert await live_kv_keys(js, f"{settings.prefix}_absent", ">") == []
     finally:
         await nc.close()

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_event
 from agentledger.erasure import evict
-from agentledger.erasure.erase import delete_denied, erase_seqs, scan_subject, subject_seqs
+from agentledger.erasure.erase import delete_denied, erase_seqs, live_kv_keys, scan_subject, subject_seqs
 from agentledger.security.bindings import bindings_bucket
 from agentledger.services.projector.lane import durable_name
 from agentledger.services.projector.store import Store
@@ -274,14 +274,7 @@ async def _kv_erase(ctx: ForgetContext, bucket: str, keys_filter: str) -> tuple[
 
 async def _kv_plan(ctx: ForgetContext, bucket: str, keys_filter: str) -> dict[str, Any]:
     """The keys of ``bucket`` matching ``keys_filter`` that hold a value now."""
-    prefix = f"$KV.{bucket}."
-    try:
-        keys = {m.subject[len(prefix):] async for m in scan_subject(
-            ctx.nc.jetstream(), f"KV_{bucket}", prefix + keys_filter, headers_only=True)
-            if not (m.headers or {}).get("KV-Operation")}
-    except nats.js.errors.NotFoundError:
-        keys = set()
-    return {"filter": keys_filter, "keys": sorted(keys)}
+    return {"filter": keys_filter, "keys": await live_kv_keys(ctx.nc.jetstream(), bucket, keys_filter)}
 
 
 def _left(plan: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -108,6 +108,28 @@ async def scan_subject(js: JetStreamContext, stream: str, subject: str, *, after
             await sub.unsubscribe()
 
 
+def kv_removed(headers: dict[str, str] | None) -> bool:
+    """Whether a KV message says its key holds no value: a delete, a purge, or the server's
+    marker of a TTL removal (``Nats-Marker-Reason``, which carries no ``KV-Operation``)."""
+    return bool(headers) and (bool(headers.get("KV-Operation")) or "Nats-Marker-Reason" in headers)
+
+
+async def live_kv_keys(js: JetStreamContext, bucket: str, keys_filter: str) -> list[str]:
+    """The keys of KV ``bucket`` matching ``keys_filter`` that hold a value now, sorted.
+
+    Each key's last message decides (a bucket may keep history), read in one scan of the
+    bucket's stream; a bucket that does not exist holds none.
+    """
+    prefix = f"$KV.{bucket}."
+    live: dict[str, bool] = {}
+    try:
+        async for msg in scan_subject(js, f"KV_{bucket}", prefix + keys_filter, headers_only=True):
+            live[msg.subject[len(prefix):]] = not kv_removed(msg.headers)
+    except nats.js.errors.NotFoundError:
+        return []
+    return sorted(key for key, held in live.items() if held)
+
+
 async def subject_seqs(js: JetStreamContext, stream: str, subject: str, *, after: int = 0,
                        keep: Callable[[str], bool] | None = None) -> list[int]:
     """Sequences of the messages of ``stream`` on ``subject`` (wildcards allowed) after ``after``;

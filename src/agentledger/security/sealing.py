@@ -49,7 +49,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.core.validate import has_personal_content
-from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, scan_subject
+from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, kv_removed, live_kv_keys, scan_subject
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
 from agentledger.security.kek_epochs import KekRing
 from agentledger.security.private_files import write_private
@@ -257,15 +257,9 @@ class Keyring:
         finish raises ``unavailable``: a forget's plan never takes a short list for the list.
         """
         await self._store()
-        prefix = f"$KV.{self._bucket}.{tenant}."
-        live: dict[str, bool] = {}
-        try:
-            async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + (only or ">"),
-                                          headers_only=True):
-                live[msg.subject[len(prefix):]] = not (msg.headers or {}).get("KV-Operation")
-        except nats.js.errors.NotFoundError:
-            return []
-        return sorted(name for name, held in live.items() if held)
+        prefix = f"{tenant}."
+        keys = await live_kv_keys(self._js, self._bucket, prefix + (only or ">"))
+        return [key[len(prefix):] for key in keys]
 
     async def destroy_subject(self, tenant: str, subject: str) -> DestroyReceipt:
         """Destroy the tenant's key of ``subject`` and a key stored for it before keys were
@@ -305,7 +299,7 @@ class Keyring:
                     msg = await self._js.get_last_msg(stream, kv_subject)
                 except NotFoundError:
                     break
-                if msg.data and not (msg.headers or {}).get("KV-Operation"):
+                if msg.data and not kv_removed(msg.headers):
                     with contextlib.suppress(msgspec.DecodeError):
                         key_ids.append(msgspec.json.decode(msg.data, type=_WrappedKey).key_id)
                 assert msg.seq is not None
@@ -367,7 +361,7 @@ class Keyring:
         last: dict[str, tuple[int, bytes]] = {}
         try:
             async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + ">"):
-                if (msg.headers or {}).get("KV-Operation") or not msg.data:
+                if kv_removed(msg.headers) or not msg.data:
                     last.pop(msg.subject[len(prefix):], None)
                 else:
                     last[msg.subject[len(prefix):]] = (msg.metadata.sequence.stream, msg.data)

@@ -23,7 +23,7 @@ import structlog
 from nats.js.api import StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
-from agentledger.erasure.erase import scan_subject
+from agentledger.erasure.erase import kv_removed, scan_subject
 from agentledger.stores.buckets import kv_stream_config
 
 log = structlog.get_logger()
@@ -71,7 +71,7 @@ async def _copy_out(js: JetStreamContext, bucket: str, config: StreamConfig) -> 
     copied = 0
     async for msg in scan_subject(js, f"KV_{bucket}", f"$KV.{bucket}.>"):
         headers = msg.headers or {}
-        if headers.get("KV-Operation") or "Nats-Marker-Reason" in headers:
+        if kv_removed(headers):
             continue  # a delete, purge or TTL-removal marker: no entry to keep
         kept = {k: v for k, v in headers.items() if not k.startswith(_NOT_COPIED)}
         if "Nats-TTL" in headers:

@@ -37,6 +37,7 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError
 
 from agentledger.contracts.api import MAX_LEASE_TTL_S
+from agentledger.erasure.erase import kv_removed
 from agentledger.errors import UnavailableError
 from agentledger.stores.buckets import kv_stream_config
 from agentledger.stores.lease_state import PENDING, Fence, GrantLedger, Lease, LeaseError, decode_lease
@@ -202,9 +203,7 @@ class LeaseBucket:
         revision = int(msg.seq or 0)
         if known is not None and known.revision == revision:
             return  # the copy is current: keep what was verified of it
-        headers = msg.headers or {}
-        removed = headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers
-        lease = None if removed else decode_lease(msg.data)
+        lease = None if kv_removed(msg.headers) else decode_lease(msg.data)
         self._keep(key, Entry(lease, revision, None))
 
     async def _latest(self, key: str) -> Any:
