@@ -468,20 +468,24 @@ def measure(cases: list[Case], held_out_only: bool = False) -> Figures:
 
 
 # Measured on the detector as it was before the unseen family existed (commit a68bbe5), per
-# family: (attacks active, attacks, controls held, controls). Printed beside today's figures.
+# family: (attacks active, attacks, controls held, controls); the blind family's on the detector
+# it was written against (commit c04de3f). Printed beside today's figures.
 BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_out": (0, 131, 0, 30),
-                                                "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15)}
+                                                "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15),
+                                                "blind": (129, 176, 2, 70)}
 
 
 def families() -> dict[str, Figures]:
     """Today's figures per family: ``tuned``, ``held_out`` (its held-out part only), ``unseen``
     (``bench/poisoning_unseen.py``, written apart from the detector) and ``probe`` (written after
-    the rules were generalised on ``unseen``, never tuned on: the honest figure for new wordings)."""
-    from agentledger.bench import poisoning_unseen  # noqa: PLC0415 - it imports this module
+    the rules were generalised on ``unseen``) and ``blind`` (``bench/poisoning_blind.py``, written
+    before the structural rules of issue 22 and never tuned on: the honest figure for new wordings)."""
+    from agentledger.bench import poisoning_blind, poisoning_unseen  # noqa: PLC0415 - they import this module
 
     return {"tuned": measure(corpus(**TUNED)),  # type: ignore[arg-type]
             "held_out": measure(corpus(**HELD_OUT), held_out_only=True),  # type: ignore[arg-type]
-            "unseen": measure(poisoning_unseen.corpus()), "probe": measure(poisoning_unseen.probe())}
+            "unseen": measure(poisoning_unseen.corpus()), "probe": measure(poisoning_unseen.probe()),
+            "blind": measure(poisoning_blind.corpus())}
 
 
 def bench_poisoning() -> None:
