@@ -36,8 +36,6 @@ attack (a security article) is a mention and is not reported, unless something i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import re
 import unicodedata
@@ -385,10 +383,8 @@ _HIDDEN = re.compile(
     r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
     re.IGNORECASE | re.DOTALL | re.MULTILINE)
 _WORDS = re.compile(r"[^\W\d_]{2,}")
-# Encoded text: base64 and hex runs long enough to hold a sentence; rot13 is tried on the whole
-# text when a sentence of it reads as rot13 (``_rot13_reads_better``).
-_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
-_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+# Encoded text (base64, base32, hex: ``unveil.encoded_runs``) is decoded; rot13 is tried on the
+# whole text when a sentence of it reads as rot13 (``_rot13_reads_better``).
 _ROT13 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
                        "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm")
 # What splits one instruction without changing what a model reads: markup tags and the joins
@@ -434,33 +430,6 @@ def hidden_parts(text: str) -> list[tuple[int, int]]:
     return out
 
 
-def _readable(data: bytes) -> str | None:
-    """``data`` as text when it is text (UTF-8, printable, with words), else None."""
-    try:
-        decoded = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    printable = sum(c.isprintable() or c.isspace() for c in decoded)
-    return decoded if printable >= 0.95 * len(decoded) and _WORDS.search(decoded) else None
-
-
-def _decoded(text: str) -> list[tuple[str, int, int]]:
-    """Texts encoded in ``text`` (base64, hex), each with the span of its encoding."""
-    out: list[tuple[str, int, int]] = []
-    for m in _BASE64.finditer(text):
-        token = m.group()
-        try:
-            data = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        if (decoded := _readable(data)) is not None:
-            out.append((decoded, *m.span()))
-    for m in _HEX.finditer(text):
-        if (decoded := _readable(bytes.fromhex(m.group()))) is not None:
-            out.append((decoded, *m.span()))
-    return out
-
-
 def _unsplit(text: str) -> tuple[str, list[int]] | None:
     """``text`` without markup tags and concatenation joins, with the index of each character."""
     if not _SPLIT_INSIDE.search(text):
@@ -503,7 +472,7 @@ def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] |
                 by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
     if derived:
         return
-    for decoded, start, end in _decoded(text):
+    for decoded, start, end in unveil.encoded_runs(text):
         _match(decoded, by_kind, span=(start, end), derived=True)
     if _rot13_reads_better(text):
         _match(text.translate(_ROT13), by_kind, derived=True)  # letter for letter: same coordinates
