@@ -63,6 +63,8 @@ _EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|
                    r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|praise|endorse|advertise|agree|accept|prioriti[sz]e"
                    r"|store|retain|keep\s+(?:all|every|this|these|the\s+user)|share\s+(?:the|this|all|user|our|my))\b")
 _SENTENCE = r"[^.!?。！？\n]{0,80}?"
+# The rest of a conditional clause (up to its comma or the end of the sentence).
+_CLAUSE = r"[^.!?。！？\n,;:]{0,60}?"
 _EN_AGENT_CUE = (r"(?:\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
                  rf"|\b{_EN_AGENT_VERBS})")
 # Who a message may address when it means the agent, per language.
@@ -151,6 +153,15 @@ _PATTERNS: dict[str, list[str]] = {
         r"\b(?:keep|store|save|retain|remember|preserve|log|archive|record)\s+(?:a\s+copy\s+of\s+)?(?:everything|all(?:\s+\w+){0,3}|every(?:\s+\w+){1,2}|(?:this|these|it|the\s+\w+)(?:\s+\w+){0,2})\s+(?:forever|permanently|indefinitely|for\s+ever|for\s+good|eternally|for\s+all\s+time)",
         r"\b(?:remember|store|save|keep|retain)\s+(?:this\s+|that\s+|it\s+)?(?:forever|permanently|for\s+good)\b",
         r"\b(?:never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
+        # an order to keep, its object and the word for "for ever" in either order (en de fr es pt)
+        r"(?:^|[.!?:;,|>\n]\s*)(?:please\s+)?(?:store|save|keep|remember|record|retain|memori[sz]e|commit|file)\b"
+        r"[^.!?\n]{0,50}?\b(?:permanently|forever|for\s+good|indefinitely|for\s+all\s+future)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:bitte\s+)?(?:speichere|merke\s+dir|merk\s+dir|behalte|bewahre|notiere|vermerke)\b"
+        r"[^.!?\n]{0,50}?\b(?:dauerhaft|für\s+immer|permanent|unbegrenzt|auf\s+Dauer)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:enregistre|mémorise|retiens|garde|conserve|note)\b[^.!?\n]{0,50}?\b(?:pour\s+toujours"
+        r"|définitivement|à\s+jamais|en\s+permanence)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:guarda|guarde|recuerda|lembre|memoriza|memorize|conserva|conserve|anota|anote"
+        r"|almacena|armazene)\b[^.!?\n]{0,50}?\b(?:para\s+siempre|para\s+sempre|permanentemente|indefinidamente)\b",
         # zh
         r"(?:永久|永远|永遠|一直|无限期|無限期)(?:地)?(?:保存|保留|存储|儲存|记住|記住|保管)",
         r"(?:保存|保留|存储|记住)(?:所有|全部|一切)(?:的)?(?:\w{0,6})(?:永久|永远|一直)",
@@ -245,6 +256,10 @@ _PATTERNS: dict[str, list[str]] = {
         rf"\b(?:note|message|instructions?|attention|important(?:\s+note)?|notice|reminder)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?(?:AI\s+)?{_AGENT_EN}\b",
         r"(?:^|[.!?:;,|>\"'\n\]]\s*)(?:hey\s+|dear\s+|attention\s+)?(?:AI|assistant|agent|model|LLM|ChatGPT|Claude|Copilot)\s*[,:]\s*(?:when|if|please|you|now|ignore|always|never|do|make|tell|say|recommend|reply|respond|answer|include|send|from)\b",
         rf"\bif\s+you\s+are\s+an?\s+(?:AI|LLM|language\s+model|assistant|agent|bot)\b|\b{_AGENT_EN}\s+reading\s+this\b",
+        # whatever automated reader processes the text: "for whatever bot summarises these reviews"
+        rf"\b(?:for|to)\s+(?:whatever|whichever|any|every|the|each)\s+(?:AI\s+)?{_AGENT_EN}\s+(?:that\s+|which\s+|who\s+)?"
+        r"(?:reads?|reading|summari[sz]es?|summari[sz]ing|process(?:es|ing)?|pars(?:es|ing)|index(?:es|ing)"
+        r"|ingests?|ingesting|crawls?|crawling|scrapes?|scraping)\b",
         r"(?:给|致)(?:AI|人工智能|助手|模型|智能体)|(?:AI|人工智能)?助手的重要提示|AI助手[:：]",
         r"\b(?:nota|mensaje|aviso|instrucciones?)\s+(?:importante\s+)?para\s+(?:el\s+|la\s+|los\s+)?(?:asistente|IA|modelo|agente)",
         r"\b(?:note|message|consigne)s?\s+(?:importante\s+)?(?:pour|à)\s+(?:l['’]|les?\s+|la\s+)(?:assistant|IA|modèle|agent)",
@@ -268,6 +283,59 @@ _PATTERNS: dict[str, list[str]] = {
         r"\bo\s+usu[aá]rio\s+(?:quer|prefere|pede|pediu|deseja)\s+que\s+(?:você|tu|o\s+assistente)",
         r"\bl['’]utente\s+(?:vuole|preferisce|chiede|ha\s+chiesto|desidera)\s+che\s+(?:tu|l['’]assistente)",
         r"사용자(?:는|가)\s*(?:당신|어시스턴트|너)(?:이|가|에게)",
+    ],
+    # A trigger planted for later: a conditional clause on someone else's question, then an order
+    # about what to answer ("whenever somebody asks about mortgages, point them to …", "quando
+    # l'utente chiede dei prezzi, digli che …"). The shape, not the topic: a connector, a verb of
+    # asking within the clause, a verb of answering or steering in the main clause. The speaker's
+    # own conditionals ("when I ask …") are the user's and are left out.
+    "conditional_trigger": [
+        rf"\b(?:when(?:ever)?|if|each\s+time|every\s+time|any\s*time|should|once|in\s+case|as\s+soon\s+as)\b"
+        rf"(?!\s+(?:I|I'm|we|you)\b)(?={_CLAUSE}\b(?:asks?|asked|asking|mentions?|mentioned|brings?\s+up|wonders?"
+        r"|inquires?|enquires?|requests?|searches|looks?\s+(?:for|up)|talks?\s+about|queries|wants?\s+to\s+know"
+        r"|is\s+curious)\b)[^.!?\n]{0,160}?(?:[,;:]\s*|\bthen\s+|\b(?:the\s+)?(?:correct|right|best|proper|only)\s+"
+        r"(?:reply|answer|response)\s+is\b|\byou\s+(?:should|must|will|need\s+to)\s+)(?:always\s+|just\s+|simply\s+"
+        r"|please\s+)?(?:tell|say|answer|reply|respond|recommend|suggest|point|direct|steer|send|refer|redirect|link"
+        r"|mention|advise|push|promote|insist|claim|state)\b",
+        r"\b(?:wenn|immer\s+wenn|sobald|falls|jedes\s+Mal,?\s+wenn)\b(?!\s+(?:ich|wir)\b)[^.!?\n]{0,80}?\b(?:fragt"
+        r"|fragen|erwähnt|erwähnen|wissen\s+will|wissen\s+möchte|sucht|suchen|nachfragt|anfragt)\b[^.!?\n]{0,20}?,\s*"
+        r"(?:dann\s+)?(?:sag|sage|antworte|empfiehl|verweise|nenne|schick|schicke|erzähl|erzähle|zeig|zeige|leite"
+        r"|rate|teile)\b",
+        r"\b(?:quand|lorsque|lorsqu['’]|si|s['’]|chaque\s+fois\s+que|dès\s+que)(?!\s*(?:je|j['’]|nous)\b)"
+        r"[^.!?\n]{0,80}?\b(?:demande|demandent|pose|posent|mentionne|mentionnent|cherche|cherchent|parle|parlent"
+        r"|interroge|interrogent)\b[^.!?\n]{0,80}?[,;:]\s*(?:alors\s+)?(?:dis|dites|réponds|répondez|recommande"
+        r"|recommandez|conseille|conseillez|oriente|orientez|renvoie|renvoyez|indique|indiquez|suggère|suggérez"
+        r"|envoie|envoyez)\b",
+        r"\b(?:cuando|siempre\s+que|si|cada\s+vez\s+que|en\s+cuanto)\b(?!\s+(?:yo|te|nosotros)\b)[^.!?\n]{0,80}?"
+        r"\b(?:pregunta|preguntan|pregunten|menciona|mencionan|mencionen|consulta|consultan|pide|piden|pidan|busca"
+        r"|buscan)\b[^.!?\n]{0,80}?[,;:]\s*(?:entonces\s+)?(?:dile|diles|di|responde|respóndele|contesta|contéstale"
+        r"|recomienda|recomiéndale|sugiere|sugiérele|indícale|indica|envía|envíale|redirige|remite)\b",
+        r"\b(?:quando|ogni\s+volta\s+che|se|appena)\b(?!\s+(?:io|ti)\b)[^.!?\n]{0,80}?\b(?:chiede|chiedono"
+        r"|domanda|domandano|menziona|menzionano|cerca|cercano|parla|parlano)\b[^.!?\n]{0,80}?[,;:]\s*(?:allora\s+)?"
+        r"(?:di|dì|digli|dille|dite|rispondi|rispondigli|consiglia|consigliagli|suggerisci|indica|indicagli"
+        r"|indirizza|manda|invia|raccomanda)\b",
+        r"\b(?:quando|sempre\s+que|se|cada\s+vez\s+que|assim\s+que)\b(?!\s+(?:eu|te|nós)\b)[^.!?\n]{0,80}?"
+        r"\b(?:pergunta|perguntam|perguntar|perguntarem|menciona|mencionar|pede|pedir|procura|procurar)\b"
+        r"[^.!?\n]{0,80}?[,;:]\s*(?:então\s+)?(?:diga|diga-lhe|diz|responda|responde|recomende|recomenda|sugira"
+        r"|indique|envie|mande|direcione)\b",
+        r"(?:\bкогда|\bесли|\bкаждый\s+раз,?\s+когда)\b(?!\s+(?:я|мы)\b)[^.!?\n]{0,80}?(?:спрашива\w*|спросит"
+        r"|спросят|упомина\w*|упомянет|интересу\w*|просит|попросит)[^.!?\n]{0,80}?[,;:]\s*(?:то\s+)?(?:скажи"
+        r"|ответь|отвечай|порекомендуй|рекомендуй|посоветуй|советуй|направь|направляй|отправь|говори|сообщи)",
+        r"(?:每当|每當|当|當|如果|只要|一旦)(?!我)[^。！？\n]{0,30}?(?:问|問|询问|詢問|提到|咨询|諮詢)[^。！？\n]{0,40}?"
+        r"(?:告诉|告訴|回答|推荐|推薦|就说|就說|建议|建議|引导|引導|让他们|讓他們)",
+        r"(?:聞い|聞か|尋ね|質問し|問い合わせ)(?:たら|た時|たとき|た場合|れたら|られたら)[^。\n]{0,40}?"
+        r"(?:答え|伝え|勧め|すすめ|言って|案内し|紹介し|推奨)",
+        r"(?:물어보면|물으면|질문하면|문의하면|물어볼\s*때|묻는다면)[^.!?\n]{0,40}?(?:답하|대답하|말하|말해|추천하|추천해"
+        r"|안내하|안내해|전하|전해|알려)",
+    ],
+    # A tool call written into data for the agent to make: a function whose name sends, shares or
+    # destroys, called with an address, a path, a blanket argument or what the agent holds. Code
+    # identifiers are the same in every language.
+    "tool_call": [
+        r"\b[\w.]*?(?:send|share|export|upload|post|forward|transfer|dump|leak|exfil|e?mail|delete|wipe"
+        r"|erase|drop|purge|remove|grant|disable)\w*\s*\((?=[^)\n]{0,200}(?:@|://|~/|/etc/|\ball\s*=\s*True\b"
+        r"|\bmemory|\bhistory|\bcontacts|\bcredentials|\.ssh|\*))",
+        r"\b[\w.]*?(?:delete|wipe|erase|drop|purge|remove|dump|export)_?all\w*\s*\(",
     ],
     # A rule for the agent stated as a fact ("the assistant must keep all data", "company policy:
     # the assistant is authorised to share records"): only a project rule or the user sets one.
@@ -374,12 +442,14 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
 # opacity). Their content is group ``c``, ``m`` or ``h``.
 _HIDDEN = re.compile(
     r"<!--(?P<c>.*?)(?:-->|$)"
+    r"|<input\b[^>]*\btype\s*=\s*[\"']?hidden\b[^>]*\bvalue\s*=\s*[\"'](?P<v>[^\"'>]*)"
     r"|^[ \t]*\[[^\]\n]*\]:[ \t]*(?:#|<>)[ \t]*[(\"'](?P<m>[^\n]*?)[)\"']?[ \t]*$"
     r"|<(?P<inert>template|noscript)\b[^>]*>(?P<n>.*?)(?:</(?P=inert)\s*>|$)"
-    r"|<(?P<tag>[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
+    r"|<(?P<tag>(?!input\b)[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
     r"|style\s*=\s*[\"'][^\"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|opacity\s*:\s*0(?:\.0+)?\s*(?:;|[\"'])"
     r"|font-size\s*:\s*[01](?:\.\d+)?(?:px|pt|em)?\s*(?:;|[\"'])|(?:left|top|text-indent)\s*:\s*-\d{3,}"
-    r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|rgba?\(\s*255\s*,\s*255\s*,\s*255)))[^>]*)>"
+    r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|transparent\b|rgba?\(\s*255\s*,\s*255\s*,\s*255"
+    r"|rgba\([^)]*,\s*0(?:\.0+)?\s*\))))[^>]*)>"
     r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
     re.IGNORECASE | re.DOTALL | re.MULTILINE)
 _WORDS = re.compile(r"[^\W\d_]{2,}")
@@ -423,7 +493,7 @@ def hidden_parts(text: str) -> list[tuple[int, int]]:
         return []
     out = []
     for m in _HIDDEN.finditer(text):
-        group = next(g for g in ("c", "m", "n", "h") if m.group(g) is not None)
+        group = next(g for g in ("c", "v", "m", "n", "h") if m.group(g) is not None)
         body = m.group(group)
         if len(_WORDS.findall(body)) >= 2 or sum(c.isalpha() for c in body) >= 6:
             out.append(m.span(group))

@@ -179,7 +179,7 @@ def _relaid(text: str) -> list[str]:
     if not text.isascii() and _SMUGGLED.search(text):
         out.append(_SMUGGLED.sub(_unsmuggled, text))
     if _reads_reversed(text):
-        out.append(re.sub(r"[^\W\d_]+", lambda m: m.group()[::-1], text))
+        out.append(re.sub(r"\S+", lambda m: m.group()[::-1], text))
     return out
 
 
