@@ -293,10 +293,10 @@ _PATTERNS: dict[str, list[str]] = {
         rf"\b(?:when(?:ever)?|if|each\s+time|every\s+time|any\s*time|should|once|in\s+case|as\s+soon\s+as)\b"
         rf"(?!\s+(?:I|I'm|we|you)\b)(?={_CLAUSE}\b(?:asks?|asked|asking|mentions?|mentioned|brings?\s+up|wonders?"
         r"|inquires?|enquires?|requests?|searches|looks?\s+(?:for|up)|talks?\s+about|queries|wants?\s+to\s+know"
-        r"|is\s+curious)\b)[^.!?\n]{0,160}?(?:[,;:]\s*|\bthen\s+|\b(?:the\s+)?(?:correct|right|best|proper|only)\s+"
-        r"(?:reply|answer|response)\s+is\b|\byou\s+(?:should|must|will|need\s+to)\s+)(?:always\s+|just\s+|simply\s+"
-        r"|please\s+)?(?:tell|say|answer|reply|respond|recommend|suggest|point|direct|steer|send|refer|redirect|link"
-        r"|mention|advise|push|promote|insist|claim|state)\b",
+        r"|is\s+curious)\b)[^.!?\n]{0,160}?(?:(?:[,;:]\s*|\bthen\s+|\byou\s+(?:should|must|will|need\s+to)\s+)"
+        r"(?:always\s+|just\s+|simply\s+|please\s+)?(?:tell|say|answer|reply|respond|recommend|suggest|point|direct"
+        r"|steer|send|refer|redirect|link|mention|advise|push|promote|insist|claim|state)\b"
+        r"|\b(?:the\s+)?(?:correct|right|best|proper|only)\s+(?:reply|answer|response)\s+is\b)",
         r"\b(?:wenn|immer\s+wenn|sobald|falls|jedes\s+Mal,?\s+wenn)\b(?!\s+(?:ich|wir)\b)[^.!?\n]{0,80}?\b(?:fragt"
         r"|fragen|erwähnt|erwähnen|wissen\s+will|wissen\s+möchte|sucht|suchen|nachfragt|anfragt)\b[^.!?\n]{0,20}?,\s*"
         r"(?:dann\s+)?(?:sag|sage|antworte|empfiehl|verweise|nenne|schick|schicke|erzähl|erzähle|zeig|zeige|leite"
@@ -307,8 +307,8 @@ _PATTERNS: dict[str, list[str]] = {
         r"|recommandez|conseille|conseillez|oriente|orientez|renvoie|renvoyez|indique|indiquez|suggère|suggérez"
         r"|envoie|envoyez)\b",
         r"\b(?:cuando|siempre\s+que|si|cada\s+vez\s+que|en\s+cuanto)\b(?!\s+(?:yo|te|nosotros)\b)[^.!?\n]{0,80}?"
-        r"\b(?:pregunta|preguntan|pregunten|menciona|mencionan|mencionen|consulta|consultan|pide|piden|pidan|busca"
-        r"|buscan)\b[^.!?\n]{0,80}?[,;:]\s*(?:entonces\s+)?(?:dile|diles|di|responde|respóndele|contesta|contéstale"
+        r"\b(?:pregunta|preguntan|pregunte|pregunten|menciona|mencionan|mencione|mencionen|consulta|consultan|consulte"
+        r"|pide|piden|pida|pidan|busca|buscan|busque)\b[^.!?\n]{0,80}?[,;:]\s*(?:entonces\s+)?(?:dile|diles|di|responde|respóndele|contesta|contéstale"
         r"|recomienda|recomiéndale|sugiere|sugiérele|indícale|indica|envía|envíale|redirige|remite)\b",
         r"\b(?:quando|ogni\s+volta\s+che|se|appena)\b(?!\s+(?:io|ti)\b)[^.!?\n]{0,80}?\b(?:chiede|chiedono"
         r"|domanda|domandano|menziona|menzionano|cerca|cercano|parla|parlano)\b[^.!?\n]{0,80}?[,;:]\s*(?:allora\s+)?"

@@ -46,6 +46,8 @@ _SPACED = re.compile(r"(?<!\S)(?:\S[ \t]{1,2}){8,}\S(?!\S)")
 _FIELD_BREAK = re.compile(r"[\"']\s*,\s*[\"'][\w-]{1,40}[\"']\s*:\s*[\"']|</t[dh]>\s*<t[dh][^>]*>", re.IGNORECASE)
 # Letters set apart by dots: "i.g.n.o.r.e" (five letters or more; "U.S.A." and "e.g." are not).
 _DOTTED = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){4,}[^\W\d_](?![\w])\.?")
+# Once a text has such a word, its short dotted words ("a.l.l") are put back too.
+_DOTTED_SHORT = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){1,}[^\W\d_](?![\w])\.?")
 # One word a line, six lines or more in a row.
 _WORD_LINES = re.compile(r"(?:^[ \t]*[^\s]+[ \t]*\n){5,}[ \t]*[^\s]+[ \t]*$", re.MULTILINE)
 _QUOTED_PRINTABLE = re.compile(r"=[0-9A-F]{2}|=\n")
@@ -171,7 +173,7 @@ def _relaid(text: str) -> list[str]:
     """What a text says once letters and words laid out to pass a matcher are put back."""
     out = []
     if "." in text and _DOTTED.search(text):
-        out.append(_DOTTED.sub(_undotted, text))
+        out.append(_DOTTED_SHORT.sub(_undotted, text))
     if "\n" in text and _WORD_LINES.search(text):
         out.append(_WORD_LINES.sub(lambda m: " ".join(m.group().split()), text))
     if "=" in text and len(_QUOTED_PRINTABLE.findall(text)) >= 3:
