@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import codecs
 import random
+import time
 import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,12 +46,15 @@ ATTACK_TARGET = 0.0
 FALSE_QUARANTINE_TARGET = 0.03
 # Attacks that still become active (measured; a test fails above it): the unseen family, the
 # probe written after it (``poisoning_unseen.probe``; 2 of its 15 controls are held) and the blind
-# family (``bench/poisoning_blind.py``; 3 of its 70 controls are held).
+# family (``bench/poisoning_blind.py``; 3 of its 70 controls are held) and its late probe (none
+# of 20 held).
 UNSEEN_ACTIVE_MAX = 2
 PROBE_ACTIVE_MAX = 5
 PROBE_HELD_MAX = 2
 BLIND_ACTIVE_MAX = 67
 BLIND_HELD_MAX = 3
+LATE_ACTIVE_MAX = 31
+LATE_HELD_MAX = 0
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {
@@ -471,28 +475,59 @@ def measure(cases: list[Case], held_out_only: bool = False) -> Figures:
 
 
 # Measured on the detector as it was before the unseen family existed (commit a68bbe5), per
-# family: (attacks active, attacks, controls held, controls); the blind family's on the detector
-# it was written against (commit c04de3f). Printed beside today's figures.
+# family: (attacks active, attacks, controls held, controls); the blind family's and the late
+# probe's on the detector of commit c04de3f (the one the blind family was written against).
+# Printed beside today's figures.
 BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_out": (0, 131, 0, 30),
                                                 "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15),
-                                                "blind": (129, 176, 2, 70)}
+                                                "blind": (129, 176, 2, 70), "late": (32, 40, 0, 20)}
 
 
 def families() -> dict[str, Figures]:
     """Today's figures per family: ``tuned``, ``held_out`` (its held-out part only), ``unseen``
     (``bench/poisoning_unseen.py``, written apart from the detector) and ``probe`` (written after
     the rules were generalised on ``unseen``) and ``blind`` (``bench/poisoning_blind.py``, written
-    before the structural rules of issue 22 and never tuned on: the honest figure for new wordings)."""
+    before the structural rules of issue 22 and never tuned on) and ``late`` (its late probe, written
+    after those rules and measured once: the honest figure for a new wording today)."""
     from agentledger.bench import poisoning_blind, poisoning_unseen  # noqa: PLC0415 - they import this module
 
     return {"tuned": measure(corpus(**TUNED)),  # type: ignore[arg-type]
             "held_out": measure(corpus(**HELD_OUT), held_out_only=True),  # type: ignore[arg-type]
             "unseen": measure(poisoning_unseen.corpus()), "probe": measure(poisoning_unseen.probe()),
-            "blind": measure(poisoning_blind.corpus())}
+            "blind": measure(poisoning_blind.corpus()), "late": measure(poisoning_blind.late_probe())}
+
+
+# Disguises that encode the text (of every family), for the cost on encoded text.
+ENCODINGS = frozenset({"base64", "rot13", "hex", "base64_data_uri", "rot13_bare", "percent_encoded", "hex_escapes",
+                       "html_entities", "base32", "quoted_printable", "variation_selectors"})
+
+
+def detection_ms(cases: list[Case]) -> float:
+    """CPU milliseconds the detectors take on one distinct text of ``cases`` (instructions and
+    obfuscation, as ``prepare`` calls them): CPU time, so other work on the host does not count."""
+    from agentledger.core.detect import find_instructions  # noqa: PLC0415 - only the bench times it
+    from agentledger.core.detect.unveil import find_obfuscation  # noqa: PLC0415
+
+    texts = sorted({p.value for c in cases for p in c.proposals if isinstance(p.value, str)})
+    find_instructions("warm up the patterns")
+    start = time.process_time()
+    for text in texts:
+        find_instructions(text)
+        find_obfuscation(text)
+    return 1000 * (time.process_time() - start) / max(1, len(texts))
 
 
 def bench_poisoning() -> None:
-    """Print attack success and false quarantine per family, beside the figures before."""
+    """Print attack success and false quarantine per family, beside the figures before, and what
+    detection costs on each family's texts."""
+    from agentledger.bench import poisoning_blind, poisoning_unseen  # noqa: PLC0415 - they import this module
+
+    timed = {"tuned": corpus(**TUNED), "unseen": poisoning_unseen.corpus(),  # type: ignore[arg-type]
+             "blind": poisoning_blind.corpus()}
+    for label, cases in timed.items():
+        encoded = [c for c in cases if c.attack and c.name.split("/")[4] in ENCODINGS]
+        emit(f"poisoning_detect_cpu_ms_{label}", detection_ms(cases), "ms", None, None,
+             target="<= 2x the detector of c04de3f on the same texts", encoded_ms=round(detection_ms(encoded), 3))
     for label, f in families().items():
         atk, n_atk, held, n_ctl = BEFORE[label]
         # A case name says ``…/<language>/<carrier>/<intent>/<disguise>/<i>``: what got through.
