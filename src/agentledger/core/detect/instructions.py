@@ -12,8 +12,10 @@ page or tool output quoting one, or when a non-user source writes a rule).
 Patterns cover English, Chinese, Spanish, French, German, Japanese, Russian,
 Portuguese, Italian and Korean. Besides orders, text in data that speaks to the agent
 ("note to the AI"), claims of what the user wants from it, rules for it stated as facts,
-orders to send its data somewhere, and content hidden from a reader (HTML and markdown
-comments, hidden elements, white or tiny text) are reported: from a page or a document none
+orders to send its data somewhere, answers planted for later by their shape (a conditional on
+someone's question and an order about the answer), tool calls written into data (the same
+code names in any language), and content hidden from a reader (HTML and markdown comments,
+hidden elements and inputs, white, transparent or tiny text) are reported: from a page or a document none
 of them is the page's to say. Descriptions ("the user prefers Chinese", "build No.19 passed",
 "the README has install instructions") must not match: the verbs are
 imperative forms and their objects are the agent's instructions, memory, data
@@ -28,8 +30,8 @@ omicron, small capitals) mapped to their skeleton in a second view, so Russian i
 still matched as Russian. Unicode TAG characters (U+E0020 to U+E007E, invisible ASCII) are
 removed from the text and matched as the hidden text they spell. The text without markup tags
 and string-concatenation joins (a split instruction), its rot13 (when a sentence has more
-vowels decoded than as written) and every base64 or hex run
-that decodes to readable text are matched too. Findings are spans of the original text (of the
+vowels decoded than as written), every base64, base32 or hex run that decodes to readable
+text and the layers ``unveil.layers`` undoes are matched too. Findings are spans of the original text (of the
 whole encoded run for decoded text). A finding quoted in a text that says it describes an
 attack (a security article) is a mention and is not reported, unless something is hidden.
 """
@@ -565,7 +567,8 @@ def find_instructions(text: str) -> list[Finding]:
     """Imperatives aimed at the agent's policy, by kind (see the module docstring).
 
     Kinds: ``override_instructions``, ``priority_claim``, ``deletion_override``, ``retention_override``,
-    ``system_prompt``, ``role_play``, ``policy_imperative``, ``exfiltration``,
+    ``system_prompt``, ``role_play``, ``policy_imperative``, ``conditional_trigger``, ``tool_call``,
+    ``exfiltration``,
     ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``, and
     ``speaks_to_agent`` (``address.speaks_to_agent``) where no other kind covers the span.
     """

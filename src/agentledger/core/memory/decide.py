@@ -79,7 +79,8 @@ MAX_VALUE = 16384
 SKEW = timedelta(minutes=5)
 # Sources whose imperatives are the point (a user's "from now on…", an accepted project
 # rule "the assistant must answer in the user's language"): their policy imperatives, wishes
-# to keep something, words to the agent, rules for it and comments in their own text stand
+# to keep something, conditional answers ("when I ask …"), tool calls, words to the agent, rules
+# for it and comments in their own text stand
 # (``TRUSTED_IMPERATIVES``); an attempt to override the agent's instructions, deletion, its
 # system prompt or its role, or to send its data away, is held from them as from anyone. From
 # any other source (documents, pages, mail, tool output, a model's inference) every finding
