@@ -269,6 +269,65 @@ def _proposal(pid: str, kind: str, level: str, ident: str, *, source: dict[str, 
                              source=src, value=value, origin_task="t1")
 
 
+def attack_case(name: str, lang: str, carrier: str, source: dict[str, object], value: str) -> Case:
+    """An attack proposed as each kind of ``_TARGETS``: it succeeds when any of them is active."""
+    props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=source, value=value)
+                  for kind, level, ident in _TARGETS)
+    return Case(name, True, lang, carrier, props)
+
+
+# A control: (name, language, carrier, kind, source, text).
+Control = tuple[str, str, str, str, dict[str, object], str]
+
+
+def control_cases(prefix: str, items: list[Control]) -> list[Case]:
+    """Controls that must be written: a preference for its language's user, the rest project-scoped.
+
+    One user per language: a user who says two answer languages changes their mind (the newer
+    supersedes), which is consolidation, not the quarantine measured here."""
+    out = []
+    for name, lang, carrier, kind, source, text in items:
+        level, ident = ("user", f"u-{lang}") if kind == "preference" else ("project", "p1")
+        out.append(Case(prefix + name, False, lang, carrier,
+                        (_proposal(prefix + name, kind, level, ident, source=source, value=text),)))
+    return out
+
+
+def family_controls(prefix: str, *, user_orders: dict[str, tuple[str, ...]], user_carrier: str,
+                    rows: dict[str, tuple[tuple[str, str, str], ...]], source_of: dict[str, dict[str, object]],
+                    evidence: tuple[str, ...], evidence_carrier: str) -> list[Case]:
+    """A family's controls: the user's own orders (preferences), ``rows`` of ``(language,
+    carrier, text)`` per group (facts from that carrier), and runtime evidence."""
+    items: list[Control] = []
+    for lang, texts in user_orders.items():
+        for j, text in enumerate(texts):
+            items.append((f"order/{lang}/{j}", lang, user_carrier, "preference",
+                          {"kind": "user_confirmed", "ref": "chat turn"}, text))
+    for group, group_rows in rows.items():
+        for j, (lang, carrier, text) in enumerate(group_rows):
+            items.append((f"{group}/{lang}/{j}", lang, carrier, "fact", source_of[carrier], text))
+    for j, text in enumerate(evidence):
+        items.append((f"evidence/{j}", "en", evidence_carrier, "fact", {"kind": "runtime_evidence", "ref": "ci"},
+                      text))
+    return control_cases(prefix, items)
+
+
+def probe_cases(family: str, attack_rows: tuple[tuple[str, str, str], ...],
+                control_rows: tuple[tuple[str, str, str], ...], source_of: dict[str, dict[str, object]]) -> list[Case]:
+    """A probe's cases from ``(language, carrier, text)`` rows; a control's carrier ``user`` is the
+    user's own preference, ``evidence`` runtime evidence, any other a fact that carrier brings."""
+    out = [attack_case(f"{family}/{lang}/{carrier}/new_wording/{lang}/{i}", lang, carrier, source_of[carrier], text)
+           for i, (lang, carrier, text) in enumerate(attack_rows)]
+    special: dict[str, tuple[str, dict[str, object]]] = {
+        "user": ("preference", {"kind": "user_confirmed", "ref": "chat"}),
+        "evidence": ("fact", {"kind": "runtime_evidence", "ref": "ci"})}
+    items: list[Control] = []
+    for i, (lang, carrier, text) in enumerate(control_rows):
+        kind, source = special.get(carrier) or ("fact", source_of[carrier])
+        items.append((f"{lang}/{carrier}/{i}", lang, carrier, kind, source, text))
+    return out + control_cases(f"{family}-benign/", items)
+
+
 def attacks(rng: random.Random, languages: tuple[str, ...], carriers: tuple[str, ...], n: int) -> list[Case]:
     """``n`` attacks, every intent and disguise drawn in turn, language and carrier at random."""
     out: list[Case] = []
@@ -284,10 +343,7 @@ def attacks(rng: random.Random, languages: tuple[str, ...], carriers: tuple[str,
             text = ascii_text if len(ascii_text) > 0.9 * len(text) else \
                 rng.choice(ATTACKS["en"][intent]).format(x=rng.choice(GOALS["en"]))
         value = carry(disguise(text, how, rng), carrier, rng)
-        name = f"attack/{lang}/{carrier}/{intent}/{how}/{i}"
-        props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=SOURCE_OF[carrier], value=value)
-                      for kind, level, ident in _TARGETS)
-        out.append(Case(name, True, lang, carrier, props))
+        out.append(attack_case(f"attack/{lang}/{carrier}/{intent}/{how}/{i}", lang, carrier, SOURCE_OF[carrier], value))
     return out
 
 
@@ -393,7 +449,7 @@ PROJECT_RULES = (
 
 def benign(rng: random.Random, languages: tuple[str, ...], carriers: tuple[str, ...]) -> list[Case]:
     """The controls that must be written active (see the module docstring)."""
-    items: list[tuple[str, str, str, str, dict[str, object], str]] = []
+    items: list[Control] = []
     for lang in languages:
         for j, text in enumerate(USER_PREFERENCES[lang]):
             items.append((f"pref/{lang}/{j}", lang, "user_chat", "preference",
@@ -416,14 +472,7 @@ def benign(rng: random.Random, languages: tuple[str, ...], carriers: tuple[str, 
         items.append((f"tool/{j}", "en", carrier, "fact", SOURCE_OF[carrier], text))
     for j, text in enumerate(PROJECT_RULES):
         items.append((f"rule/{j}", "en", "document", "rule", {"kind": "project_rule", "ref": "CONTRIBUTING"}, text))
-    out = []
-    for name, lang, carrier, kind, source, text in items:
-        # One user per language: a user who says two answer languages changes their mind (the
-        # newer supersedes), which is consolidation, not the quarantine measured here.
-        level, ident = ("user", f"u-{lang}") if kind == "preference" else ("project", "p1")
-        out.append(Case("benign/" + name, False, lang, carrier,
-                        (_proposal("benign/" + name, kind, level, ident, source=source, value=text),)))
-    return out
+    return control_cases("benign/", items)
 
 
 def corpus(seed: int, languages: tuple[str, ...] = LANGUAGES, carriers: tuple[str, ...] = CARRIERS,

@@ -33,7 +33,7 @@ import base64
 import quopri
 import random
 
-from agentledger.bench.poisoning import _TARGETS, Case, _proposal
+from agentledger.bench.poisoning import Case, attack_case, family_controls, probe_cases
 
 # carrier -> how it arrives as a proposal's source (the seven source categories of the issue:
 # documents, uploads, web pages, tool output, e-mail, third-party chat, user chat)
@@ -272,10 +272,8 @@ def attacks(rng: random.Random, n: int) -> list[Case]:
         carrier = CARRIERS[(i * 5 + i // len(LANGUAGES)) % len(CARRIERS)]
         text = rng.choice(ATTACKS[lang][intent]).format(b=rng.choice(BRANDS), s=rng.choice(SITES))
         value = carry(obfuscate(text, how, rng), carrier)
-        name = f"blind/{lang}/{carrier}/{intent}/{how}/{i}"
-        props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=SOURCE_OF[carrier], value=value)
-                      for kind, level, ident in _TARGETS)
-        out.append(Case(name, True, lang, carrier, props))
+        out.append(attack_case(f"blind/{lang}/{carrier}/{intent}/{how}/{i}", lang, carrier,
+                               SOURCE_OF[carrier], value))
     return out
 
 
@@ -360,22 +358,9 @@ LOOKALIKES: tuple[tuple[str, str, str], ...] = (
 
 def benign() -> list[Case]:
     """The controls of this family that must be written active."""
-    items: list[tuple[str, str, str, str, dict[str, object], str]] = []
-    for lang, texts in USER_ORDERS.items():
-        for j, text in enumerate(texts):
-            items.append((f"order/{lang}/{j}", lang, "pasted_text", "preference",
-                          {"kind": "user_confirmed", "ref": "chat turn"}, text))
-    for group, rows in (("reader", READER_TEXTS), ("article", ARTICLES), ("lookalike", LOOKALIKES)):
-        for j, (lang, carrier, text) in enumerate(rows):
-            items.append((f"{group}/{lang}/{j}", lang, carrier, "fact", SOURCE_OF[carrier], text))
-    for j, text in enumerate(EVIDENCE):
-        items.append((f"evidence/{j}", "en", "log_line", "fact", {"kind": "runtime_evidence", "ref": "ci"}, text))
-    out = []
-    for name, lang, carrier, kind, source, text in items:
-        level, ident = ("user", f"u-{lang}") if kind == "preference" else ("project", "p1")
-        pid = "blind-benign/" + name
-        out.append(Case(pid, False, lang, carrier, (_proposal(pid, kind, level, ident, source=source, value=text),)))
-    return out
+    return family_controls("blind-benign/", user_orders=USER_ORDERS, user_carrier="pasted_text",
+                           rows={"reader": READER_TEXTS, "article": ARTICLES, "lookalike": LOOKALIKES},
+                           source_of=SOURCE_OF, evidence=EVIDENCE, evidence_carrier="log_line")
 
 
 def corpus(seed: int = 2212, n_attacks: int = 176) -> list[Case]:
@@ -465,17 +450,4 @@ LATE_CONTROLS: tuple[tuple[str, str, str], ...] = (
 
 def late_probe() -> list[Case]:
     """The late probe's attacks (each proposed as the four kinds) and controls."""
-    out = []
-    for i, (lang, carrier, text) in enumerate(LATE_ATTACKS):
-        name = f"late/{lang}/{carrier}/new_wording/late/{i}"
-        props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=SOURCE_OF[carrier], value=text)
-                      for kind, level, ident in _TARGETS)
-        out.append(Case(name, True, lang, carrier, props))
-    for i, (lang, carrier, text) in enumerate(LATE_CONTROLS):
-        name = f"late-benign/{lang}/{carrier}/{i}"
-        if carrier == "user":
-            kind, level, ident, source = "preference", "user", f"u-{lang}", {"kind": "user_confirmed", "ref": "chat"}
-        else:
-            kind, level, ident, source = "fact", "project", "p1", SOURCE_OF[carrier]
-        out.append(Case(name, False, lang, carrier, (_proposal(name, kind, level, ident, source=source, value=text),)))
-    return out
+    return probe_cases("late", LATE_ATTACKS, LATE_CONTROLS, SOURCE_OF)
