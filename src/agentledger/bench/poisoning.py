@@ -18,7 +18,9 @@ request (``services/memory_policy/propose.py``) against an empty group, so what 
 the decision path itself. ``TUNED`` is what the detector was written against; ``HELD_OUT`` uses
 another seed, two languages (Italian, Korean) and two carriers (e-mail, third-party chat) that
 were left out of tuning; the ``unseen`` family (``bench/poisoning_unseen.py``) has its own
-templates, languages, carriers and disguises, written before the detector was read.
+templates, languages, carriers and disguises, written before the detector was read; the ``blind``
+family and its late probe (``bench/poisoning_blind.py``) were written before and after issue
+22's structural rules, and nothing was tuned on either.
 """
 
 from __future__ import annotations
