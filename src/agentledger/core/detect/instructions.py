@@ -557,7 +557,7 @@ def _mentions(text: str, findings: list[Finding], hidden: list[tuple[int, int]])
     anything of the text is hidden."""
     if hidden or not _DESCRIBING.search(text):
         return []
-    if not _DESCRIBING.search(_QUOTED.sub(" ", text)):
+    if not _DESCRIBING.search(address.without_addresses(_QUOTED.sub(" ", text))):  # "terms.example" is no example
         return []
     quotes = [m.span() for m in _QUOTED.finditer(text)]
     return [f for f in findings if f.end > f.start and any(a <= f.start and f.end <= b for a, b in quotes)]
