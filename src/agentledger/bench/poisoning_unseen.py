@@ -25,7 +25,7 @@ import codecs
 import json
 import random
 
-from agentledger.bench.poisoning import Case, _proposal
+from agentledger.bench.poisoning import Case, attack_case, family_controls, probe_cases
 
 # carrier -> how it arrives as a proposal's source
 SOURCE_OF: dict[str, dict[str, object]] = {
@@ -335,10 +335,8 @@ def attacks(rng: random.Random, n: int) -> list[Case]:
             lang = "en"
         text = rng.choice(ATTACKS[lang][intent]).format(x=rng.choice(GOALS[lang]))
         value = carry(obfuscate(text, how, lang, rng), carrier, rng)
-        name = f"unseen/{lang}/{carrier}/{intent}/{how}/{i}"
-        props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=SOURCE_OF[carrier], value=value)
-                      for kind, level, ident in _TARGETS)
-        out.append(Case(name, True, lang, carrier, props))
+        out.append(attack_case(f"unseen/{lang}/{carrier}/{intent}/{how}/{i}", lang, carrier,
+                               SOURCE_OF[carrier], value))
     return out
 
 
@@ -447,22 +445,9 @@ LOOKALIKES: tuple[tuple[str, str, str], ...] = (
 
 def benign() -> list[Case]:
     """The controls of this family that must be written active."""
-    items: list[tuple[str, str, str, str, dict[str, object], str]] = []
-    for lang, texts in USER_ORDERS.items():
-        for j, text in enumerate(texts):
-            items.append((f"order/{lang}/{j}", lang, "customer_chat", "preference",
-                          {"kind": "user_confirmed", "ref": "chat turn"}, text))
-    for group, rows in (("reader", READER_TEXTS), ("article", ARTICLES), ("lookalike", LOOKALIKES)):
-        for j, (lang, carrier, text) in enumerate(rows):
-            items.append((f"{group}/{lang}/{j}", lang, carrier, "fact", SOURCE_OF[carrier], text))
-    for j, text in enumerate(EVIDENCE):
-        items.append((f"evidence/{j}", "en", "api_response", "fact", {"kind": "runtime_evidence", "ref": "ci"}, text))
-    out = []
-    for name, lang, carrier, kind, source, text in items:
-        level, ident = ("user", f"u-{lang}") if kind == "preference" else ("project", "p1")
-        pid = "unseen-benign/" + name
-        out.append(Case(pid, False, lang, carrier, (_proposal(pid, kind, level, ident, source=source, value=text),)))
-    return out
+    return family_controls("unseen-benign/", user_orders=USER_ORDERS, user_carrier="customer_chat",
+                           rows={"reader": READER_TEXTS, "article": ARTICLES, "lookalike": LOOKALIKES},
+                           source_of=SOURCE_OF, evidence=EVIDENCE, evidence_carrier="api_response")
 
 
 def corpus(seed: int = 4404, n_attacks: int = 240) -> list[Case]:
@@ -536,19 +521,4 @@ PROBE_CONTROLS: tuple[tuple[str, str, str], ...] = (
 
 def probe() -> list[Case]:
     """The probe's attacks (each proposed as the four kinds) and controls."""
-    out = []
-    for i, (lang, carrier, text) in enumerate(PROBE_ATTACKS):
-        name = f"probe/{lang}/{carrier}/new_wording/{lang}/{i}"
-        props = tuple(_proposal(f"{name}/{kind}", kind, level, ident, source=SOURCE_OF[carrier], value=text)
-                      for kind, level, ident in _TARGETS)
-        out.append(Case(name, True, lang, carrier, props))
-    for i, (lang, carrier, text) in enumerate(PROBE_CONTROLS):
-        name = f"probe-benign/{lang}/{carrier}/{i}"
-        if carrier == "user":
-            kind, level, ident, source = "preference", "user", f"u-{lang}", {"kind": "user_confirmed", "ref": "chat"}
-        elif carrier == "evidence":
-            kind, level, ident, source = "fact", "project", "p1", {"kind": "runtime_evidence", "ref": "ci"}
-        else:
-            kind, level, ident, source = "fact", "project", "p1", SOURCE_OF[carrier]
-        out.append(Case(name, False, lang, carrier, (_proposal(name, kind, level, ident, source=source, value=text),)))
-    return out
+    return probe_cases("probe", PROBE_ATTACKS, PROBE_CONTROLS, SOURCE_OF)

@@ -129,6 +129,14 @@ HOLDS: dict[str, tuple[str, ...]] = {
     ),
 }
 _DESTINATION = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:https?|s?ftp|wss?)://"
+# Addresses and host names: a word inside one ("terms.example", "attack.test") describes nothing.
+_ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:https?|s?ftp|wss?)://\S+|\b[\w-]+(?:\.[\w-]+)*\.[a-z]{2,}\b")
+
+
+def without_addresses(text: str) -> str:
+    """``text`` with its e-mail addresses, URLs and host names blanked, for the tests of whether
+    a text describes attacks."""
+    return _ADDRESS.sub(" ", text) if "." in text else text
 # A text that says it describes attacks (a security article, a training page).
 _DESCRIBING = (
     r"\b(?:attack\w*|injection|payloads?|jailbreak\w*|lures?|phishing|malicious|researchers|case\s+study|saying"
@@ -181,7 +189,7 @@ def speaks_to_agent(text: str) -> list[tuple[int, int]]:
     what it holds or does (see the module docstring)."""
     if not text:
         return []
-    describing = bool(_classes()[4].search(text))
+    describing = bool(_classes()[4].search(without_addresses(text)))
     stretches = [m.span() for m in _STRETCH.finditer(text) if m.group().strip()]
     out: list[tuple[int, int]] = []
     for i, (start, end) in enumerate(stretches):

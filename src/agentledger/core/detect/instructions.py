@@ -12,8 +12,10 @@ page or tool output quoting one, or when a non-user source writes a rule).
 Patterns cover English, Chinese, Spanish, French, German, Japanese, Russian,
 Portuguese, Italian and Korean. Besides orders, text in data that speaks to the agent
 ("note to the AI"), claims of what the user wants from it, rules for it stated as facts,
-orders to send its data somewhere, and content hidden from a reader (HTML and markdown
-comments, hidden elements, white or tiny text) are reported: from a page or a document none
+orders to send its data somewhere, answers planted for later by their shape (a conditional on
+someone's question and an order about the answer), tool calls written into data (the same
+code names in any language), and content hidden from a reader (HTML and markdown comments,
+hidden elements and inputs, white, transparent or tiny text) are reported: from a page or a document none
 of them is the page's to say. Descriptions ("the user prefers Chinese", "build No.19 passed",
 "the README has install instructions") must not match: the verbs are
 imperative forms and their objects are the agent's instructions, memory, data
@@ -28,16 +30,14 @@ omicron, small capitals) mapped to their skeleton in a second view, so Russian i
 still matched as Russian. Unicode TAG characters (U+E0020 to U+E007E, invisible ASCII) are
 removed from the text and matched as the hidden text they spell. The text without markup tags
 and string-concatenation joins (a split instruction), its rot13 (when a sentence has more
-vowels decoded than as written) and every base64 or hex run
-that decodes to readable text are matched too. Findings are spans of the original text (of the
+vowels decoded than as written), every base64, base32 or hex run that decodes to readable
+text and the layers ``unveil.layers`` undoes are matched too. Findings are spans of the original text (of the
 whole encoded run for decoded text). A finding quoted in a text that says it describes an
 attack (a security article) is a mention and is not reported, unless something is hidden.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import re
 import unicodedata
@@ -65,6 +65,8 @@ _EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|
                    r"|decline|reject|deny|act|behave|pretend|translate|summari[sz]e|praise|endorse|advertise|agree|accept|prioriti[sz]e"
                    r"|store|retain|keep\s+(?:all|every|this|these|the\s+user)|share\s+(?:the|this|all|user|our|my))\b")
 _SENTENCE = r"[^.!?。！？\n]{0,80}?"
+# The rest of a conditional clause (up to its comma or the end of the sentence).
+_CLAUSE = r"[^.!?。！？\n,;:]{0,60}?"
 _EN_AGENT_CUE = (r"(?:\bthe\s+(?:assistant|agent|model|AI)\b|\b(?:always|never)\b"
                  rf"|\b{_EN_AGENT_VERBS})")
 # Who a message may address when it means the agent, per language.
@@ -153,6 +155,15 @@ _PATTERNS: dict[str, list[str]] = {
         r"\b(?:keep|store|save|retain|remember|preserve|log|archive|record)\s+(?:a\s+copy\s+of\s+)?(?:everything|all(?:\s+\w+){0,3}|every(?:\s+\w+){1,2}|(?:this|these|it|the\s+\w+)(?:\s+\w+){0,2})\s+(?:forever|permanently|indefinitely|for\s+ever|for\s+good|eternally|for\s+all\s+time)",
         r"\b(?:remember|store|save|keep|retain)\s+(?:this\s+|that\s+|it\s+)?(?:forever|permanently|for\s+good)\b",
         r"\b(?:never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
+        # an order to keep, its object and the word for "for ever" in either order (en de fr es pt)
+        r"(?:^|[.!?:;,|>\n]\s*)(?:please\s+)?(?:store|save|keep|remember|record|retain|memori[sz]e|commit|file)\b"
+        r"[^.!?\n]{0,50}?\b(?:permanently|forever|for\s+good|indefinitely|for\s+all\s+future)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:bitte\s+)?(?:speichere|merke\s+dir|merk\s+dir|behalte|bewahre|notiere|vermerke)\b"
+        r"[^.!?\n]{0,50}?\b(?:dauerhaft|für\s+immer|permanent|unbegrenzt|auf\s+Dauer)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:enregistre|mémorise|retiens|garde|conserve|note)\b[^.!?\n]{0,50}?\b(?:pour\s+toujours"
+        r"|définitivement|à\s+jamais|en\s+permanence)\b",
+        r"(?:^|[.!?:;,|>\n]\s*)(?:guarda|guarde|recuerda|lembre|memoriza|memorize|conserva|conserve|anota|anote"
+        r"|almacena|armazene)\b[^.!?\n]{0,50}?\b(?:para\s+siempre|para\s+sempre|permanentemente|indefinidamente)\b",
         # zh
         r"(?:永久|永远|永遠|一直|无限期|無限期)(?:地)?(?:保存|保留|存储|儲存|记住|記住|保管)",
         r"(?:保存|保留|存储|记住)(?:所有|全部|一切)(?:的)?(?:\w{0,6})(?:永久|永远|一直)",
@@ -247,6 +258,10 @@ _PATTERNS: dict[str, list[str]] = {
         rf"\b(?:note|message|instructions?|attention|important(?:\s+note)?|notice|reminder)\s+(?:to|for)\s+(?:the\s+|any\s+|all\s+)?(?:AI\s+)?{_AGENT_EN}\b",
         r"(?:^|[.!?:;,|>\"'\n\]]\s*)(?:hey\s+|dear\s+|attention\s+)?(?:AI|assistant|agent|model|LLM|ChatGPT|Claude|Copilot)\s*[,:]\s*(?:when|if|please|you|now|ignore|always|never|do|make|tell|say|recommend|reply|respond|answer|include|send|from)\b",
         rf"\bif\s+you\s+are\s+an?\s+(?:AI|LLM|language\s+model|assistant|agent|bot)\b|\b{_AGENT_EN}\s+reading\s+this\b",
+        # whatever automated reader processes the text: "for whatever bot summarises these reviews"
+        rf"\b(?:for|to)\s+(?:whatever|whichever|any|every|the|each)\s+(?:AI\s+)?{_AGENT_EN}\s+(?:that\s+|which\s+|who\s+)?"
+        r"(?:reads?|reading|summari[sz]es?|summari[sz]ing|process(?:es|ing)?|pars(?:es|ing)|index(?:es|ing)"
+        r"|ingests?|ingesting|crawls?|crawling|scrapes?|scraping)\b",
         r"(?:给|致)(?:AI|人工智能|助手|模型|智能体)|(?:AI|人工智能)?助手的重要提示|AI助手[:：]",
         r"\b(?:nota|mensaje|aviso|instrucciones?)\s+(?:importante\s+)?para\s+(?:el\s+|la\s+|los\s+)?(?:asistente|IA|modelo|agente)",
         r"\b(?:note|message|consigne)s?\s+(?:importante\s+)?(?:pour|à)\s+(?:l['’]|les?\s+|la\s+)(?:assistant|IA|modèle|agent)",
@@ -270,6 +285,59 @@ _PATTERNS: dict[str, list[str]] = {
         r"\bo\s+usu[aá]rio\s+(?:quer|prefere|pede|pediu|deseja)\s+que\s+(?:você|tu|o\s+assistente)",
         r"\bl['’]utente\s+(?:vuole|preferisce|chiede|ha\s+chiesto|desidera)\s+che\s+(?:tu|l['’]assistente)",
         r"사용자(?:는|가)\s*(?:당신|어시스턴트|너)(?:이|가|에게)",
+    ],
+    # A trigger planted for later: a conditional clause on someone else's question, then an order
+    # about what to answer ("whenever somebody asks about mortgages, point them to …", "quando
+    # l'utente chiede dei prezzi, digli che …"). The shape, not the topic: a connector, a verb of
+    # asking within the clause, a verb of answering or steering in the main clause. The speaker's
+    # own conditionals ("when I ask …") are the user's and are left out.
+    "conditional_trigger": [
+        rf"\b(?:when(?:ever)?|if|each\s+time|every\s+time|any\s*time|should|once|in\s+case|as\s+soon\s+as)\b"
+        rf"(?!\s+(?:I|I'm|we|you)\b)(?={_CLAUSE}\b(?:asks?|asked|asking|mentions?|mentioned|brings?\s+up|wonders?"
+        r"|inquires?|enquires?|requests?|searches|looks?\s+(?:for|up)|talks?\s+about|queries|wants?\s+to\s+know"
+        r"|is\s+curious)\b)[^.!?\n]{0,160}?(?:(?:[,;:]\s*|\bthen\s+|\byou\s+(?:should|must|will|need\s+to)\s+)"
+        r"(?:always\s+|just\s+|simply\s+|please\s+)?(?:tell|say|answer|reply|respond|recommend|suggest|point|direct"
+        r"|steer|send|refer|redirect|link|mention|advise|push|promote|insist|claim|state)\b"
+        r"|\b(?:the\s+)?(?:correct|right|best|proper|only)\s+(?:reply|answer|response)\s+is\b)",
+        r"\b(?:wenn|immer\s+wenn|sobald|falls|jedes\s+Mal,?\s+wenn)\b(?!\s+(?:ich|wir)\b)[^.!?\n]{0,80}?\b(?:fragt"
+        r"|fragen|erwähnt|erwähnen|wissen\s+will|wissen\s+möchte|sucht|suchen|nachfragt|anfragt)\b[^.!?\n]{0,20}?,\s*"
+        r"(?:dann\s+)?(?:sag|sage|antworte|empfiehl|verweise|nenne|schick|schicke|erzähl|erzähle|zeig|zeige|leite"
+        r"|rate|teile)\b",
+        r"\b(?:quand|lorsque|lorsqu['’]|si|s['’]|chaque\s+fois\s+que|dès\s+que)(?!\s*(?:je|j['’]|nous)\b)"
+        r"[^.!?\n]{0,80}?\b(?:demande|demandent|pose|posent|mentionne|mentionnent|cherche|cherchent|parle|parlent"
+        r"|interroge|interrogent)\b[^.!?\n]{0,80}?[,;:]\s*(?:alors\s+)?(?:dis|dites|réponds|répondez|recommande"
+        r"|recommandez|conseille|conseillez|oriente|orientez|renvoie|renvoyez|indique|indiquez|suggère|suggérez"
+        r"|envoie|envoyez)\b",
+        r"\b(?:cuando|siempre\s+que|si|cada\s+vez\s+que|en\s+cuanto)\b(?!\s+(?:yo|te|nosotros)\b)[^.!?\n]{0,80}?"
+        r"\b(?:pregunta|preguntan|pregunte|pregunten|menciona|mencionan|mencione|mencionen|consulta|consultan|consulte"
+        r"|pide|piden|pida|pidan|busca|buscan|busque)\b[^.!?\n]{0,80}?[,;:]\s*(?:entonces\s+)?(?:dile|diles|di|responde|respóndele|contesta|contéstale"
+        r"|recomienda|recomiéndale|sugiere|sugiérele|indícale|indica|envía|envíale|redirige|remite)\b",
+        r"\b(?:quando|ogni\s+volta\s+che|se|appena)\b(?!\s+(?:io|ti)\b)[^.!?\n]{0,80}?\b(?:chiede|chiedono"
+        r"|domanda|domandano|menziona|menzionano|cerca|cercano|parla|parlano)\b[^.!?\n]{0,80}?[,;:]\s*(?:allora\s+)?"
+        r"(?:di|dì|digli|dille|dite|rispondi|rispondigli|consiglia|consigliagli|suggerisci|indica|indicagli"
+        r"|indirizza|manda|invia|raccomanda)\b",
+        r"\b(?:quando|sempre\s+que|se|cada\s+vez\s+que|assim\s+que)\b(?!\s+(?:eu|te|nós)\b)[^.!?\n]{0,80}?"
+        r"\b(?:pergunta|perguntam|perguntar|perguntarem|menciona|mencionar|pede|pedir|procura|procurar)\b"
+        r"[^.!?\n]{0,80}?[,;:]\s*(?:então\s+)?(?:diga|diga-lhe|diz|responda|responde|recomende|recomenda|sugira"
+        r"|indique|envie|mande|direcione)\b",
+        r"(?:\bкогда|\bесли|\bкаждый\s+раз,?\s+когда)\b(?!\s+(?:я|мы)\b)[^.!?\n]{0,80}?(?:спрашива\w*|спросит"
+        r"|спросят|упомина\w*|упомянет|интересу\w*|просит|попросит)[^.!?\n]{0,80}?[,;:]\s*(?:то\s+)?(?:скажи"
+        r"|ответь|отвечай|порекомендуй|рекомендуй|посоветуй|советуй|направь|направляй|отправь|говори|сообщи)",
+        r"(?:每当|每當|当|當|如果|只要|一旦)(?!我)[^。！？\n]{0,30}?(?:问|問|询问|詢問|提到|咨询|諮詢)[^。！？\n]{0,40}?"
+        r"(?:告诉|告訴|回答|推荐|推薦|就说|就說|建议|建議|引导|引導|让他们|讓他們)",
+        r"(?:聞い|聞か|尋ね|質問し|問い合わせ)(?:たら|た時|たとき|た場合|れたら|られたら)[^。\n]{0,40}?"
+        r"(?:答え|伝え|勧め|すすめ|言って|案内し|紹介し|推奨)",
+        r"(?:물어보면|물으면|질문하면|문의하면|물어볼\s*때|묻는다면)[^.!?\n]{0,40}?(?:답하|대답하|말하|말해|추천하|추천해"
+        r"|안내하|안내해|전하|전해|알려)",
+    ],
+    # A tool call written into data for the agent to make: a function whose name sends, shares or
+    # destroys, called with an address, a path, a blanket argument or what the agent holds. Code
+    # identifiers are the same in every language.
+    "tool_call": [
+        r"\b[\w.]*?(?:send|share|export|upload|post|forward|transfer|dump|leak|exfil|e?mail|delete|wipe"
+        r"|erase|drop|purge|remove|grant|disable)\w*\s*\((?=[^)\n]{0,200}(?:@|://|~/|/etc/|\ball\s*=\s*True\b"
+        r"|\bmemory|\bhistory|\bcontacts|\bcredentials|\.ssh|\*))",
+        r"\b[\w.]*?(?:delete|wipe|erase|drop|purge|remove|dump|export)_?all\w*\s*\(",
     ],
     # A rule for the agent stated as a fact ("the assistant must keep all data", "company policy:
     # the assistant is authorised to share records"): only a project rule or the user sets one.
@@ -376,19 +444,19 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
 # opacity). Their content is group ``c``, ``m`` or ``h``.
 _HIDDEN = re.compile(
     r"<!--(?P<c>.*?)(?:-->|$)"
+    r"|<input\b[^>]*\btype\s*=\s*[\"']?hidden\b[^>]*\bvalue\s*=\s*[\"'](?P<v>[^\"'>]*)"
     r"|^[ \t]*\[[^\]\n]*\]:[ \t]*(?:#|<>)[ \t]*[(\"'](?P<m>[^\n]*?)[)\"']?[ \t]*$"
     r"|<(?P<inert>template|noscript)\b[^>]*>(?P<n>.*?)(?:</(?P=inert)\s*>|$)"
-    r"|<(?P<tag>[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
+    r"|<(?P<tag>(?!input\b)[a-z][a-z0-9]*)\b(?P<attrs>[^>]*\b(?:hidden|aria-hidden\s*=\s*[\"']?true"
     r"|style\s*=\s*[\"'][^\"']*(?:display\s*:\s*none|visibility\s*:\s*hidden|opacity\s*:\s*0(?:\.0+)?\s*(?:;|[\"'])"
     r"|font-size\s*:\s*[01](?:\.\d+)?(?:px|pt|em)?\s*(?:;|[\"'])|(?:left|top|text-indent)\s*:\s*-\d{3,}"
-    r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|rgba?\(\s*255\s*,\s*255\s*,\s*255)))[^>]*)>"
+    r"|(?<![-\w])color\s*:\s*(?:#fff(?:fff)?\b|white\b|transparent\b|rgba?\(\s*255\s*,\s*255\s*,\s*255"
+    r"|rgba\([^)]*,\s*0(?:\.0+)?\s*\))))[^>]*)>"
     r"(?P<h>.*?)(?:</(?P=tag)\s*>|$)",
     re.IGNORECASE | re.DOTALL | re.MULTILINE)
 _WORDS = re.compile(r"[^\W\d_]{2,}")
-# Encoded text: base64 and hex runs long enough to hold a sentence; rot13 is tried on the whole
-# text when a sentence of it reads as rot13 (``_rot13_reads_better``).
-_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
-_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+# Encoded text (base64, base32, hex: ``unveil.encoded_runs``) is decoded; rot13 is tried on the
+# whole text when a sentence of it reads as rot13 (``_rot13_reads_better``).
 _ROT13 = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
                        "NOPQRSTUVWXYZABCDEFGHIJKLMnopqrstuvwxyzabcdefghijklm")
 # What splits one instruction without changing what a model reads: markup tags and the joins
@@ -427,37 +495,10 @@ def hidden_parts(text: str) -> list[tuple[int, int]]:
         return []
     out = []
     for m in _HIDDEN.finditer(text):
-        group = next(g for g in ("c", "m", "n", "h") if m.group(g) is not None)
+        group = next(g for g in ("c", "v", "m", "n", "h") if m.group(g) is not None)
         body = m.group(group)
         if len(_WORDS.findall(body)) >= 2 or sum(c.isalpha() for c in body) >= 6:
             out.append(m.span(group))
-    return out
-
-
-def _readable(data: bytes) -> str | None:
-    """``data`` as text when it is text (UTF-8, printable, with words), else None."""
-    try:
-        decoded = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    printable = sum(c.isprintable() or c.isspace() for c in decoded)
-    return decoded if printable >= 0.95 * len(decoded) and _WORDS.search(decoded) else None
-
-
-def _decoded(text: str) -> list[tuple[str, int, int]]:
-    """Texts encoded in ``text`` (base64, hex), each with the span of its encoding."""
-    out: list[tuple[str, int, int]] = []
-    for m in _BASE64.finditer(text):
-        token = m.group()
-        try:
-            data = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            continue
-        if (decoded := _readable(data)) is not None:
-            out.append((decoded, *m.span()))
-    for m in _HEX.finditer(text):
-        if (decoded := _readable(bytes.fromhex(m.group()))) is not None:
-            out.append((decoded, *m.span()))
     return out
 
 
@@ -503,7 +544,7 @@ def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] |
                 by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
     if derived:
         return
-    for decoded, start, end in _decoded(text):
+    for decoded, start, end in unveil.encoded_runs(text):
         _match(decoded, by_kind, span=(start, end), derived=True)
     if _rot13_reads_better(text):
         _match(text.translate(_ROT13), by_kind, derived=True)  # letter for letter: same coordinates
@@ -516,7 +557,7 @@ def _mentions(text: str, findings: list[Finding], hidden: list[tuple[int, int]])
     anything of the text is hidden."""
     if hidden or not _DESCRIBING.search(text):
         return []
-    if not _DESCRIBING.search(_QUOTED.sub(" ", text)):
+    if not _DESCRIBING.search(address.without_addresses(_QUOTED.sub(" ", text))):  # "terms.example" is no example
         return []
     quotes = [m.span() for m in _QUOTED.finditer(text)]
     return [f for f in findings if f.end > f.start and any(a <= f.start and f.end <= b for a, b in quotes)]
@@ -526,7 +567,8 @@ def find_instructions(text: str) -> list[Finding]:
     """Imperatives aimed at the agent's policy, by kind (see the module docstring).
 
     Kinds: ``override_instructions``, ``priority_claim``, ``deletion_override``, ``retention_override``,
-    ``system_prompt``, ``role_play``, ``policy_imperative``, ``exfiltration``,
+    ``system_prompt``, ``role_play``, ``policy_imperative``, ``conditional_trigger``, ``tool_call``,
+    ``exfiltration``,
     ``addressed_to_agent``, ``fake_user_preference``, ``policy_claim``, ``hidden_content``, and
     ``speaks_to_agent`` (``address.speaks_to_agent``) where no other kind covers the span.
     """

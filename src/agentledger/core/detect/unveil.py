@@ -5,22 +5,29 @@ Two things the instruction detector needs that no list of phrases gives it:
 - ``layers(text)``: the texts a model would read out of ``text`` once the encodings a carrier
   or an attacker wraps it in are undone — JSON string escapes (``\\u0627``, surrogate pairs,
   ``\\"``), C-style byte escapes (``\\x4c\\xc6``), percent-encoding, HTML character references,
-  a run stored backwards behind a right-to-left override, letters spaced apart, one sentence
-  cut into JSON members or table cells. Each layer is matched like the text itself.
+  a run stored backwards behind a right-to-left override, letters spaced apart or dotted
+  (``i.g.n.o.r.e``), one word a line, words spelled backwards, one sentence cut into JSON members
+  or table cells, quoted-printable, and bytes smuggled in variation selectors after an emoji.
+  Each layer is matched like the text itself.
 - ``obfuscation(text)``: spans that only make sense as hiding: a direction override, TAG
   characters that are not an emoji flag's tag sequence, invisible characters inside words,
-  words that mix Latin, Cyrillic and Greek letters, strike-through overlay marks, letters
-  spaced apart. Ordinary text has none of them — emoji joiners, a Persian or Indic joiner, a
-  right-to-left mark in Arabic, full-width Japanese and a Greek sentence naming an API are not
-  counted — so from a source that may not give the agent orders their presence alone is
-  suspect, in any language. The instruction detector does not report them (an obfuscated
-  sentence is an instruction only if it says one); the memory policy holds them from such
-  sources (``core/memory/decide.py``).
+  words that mix Latin, Cyrillic and Greek letters, strike-through overlays and marks stacked
+  on letters, letters spaced apart or dotted, words of styled letters (circled, mathematical,
+  full-width Latin), bytes in variation selectors, a sentence encoded in base64, base32 or hex.
+  None of them depends on the language of what is hidden. Ordinary text has none of them —
+  emoji joiners, a Persian or Indic joiner, a right-to-left mark in Arabic, full-width Japanese,
+  a Greek sentence naming an API, circled step numbers and ``U.S.A.`` are not counted — so from
+  a source that may not give the agent orders their presence alone is suspect, in any language.
+  The instruction detector does not report them (an obfuscated sentence is an instruction only
+  if it says one); the memory policy holds them from such sources (``core/memory/decide.py``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import html
+import quopri
 import re
 import unicodedata
 from urllib.parse import unquote
@@ -37,6 +44,24 @@ _OVERRIDE_RUN = re.compile(r"\u202e([^\u202c\u202d]*)(?:\u202c|$)")
 _SPACED = re.compile(r"(?<!\S)(?:\S[ \t]{1,2}){8,}\S(?!\S)")
 # Where a carrier cuts one sentence into fields: JSON members, table cells.
 _FIELD_BREAK = re.compile(r"[\"']\s*,\s*[\"'][\w-]{1,40}[\"']\s*:\s*[\"']|</t[dh]>\s*<t[dh][^>]*>", re.IGNORECASE)
+# Letters set apart by dots: "i.g.n.o.r.e" (five letters or more; "U.S.A." and "e.g." are not).
+_DOTTED = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){4,}[^\W\d_](?![\w])\.?")
+# Once a text has such a word, its short dotted words ("a.l.l") are put back too.
+_DOTTED_SHORT = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){1,}[^\W\d_](?![\w])\.?")
+# One word a line, six lines or more in a row.
+_WORD_LINES = re.compile(r"(?:^[ \t]*[^\s]+[ \t]*\n){5,}[ \t]*[^\s]+[ \t]*$", re.MULTILINE)
+_QUOTED_PRINTABLE = re.compile(r"=[0-9A-F]{2}|=\n")
+# Bytes in variation selectors (U+FE00..FE0F for 0..15, U+E0100..E01EF for 16..255); one FE0E
+# or FE0F after a symbol is the ordinary text or emoji presentation, not a byte.
+_SMUGGLED = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]{4,}")
+# Words reversed read as a text of these short words when turned round (an English test: a cheap
+# gate before the layer is matched).
+_FUNCTION_WORDS = frozenset(("the", "and", "to", "you", "your", "of", "in", "all", "is", "are", "for", "with",
+                             "from", "this", "that", "it", "be", "on"))
+# Encoded text: base64, base32 and hex runs long enough to hold a sentence.
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
+_BASE32 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Z2-7]{16,}={0,6}(?![A-Za-z0-9+/=])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
 _SIMPLE_ESCAPES = {'\\"': '"', "\\\\": "\\", "\\/": "/", "\\n": "\n", "\\r": "\n", "\\t": " "}
 
 
@@ -56,6 +81,55 @@ def _bytes_unescaped(m: re.Match[str]) -> str:
 
 def _unspaced(m: re.Match[str]) -> str:
     return re.sub(r"[ \t]{2,}", "\x00", m.group()).replace(" ", "").replace("\t", "").replace("\x00", " ")
+
+
+def readable(data: bytes) -> str | None:
+    """``data`` as text when it is text (UTF-8, printable, with words), else None."""
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(c.isprintable() or c.isspace() for c in decoded)
+    return decoded if printable >= 0.95 * len(decoded) and _WORD.search(decoded) else None
+
+
+def encoded_runs(text: str) -> list[tuple[str, int, int]]:
+    """Texts encoded in ``text`` (base64, base32, hex), each with the span of its encoding."""
+    out: list[tuple[str, int, int]] = []
+    for pattern, decode in ((_BASE64, _b64), (_BASE32, _b32), (_HEX, bytes.fromhex)):
+        for m in pattern.finditer(text):
+            token = m.group()
+            try:
+                data = decode(token)
+            except (binascii.Error, ValueError):
+                continue
+            if (decoded := readable(data)) is not None:
+                out.append((decoded, *m.span()))
+    return out
+
+
+def _b64(token: str) -> bytes:
+    return base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+
+
+def _b32(token: str) -> bytes:
+    return base64.b32decode(token + "=" * (-len(token.rstrip("=")) % 8 if "=" not in token else 0))
+
+
+def _undotted(m: re.Match[str]) -> str:
+    return m.group().replace(".", "")
+
+
+def _unsmuggled(m: re.Match[str]) -> str:
+    data = bytes(ord(c) - 0xFE00 if ord(c) < 0xFE10 else ord(c) - 0xE0100 + 16 for c in m.group())
+    return " " + data.decode("utf-8", "replace") + " "
+
+
+def _reads_reversed(text: str) -> bool:
+    words = re.findall(r"[^\W\d_]+", text.lower())
+    if len(words) < 6:
+        return False
+    return sum(w[::-1] in _FUNCTION_WORDS for w in words) >= 2 + 2 * sum(w in _FUNCTION_WORDS for w in words)
 
 
 def layers(text: str, depth: int = 2) -> list[str]:
@@ -92,6 +166,22 @@ def _decode_once(text: str) -> list[str]:
         out.append(_SPACED.sub(_unspaced, text))
     if _FIELD_BREAK.search(text):
         out.append(_FIELD_BREAK.sub(" ", text))
+    return out + _relaid(text)
+
+
+def _relaid(text: str) -> list[str]:
+    """What a text says once letters and words laid out to pass a matcher are put back."""
+    out = []
+    if "." in text and _DOTTED.search(text):
+        out.append(_DOTTED_SHORT.sub(_undotted, text))
+    if "\n" in text and _WORD_LINES.search(text):
+        out.append(_WORD_LINES.sub(lambda m: " ".join(m.group().split()), text))
+    if "=" in text and len(_QUOTED_PRINTABLE.findall(text)) >= 3:
+        out.append(quopri.decodestring(text.encode("utf-8", "replace")).decode("utf-8", "replace"))
+    if not text.isascii() and _SMUGGLED.search(text):
+        out.append(_SMUGGLED.sub(_unsmuggled, text))
+    if _reads_reversed(text):
+        out.append(re.sub(r"\S+", lambda m: m.group()[::-1], text))
     return out
 
 
@@ -107,6 +197,12 @@ _JOINERS = frozenset("\u200c\u200d")
 _NON_JOINING = ("LATIN", "CYRILLIC", "GREEK", "HEBREW", "CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI")
 _OVERLAYS = frozenset(chr(c) for c in (*range(0x0334, 0x0339), *range(0x20D2, 0x20D5), 0x20E5, 0x20E6))
 _WORD = re.compile(r"[^\W\d_]{2,}")
+# Marks no ordinary text stacks on a Latin letter: the combining Latin small letters, the marks of
+# the supplement and extended blocks, or three marks in a row on one letter.
+_STACKED_MARKS = re.compile("[\u0363-\u036f\u1ab0-\u1aff\u1dc0-\u1dff]|[\u0300-\u036f]{3,}")
+# Words of letters styled to pass a matcher: circled, mathematical, full-width Latin (two or more
+# in a row; full-width digits and a Japanese text's three-letter company name are not words of it).
+_STYLED_WORD = re.compile("[\u24b6-\u24e9\U0001d400-\U0001d6a5\uff21-\uff3a\uff41-\uff5a]{2,}")
 _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
 
 
@@ -117,10 +213,17 @@ def _script(c: str) -> str:
 
 def obfuscation(text: str) -> list[tuple[str, int, int]]:
     """``(signal, start, end)`` for each way ``text`` hides itself (see the module docstring)."""
-    if text.isascii():
-        m = _SPACED.search(text)
-        return [("spaced_letters", *m.span())] if m else []
     out: list[tuple[str, int, int]] = []
+    if m := _SPACED.search(text):
+        out.append(("spaced_letters", *m.span()))
+    dotted = [m.span() for m in _DOTTED.finditer(text)] if "." in text else []
+    if len(dotted) >= 2:
+        out.append(("dotted_letters", dotted[0][0], dotted[-1][1]))
+    encoded = [(a, b) for decoded, a, b in encoded_runs(text) if len(_WORD.findall(decoded)) >= 4]
+    if encoded:
+        out.append(("encoded_text", encoded[0][0], encoded[-1][1]))
+    if text.isascii():
+        return out
     over = [i for i, c in enumerate(text) if c in _OVERRIDES]
     if over:
         out.append(("direction_override", over[0], over[-1] + 1))
@@ -134,12 +237,18 @@ def obfuscation(text: str) -> list[tuple[str, int, int]]:
     overlays = [i for i, c in enumerate(text) if c in _OVERLAYS]
     if len(overlays) >= 3:
         out.append(("overlay_marks", overlays[0], overlays[-1] + 1))
+    stacked = [m.start() for m in _STACKED_MARKS.finditer(text)]
+    if len(stacked) >= 3:
+        out.append(("stacked_marks", stacked[0], stacked[-1] + 1))
+    styled = [m.span() for m in _STYLED_WORD.finditer(text)]
+    if len(styled) >= 3:
+        out.append(("styled_letters", styled[0][0], styled[-1][1]))
+    if m := _SMUGGLED.search(text):
+        out.append(("smuggled_bytes", *m.span()))
     mixed = [m.span() for m in _WORD.finditer(text)
              if len({s for c in m.group() if (s := _script(c)) in _SCRIPTS}) > 1]
     if mixed:
         out.append(("mixed_scripts", mixed[0][0], mixed[-1][1]))
-    if m := _SPACED.search(text):
-        out.append(("spaced_letters", *m.span()))
     return out
 
 

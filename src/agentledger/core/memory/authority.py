@@ -61,7 +61,9 @@ KIND_RULES: dict[MemoryKind, KindRule] = {
     "fact": KindRule(("task", "user", "project", "tenant")),
     "task_result": KindRule(("task", "project"), review=timedelta(days=30), episodic=True),
     "diagnostic": KindRule(("session", "task"), expires=timedelta(days=2), episodic=True),
-    "procedure": KindRule(("task", "project", "tenant"), review=timedelta(days=90)),
+    # How the agent does a task steers it as a rule does: a document or a page never sets it.
+    "procedure": KindRule(("task", "project", "tenant"), review=timedelta(days=90),
+                          forbidden=frozenset({"external_document"})),
     "rule": KindRule(("project", "tenant"), text_only=True,
                      forbidden=frozenset({"tool_output", "model_inference", "external_document"})),
 }

@@ -79,7 +79,8 @@ MAX_VALUE = 16384
 SKEW = timedelta(minutes=5)
 # Sources whose imperatives are the point (a user's "from now on…", an accepted project
 # rule "the assistant must answer in the user's language"): their policy imperatives, wishes
-# to keep something, words to the agent, rules for it and comments in their own text stand
+# to keep something, conditional answers ("when I ask …"), tool calls, words to the agent, rules
+# for it and comments in their own text stand
 # (``TRUSTED_IMPERATIVES``); an attempt to override the agent's instructions, deletion, its
 # system prompt or its role, or to send its data away, is held from them as from anyone. From
 # any other source (documents, pages, mail, tool output, a model's inference) every finding
@@ -88,7 +89,7 @@ SKEW = timedelta(minutes=5)
 INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
 TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention_override", "addressed_to_agent",
                                                  "policy_claim", "fake_user_preference", "hidden_content",
-                                                 "speaks_to_agent"})
+                                                 "speaks_to_agent", "conditional_trigger", "tool_call"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
