@@ -38,6 +38,7 @@ from agentledger.security.sealing import Keyring, kek_of
 from agentledger.services.projector.rebuild import verify
 from agentledger.stores import forget_journal
 from ckpt_support import TENANT, created, event
+from helpers import assert_eventually
 from test_forget_end_to_end import turn
 
 ALICE = ("Alice Moreau lives at 12 Rue Oberkampf and her badge is QX-88213",
@@ -184,6 +185,98 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         roots = [settings.data_dir, *_homes(settings, server_root)]
         assert raw_hits(roots, list(ALICE)) == []
         assert raw_hits(roots, [PLAIN]), "the scan finds what the restore brought back"
+    finally:
+        if settings.runtime_file.exists():
+            commands.down(settings)
+
+
+LAUNCH = "the launch code of project Nightjar is 4417-ALPHA-OSPREY"
+KEEP = "the staging cluster moves to the new rack on Friday"
+
+
+async def _write_tasks(settings: Settings, out: Path) -> Path:
+    """Tenant acme with an agent, and two plain tasks: one to forget after the backup, one kept."""
+    await auth.tenant_add(settings, TENANT)
+    creds = await auth.agent_add(settings, TENANT, "worker", out)  # the agent's, outside the data folder
+    async with await connect(settings, timeout=60) as c:
+        await c.append_batch([created("launch"), _variable("launch", "code", LAUNCH)])
+        await c.append_batch([created("keep"), _variable("keep", "note", KEEP)])
+    return creds
+
+
+async def _agent_reads(settings: Settings, creds: Path) -> dict[str, Any]:
+    """What agent ``worker`` reads of both tasks once the projection has them (its own credentials)."""
+    async with await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=30) as agent:
+
+        async def state(task: str) -> Any:
+            try:
+                return (await agent.working_memory(TENANT, task)).state
+            except AgentLedgerError as exc:
+                assert not exc.retryable, exc  # not projected yet: asked again
+                return exc.code
+
+        kept = await assert_eventually(lambda: state("keep"), timeout=60)
+        launch = await assert_eventually(lambda: state("launch"), timeout=60)
+    return {"keep": kept["variables"]["note"]["value"] if isinstance(kept, dict) else kept,
+            "launch": "served" if isinstance(launch, dict) else launch}
+
+
+async def _served_to_tenants(settings: Settings, creds: Path) -> bool:
+    try:
+        await asyncio.wait_for(_agent_reads(settings, creds), timeout=20)
+    except (AgentLedgerError, OSError, TimeoutError, Exception):
+        return False
+    return True
+
+
+@pytest.mark.timeout(900)
+def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_is_served(
+        tmp_path: Path, server_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(data_dir=tmp_path / "data", prefix="bkagain", server_root=server_root)
+    backup = tmp_path / "backup"
+    try:
+        commands.up(settings)
+        creds = asyncio.run(_write_tasks(resolve_urls(settings), tmp_path / "worker.creds"))
+        assert asyncio.run(_agent_reads(resolve_urls(settings), creds)) == {"keep": KEEP, "launch": "served"}
+        asyncio.run(take.take(resolve_urls(settings), backup))
+        forgotten = asyncio.run(_forget(resolve_urls(settings), {"kind": "task", "task_id": "launch"}))
+        commands.down(settings)
+        _wipe(settings, server_root)
+
+        # What the stack looks like at the moment the tenants' accounts are pushed.
+        seen: dict[str, Any] = {}
+        real_sync = auth.sync_tenants
+
+        async def sync_then(at: Settings) -> int:
+            seen["served_before"] = await _served_to_tenants(at, creds)
+            async with await connect(at, timeout=60) as c:
+                seen["receipts"] = [r.request_id for r in await c.forget_receipts(TENANT, request_id=re_id)
+                                    if r.receipt is not None] if (re_id := _reapplied_id(at)) else []
+            return await real_sync(at)
+
+        def _reapplied_id(at: Settings) -> str | None:
+            ids = [e.request_id for e in forget_journal.read(restoring.service_users.with_journal(at))
+                   if e.request_id.startswith("re-")]
+            return ids[-1] if ids else None
+
+        monkeypatch.setattr(auth, "sync_tenants", sync_then)
+        report = restoring.restore(settings, backup)
+        [again] = report["reapplied"]
+        assert (again["request_id"], again["kind"]) == (forgotten, "task")
+        assert seen == {"served_before": False, "receipts": [again["reapplied_as"]]}, seen
+        resolved = resolve_urls(settings)
+        assert asyncio.run(_agent_reads(resolved, creds)) == {"keep": KEEP, "launch": "not_found"}
+
+        asyncio.run(_compact(resolved))
+        roots = [settings.data_dir, *_homes(settings, server_root)]
+        assert raw_hits(roots, [LAUNCH]) == []
+        assert raw_hits(roots, [KEEP])
+        # A second restore of the same backup asks again under the same id, and nothing is back.
+        commands.down(settings)
+        _wipe(settings, server_root)
+        second = restoring.restore(settings, backup)
+        assert [r["reapplied_as"] for r in second["reapplied"]] == [again["reapplied_as"]]
+        assert asyncio.run(_agent_reads(resolve_urls(settings), creds))["launch"] == "not_found"
     finally:
         if settings.runtime_file.exists():
             commands.down(settings)

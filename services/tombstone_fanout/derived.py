@@ -40,13 +40,9 @@ from agentledger.core import integrity
 from agentledger.core.detect.personal import find_personal
 from agentledger.core.memory.tags import receipt_tag
 from agentledger.erasure.erase import scan_subject
-from agentledger.models.embedding import load_embedder
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import unseal
-from agentledger.services.context_builder.docs_replay import fold_tenant, read_tenant
-from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS_DURABLE
-from agentledger.services.context_builder.documents import DocumentStore
-from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.context_builder.forget import DocumentsHandler
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 from agentledger.stores.ledger import ledger_subject
 
@@ -229,7 +225,8 @@ class DerivedHandler:
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         if plan["document_seqs"]:
-            await self._documents(ctx, plan["document_seqs"])
+            # Erased, and the index made what the ledger still holds (the ``documents`` step's rebuild).
+            await DocumentsHandler.rebuild(ctx, plan["document_seqs"])
         keys = keys_of(ctx.settings)
         doomed = list(plan["receipts"])
         async with ctx.pool.acquire() as conn, conn.transaction():
@@ -261,22 +258,6 @@ class DerivedHandler:
         return {"needles": int(plan["needles"]), "document_versions": int(plan["document_versions"]),
                 "receipts_redacted": len(plan["receipts_redacted"]), "receipts": len(plan["receipts"]),
                 "generations": len(plan["generations"])}
-
-    async def _documents(self, ctx: ForgetContext, seqs: list[int]) -> None:
-        """Erase the document versions' messages, then make the tenant's document index exactly
-        what its ledger still holds (the ``documents`` step's rebuild, for one tenant)."""
-        await ctx.wait_watermark(DOCUMENTS_DURABLE, "document_watermark", "documents")
-        store = DocumentStore()
-        settings = ctx.settings
-        async with ctx.pool.acquire() as conn, conn.transaction():
-            locked = await store.lock_watermark(conn)  # the live projection waits
-            upto = locked[0] if locked is not None else 0
-            await ctx.erase(seqs)
-            for table in _DOC_TABLES:
-                await conn.execute(f"DELETE FROM {table} WHERE tenant = $1", ctx.tenant)  # noqa: S608 - constant
-            docs = fold_tenant(await read_tenant(ctx.nc, settings, ctx.tenant, upto))
-            if docs:
-                await store.write(conn, ctx.tenant, docs, Vectors(load_embedder(settings)))
 
 
 def redact_query(receipt: ReadReceipt) -> ReadReceipt:
