@@ -25,6 +25,7 @@ import pytest
 from agentledger.backup import restore as restoring
 from agentledger.backup import take
 from agentledger.cli.keys import retire, rotate
+from agentledger.cli.main import main
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.erasure.compaction import compact_postgres
@@ -163,6 +164,8 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         commands.up(settings)
         done = asyncio.run(retire(resolve_urls(settings)))
         assert done["retired"] == [0] and "refused" not in done, done
+        later = asyncio.run(take.take(resolve_urls(settings), tmp_path / "later"))
+        assert later.kek_epochs == [1]
         commands.down(settings)
 
         _wipe(settings, server_root)
@@ -185,6 +188,23 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         roots = [settings.data_dir, *_homes(settings, server_root)]
         assert raw_hits(roots, list(ALICE)) == []
         assert raw_hits(roots, [PLAIN]), "the scan finds what the restore brought back"
+
+        # The data keys from the backup made after the rotation: Bob's values open again, Alice's not.
+        commands.down(settings)
+        _wipe(settings, server_root)
+        report = restoring.restore(settings, backup, keys_from=tmp_path / "later")
+        assert [r["request_id"] for r in report["reapplied"]] == [forgotten]
+        resolved = resolve_urls(settings)
+        asyncio.run(_check_restored(resolved, uri, generation))
+        asyncio.run(_alice_key_gone(resolved))
+
+        async def bob_opens() -> None:
+            async with await connect(resolved, timeout=60) as c:
+                bob = (await c.working_memory(TENANT, "chat-b", reveal_personal=True)).state
+                assert bob["transcript"][0]["content"] == BOB
+        asyncio.run(bob_opens())
+        asyncio.run(_compact(resolved))
+        assert raw_hits([settings.data_dir, *_homes(settings, server_root)], list(ALICE)) == []
     finally:
         if settings.runtime_file.exists():
             commands.down(settings)
@@ -229,16 +249,30 @@ async def _served_to_tenants(settings: Settings, creds: Path) -> bool:
     return True
 
 
+def _command(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]:
+    """Run ``agentledger ARGV``; its JSON output (it must exit 0)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 0, err
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 @pytest.mark.timeout(900)
 def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_is_served(
-        tmp_path: Path, server_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, server_root: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings(data_dir=tmp_path / "data", prefix="bkagain", server_root=server_root)
     backup = tmp_path / "backup"
     try:
         commands.up(settings)
         creds = asyncio.run(_write_tasks(resolve_urls(settings), tmp_path / "worker.creds"))
         assert asyncio.run(_agent_reads(resolve_urls(settings), creds)) == {"keep": KEEP, "launch": "served"}
-        asyncio.run(take.take(resolve_urls(settings), backup))
+        for name, value in (("DATA_DIR", settings.data_dir), ("PREFIX", settings.prefix),
+                            ("SERVER_ROOT", server_root)):
+            monkeypatch.setenv(f"AGENTLEDGER_{name}", str(value))
+        assert _command(capsys, ["backup", str(backup)])["folder"] == str(backup)
         forgotten = asyncio.run(_forget(resolve_urls(settings), {"kind": "task", "task_id": "launch"}))
         commands.down(settings)
         _wipe(settings, server_root)
@@ -260,7 +294,7 @@ def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_i
             return ids[-1] if ids else None
 
         monkeypatch.setattr(auth, "sync_tenants", sync_then)
-        report = restoring.restore(settings, backup)
+        report = _command(capsys, ["restore", str(backup)])
         [again] = report["reapplied"]
         assert (again["request_id"], again["kind"]) == (forgotten, "task")
         assert seen == {"served_before": False, "receipts": [again["reapplied_as"]]}, seen
