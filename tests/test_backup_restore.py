@@ -5,10 +5,13 @@ key-encryption key is rotated and the old epoch retired, and the old backup is r
 fresh stack (new data folder, new NATS and PostgreSQL homes; the keys, the witness and the forget
 journal beside them stay). No sealed value of Alice's opens through the API or from the files: the
 re-applied forget erased the plaintext copies the backup held (a context generation over her
-conversation), the raw bytes of the data folder and of both servers' homes hold none of her
-values after the documented compaction (our own scan, not verify-forgotten), and her data key is
-gone; the content not sealed is all there and readable. A second test forgets a task after the
-backup and shows the restore applying it again before any tenant is served.
+conversation; a document quoting her address, found at the forget by her value and journaled by
+id, since the backup's copy of her key no longer opens), the raw bytes of the data folder and of
+both servers' homes hold none of her values after the documented compaction (our own scan, not
+verify-forgotten), and her data key is gone; the content not sealed is all there and readable.
+With the data keys of a backup made after the rotation (``--keys-from``), Bob's sealed values open
+again and Alice's do not. A second test forgets a task after the backup and shows the restore
+applying it again before any tenant is served.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def _variable(task: str, name: str, value: str, subject: str | None = None) -> d
 
 async def _write(settings: Settings) -> tuple[str, str]:
     """Alice's and Bob's sealed turns and variables, a plain task and a plain artifact, and a
-    context generation over Alice's conversation (a plaintext copy of her turns); the plain
+    context generation over Alice's conversation (a plaintext copy of her turns), a document quoting
+    her address; the plain
     artifact's URI and the generation's id."""
     async with await connect(settings, timeout=60) as c:
         chat = [turn("chat-a", i, f"{ALICE[0]} (turn {i})" if i % 2 else f"turn {i}: nothing new", "s-alice")
@@ -65,6 +69,9 @@ async def _write(settings: Settings) -> tuple[str, str]:
         ref = await c.put_artifact(PLAIN.encode(), schema="text/plain", producer="test", tenant=TENANT)
         await c.append_batch([created("plain"), _variable("plain", "status", PLAIN),
                               event("artifact_registered", {"artifact": msgspec.to_builtins(ref)}, "plain")])
+        # A plaintext copy no lineage names: found by her value when she is forgotten.
+        await c.ingest_document(TENANT, "delivery-note", 1, f"Deliver to {ALICE[1]} before noon, ring twice.",
+                                source="crm")
         built = await c.build_context(TENANT, "chat-a", 5, window_tokens=8000, reserve_tokens=64)
         assert ALICE[0] in msgspec.json.encode(await c.get_generation(TENANT, built.generation_id)).decode()
         view = (await c.working_memory(TENANT, "chat-a", reveal_personal=True)).state
@@ -157,8 +164,10 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
                        for p in backup.rglob("*") if p.is_file()), "the KEK must stay out of a backup"
 
         forgotten = asyncio.run(_forget(resolve_urls(settings), {"kind": "subject", "subject": "s-alice"}))
-        assert forgotten in {e.request_id for e in forget_journal.read(
-            restoring.service_users.with_journal(settings))}
+        journal = restoring.service_users.with_journal(settings)
+        assert forgotten in {e.request_id for e in forget_journal.requests(journal)}
+        # The copy her values found is journaled by id: the restored backup's key will not open.
+        assert [c.documents for c in forget_journal.copies_of(journal, TENANT, "s-alice")] == [[("delivery-note", 1)]]
         asyncio.run(rotate(resolve_urls(settings), retire_after=False, grace_s=0))
         commands.down(settings)  # the services' copies of the ring get the new epoch
         commands.up(settings)
@@ -289,7 +298,7 @@ def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_i
             return await real_sync(at)
 
         def _reapplied_id(at: Settings) -> str | None:
-            ids = [e.request_id for e in forget_journal.read(restoring.service_users.with_journal(at))
+            ids = [e.request_id for e in forget_journal.requests(restoring.service_users.with_journal(at))
                    if e.request_id.startswith("re-")]
             return ids[-1] if ids else None
 

@@ -132,7 +132,7 @@ def load(settings: Settings, backup: Path, manifest: manifests.Manifest,
 
 
 async def _forget_again(settings: Settings, backup_id: str) -> dict[str, Any]:
-    entries = forget_journal.read(service_users.with_journal(settings))
+    entries = forget_journal.requests(service_users.with_journal(settings))
     pool = await create_pool(settings.database_url)
     try:
         async with await connect(settings, timeout=60) as client:

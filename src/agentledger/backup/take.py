@@ -102,7 +102,7 @@ def _new_folder(folder: Path) -> None:
 async def take(settings: Settings, folder: Path) -> manifest.Manifest:
     """Back up the running stack of ``settings`` (URLs resolved) into ``folder`` (new or empty)."""
     _new_folder(folder)
-    journal = forget_journal.read(with_journal(settings))
+    journal = forget_journal.requests(with_journal(settings))
     started = datetime.now(UTC)
     pg_dump.dump(settings.database_url, folder / "postgres.dump")
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)

@@ -14,8 +14,16 @@ the data folder does not touch (``backup.restore`` reads it).
 It keeps what a selector names except a memory key's words: a key selector is kept as the
 key's keyed digest (``key_digest``, under the marker key beside the key-encryption key), and
 the restore finds the key again among the restored records' keys. Subjects, tasks and records
-are named by the pseudonymous ids the ledger uses anyway. A line that cannot be read is
-``integrity_violation``, never skipped: skipping it could bring a forgotten thing back.
+are named by the pseudonymous ids the ledger uses anyway.
+
+A second kind of line, ``Copies``, is written by a subject forget's ``derived`` step
+(``tombstone_fanout.derived``): the plaintext copies it found by the subject's values (document
+versions, read receipts, generations), by id only, never a needle. A restored backup holds those
+copies again, and its re-applied forget cannot find them the same way once the subject's key no
+longer opens there (destroyed, or under a retired epoch); it reaches them by these ids.
+
+A line that cannot be read is ``integrity_violation``, never skipped: skipping it could bring a
+forgotten thing back.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ class Selector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     task_id: str | None = None
 
 
-class Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+class Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, tag="request"):
     """One accepted forget request."""
 
     version: int
@@ -63,7 +71,20 @@ class Entry(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
     legal_basis: str = ""
 
 
-_decode = msgspec.json.Decoder(Entry).decode
+class Copies(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, tag="derived"):
+    """The plaintext copies of a data subject's values a forget's ``derived`` step reached."""
+
+    version: int
+    request_id: str
+    tenant: str
+    subject: str
+    documents: list[tuple[str, int]] = []
+    receipts_redacted: list[str] = []
+    receipts: list[str] = []
+    generations: list[str] = []
+
+
+_decode = msgspec.json.Decoder(Entry | Copies).decode
 
 
 def key_digest(key: str, marker_key: bytes) -> str:
@@ -89,7 +110,7 @@ def _locked(path: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def record(settings: Settings, entry: Entry) -> None:
+def record(settings: Settings, entry: Entry | Copies) -> None:
     """Append ``entry`` and flush it to disk. Synchronous (a small write): call it off the loop."""
     line = msgspec.json.encode(entry) + b"\n"
     with _locked(settings.forget_journal_path) as fd:
@@ -97,8 +118,8 @@ def record(settings: Settings, entry: Entry) -> None:
         os.fsync(fd)
 
 
-def read(settings: Settings) -> list[Entry]:
-    """Every entry, oldest first; none when there is no journal yet."""
+def read(settings: Settings) -> list[Entry | Copies]:
+    """Every line, oldest first; none when there is no journal yet."""
     path = settings.forget_journal_path
     try:
         data = path.read_bytes()
@@ -115,3 +136,13 @@ def read(settings: Settings) -> list[Entry]:
                                           f"({exc}); a restore would not know what to forget again",
                                           where="forget_journal") from None
     return entries
+
+
+def requests(settings: Settings) -> list[Entry]:
+    """Every journaled forget request, oldest first."""
+    return [e for e in read(settings) if isinstance(e, Entry)]
+
+
+def copies_of(settings: Settings, tenant: str, subject: str) -> list[Copies]:
+    """What earlier forgets of ``subject`` found as its plaintext copies."""
+    return [e for e in read(settings) if isinstance(e, Copies) and e.tenant == tenant and e.subject == subject]
