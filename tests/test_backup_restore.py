@@ -149,6 +149,11 @@ async def _check_restored(settings: Settings, uri: str, generation: str) -> None
     assert (await verify(settings)).ok
 
 
+async def _bob_turn(settings: Settings) -> dict[str, Any]:
+    async with await connect(settings, timeout=60) as c:
+        return dict((await c.working_memory(TENANT, "chat-b", reveal_personal=True)).state["transcript"][0])
+
+
 @pytest.mark.timeout(900)
 def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothing_of_the_subject(
         tmp_path: Path, server_root: Path) -> None:
@@ -186,12 +191,8 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         resolved = resolve_urls(settings)
         asyncio.run(_check_restored(resolved, uri, generation))
         asyncio.run(_alice_key_gone(resolved))
-        async def bob_erased() -> None:
-            async with await connect(resolved, timeout=60) as c:
-                bob = (await c.working_memory(TENANT, "chat-b", reveal_personal=True)).state
-                # Its key was wrapped under the retired epoch too: opens nothing (docs/deletion.md).
-                assert bob["transcript"][0].get("erased") is True
-        asyncio.run(bob_erased())
+        # Bob's key was wrapped under the retired epoch too: it opens nothing (docs/deletion.md).
+        assert asyncio.run(_bob_turn(resolved)).get("erased") is True
 
         asyncio.run(_compact(resolved))
         roots = [settings.data_dir, *_homes(settings, server_root)]
@@ -206,12 +207,7 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         resolved = resolve_urls(settings)
         asyncio.run(_check_restored(resolved, uri, generation))
         asyncio.run(_alice_key_gone(resolved))
-
-        async def bob_opens() -> None:
-            async with await connect(resolved, timeout=60) as c:
-                bob = (await c.working_memory(TENANT, "chat-b", reveal_personal=True)).state
-                assert bob["transcript"][0]["content"] == BOB
-        asyncio.run(bob_opens())
+        assert asyncio.run(_bob_turn(resolved))["content"] == BOB
         asyncio.run(_compact(resolved))
         assert raw_hits([settings.data_dir, *_homes(settings, server_root)], list(ALICE)) == []
     finally:

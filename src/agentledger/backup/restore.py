@@ -60,6 +60,10 @@ def _check_target(settings: Settings, manifest: manifests.Manifest) -> None:
         raise ContractError("restore brings a backup into the embedded servers of `agentledger up`; with "
                             "servers of your own, restore their streams and database with their tools",
                             code="invalid_config", path="AGENTLEDGER_NATS_URL")
+    if settings.cluster_size > 1:
+        raise ContractError("restore brings a backup into the single embedded NATS server; restore a "
+                            "cluster's streams with its own tools", code="invalid_config",
+                            path="AGENTLEDGER_CLUSTER_SIZE")
     if settings.runtime_file.exists() and supervisor_alive(read_runtime(settings.runtime_file)):
         raise RuntimeStateError("agentledger is up: run `agentledger down` before a restore")
 

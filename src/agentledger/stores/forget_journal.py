@@ -6,7 +6,8 @@ reaches the live stores, never that copy: restored as it is, the copy would brin
 forget removed. The ledger's own record of the request (``forget_requested`` on the tenant's
 ``_forget`` subject) is in the data folder, which is exactly what a restore replaces. So the
 tombstone-fanout also appends each request it accepts, before it appends it to the ledger and
-before it answers, to this journal: one JSON line a request, in a file beside the keys
+before it answers, to this journal (a request whose append then fails stays in it: a restore
+applies it too, since the caller asked for it): one JSON line a request, in a file beside the keys
 (``Settings.forget_journal_path``: default the integrity key file with suffix ``.forgets``;
 mode 0600; when root ran ``up``, in the fan-out's home, ``with_journal``), which a restore of
 the data folder does not touch (``backup.restore`` reads it).
