@@ -23,17 +23,14 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-import msgspec
-import nats.js.errors
 from nats.aio.client import Client
 
 from agentledger.backup import manifest, pg_dump, snapshots
 from agentledger.config import Settings
-from agentledger.erasure.erase import scan_subject
 from agentledger.errors import ContractError
 from agentledger.runtime.service_users import with_journal
 from agentledger.security import auth
-from agentledger.security.sealing import kek_of
+from agentledger.security.sealing import Keyring, kek_of
 from agentledger.stores import forget_journal
 
 LEFT_OUT = ["key-encryption-key epochs and marker key", "integrity keys", "ledger witness", "forget journal"]
@@ -57,25 +54,6 @@ async def stream_names(nc: Client) -> list[str]:
         names += [info.config.name for info in batch if info.config.name]
         offset += len(batch)
     return names
-
-
-class _Epoch(msgspec.Struct):
-    epoch: int = 0
-
-
-async def wrapped_epochs(nc: Client, bucket: str) -> list[int]:
-    """The epochs the live data keys of ``bucket`` are wrapped under."""
-    last: dict[str, bytes] = {}
-    prefix = f"$KV.{bucket}."
-    try:
-        async for msg in scan_subject(nc.jetstream(), f"KV_{bucket}", prefix + ">"):
-            if (msg.headers or {}).get("KV-Operation") or not msg.data:
-                last.pop(msg.subject, None)
-            else:
-                last[msg.subject] = bytes(msg.data)
-    except nats.js.errors.NotFoundError:
-        return []
-    return sorted({msgspec.json.decode(raw, type=_Epoch).epoch for raw in last.values()})
 
 
 def _data_files(settings: Settings, folder: Path) -> list[str]:
@@ -112,10 +90,10 @@ async def take(settings: Settings, folder: Path) -> manifest.Manifest:
             file = f"streams/{name}.tar.s2"
             got = await snapshots.snapshot(nc, name, folder / file)
             parts.append(manifest.StreamPart(name=name, file=file, config=got["config"], state=got["state"]))
-        epochs = await wrapped_epochs(nc, settings.keys_bucket)
+        ring = kek_of(settings, create=False)
+        epochs = await Keyring(nc, settings.keys_bucket, ring).wrapped_epochs()
     finally:
         await nc.close()
-    ring = kek_of(settings, create=False)
     done = manifest.Manifest(
         version=manifest.VERSION, prefix=settings.prefix, started_at=started, completed_at=datetime.now(UTC),
         postgres="postgres.dump", streams=parts, kek_epochs=epochs, kek_live_epochs=ring.live_epochs(),
