@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentledger.cli.keys import rotate
+from agentledger.cli.keys import retire, rotate
 from agentledger.config import Settings
+from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.erasure.erase import scan_subject
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, sealing
@@ -101,3 +102,20 @@ async def test_a_backup_taken_before_a_forget_opens_nothing_once_its_epoch_is_re
     finally:
         await nc.close()
 
+
+
+async def test_retiring_epoch_0_of_a_folder_whose_services_never_ran_keeps_the_marker_key(
+        settings: Settings) -> None:
+    # Epoch 0 made, then rotated, by the operator alone: no service ever derived the marker key.
+    sealing._MARKER_KEYS.clear()
+    ring = kek_of(settings)
+    expected = derive_marker_key(sealing.load_kek(settings.kek_path, create=False))
+    marker_file = settings.kek_path.with_name(settings.kek_path.name + ".marker")
+    assert not marker_file.exists()
+    ring.rotate()
+    done = await retire(settings)
+    assert done["retired"] == [0] and not settings.kek_path.exists()
+    # Kept beside the ring before epoch 0 was shredded; a fresh process reads the same key.
+    assert marker_file.exists()
+    sealing._MARKER_KEYS.clear()
+    assert marker_key_of(settings) == expected

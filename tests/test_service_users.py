@@ -48,6 +48,8 @@ HOME_FILES = {
 # The one file a service writes besides its ready file: the writer's witness of ledger heads
 # (and its lock), its own and 0600.
 WITNESS_FILES = {"ledger.witness", "ledger.witness-lock"}
+# Files a service writes in its home (0600, its own): the writer's witness, the fan-out's journal.
+WRITTEN_FILES = {"ledger-writer": WITNESS_FILES, "tombstone-fanout": {"forgets.journal"}}
 
 
 class Identity:
@@ -179,12 +181,14 @@ def test_a_service_reads_its_own_credentials_and_no_one_elses(stack: Settings) -
     who = identities(settings)
     for name, expected in HOME_FILES.items():
         home = Path(who[name].env["HOME"])
+        written = set().union(*WRITTEN_FILES.values())
         files = {p.name: p.stat() for p in home.iterdir()
-                 if not p.name.endswith(".ready") and p.name not in WITNESS_FILES}
+                 if not p.name.endswith(".ready") and p.name not in written}
         assert set(files) == expected, name
-        for witness in WITNESS_FILES & {p.name for p in home.iterdir()}:
-            st = (home / witness).stat()
-            assert name == "ledger-writer" and (st.st_uid, st.st_mode & 0o777) == (who[name].uid, 0o600)
+        for own in written & {p.name for p in home.iterdir()}:
+            st = (home / own).stat()
+            assert own in WRITTEN_FILES.get(name, set()), (name, own)
+            assert (st.st_uid, st.st_mode & 0o777) == (who[name].uid, 0o600)
         assert {(st.st_uid, st.st_mode & 0o777) for st in files.values()} == {(who[name].uid, 0o400)}
         assert (home.stat().st_uid, home.stat().st_mode & 0o777) == (who[name].uid, 0o700)
     store = auth.AuthStore(settings.auth_root)

@@ -284,18 +284,30 @@ class DocumentsHandler:
         return counts
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
+        await self.rebuild(ctx)
+        return {k: int(v) for k, v in plan.items()}
+
+    @staticmethod
+    async def rebuild(ctx: ForgetContext, erase: Sequence[int] = ()) -> None:
+        """Make the tenant's document index exactly what its ledger still holds, once the
+        ``_documents`` messages ``erase`` names are erased. Both happen holding the document
+        watermark's row lock, after the projection committed what it had been delivered, so the
+        live projection waits and never writes back a version erased meanwhile. Also the
+        ``derived`` step's rebuild (``tombstone_fanout.derived``: versions holding a needle)."""
         await ctx.wait_watermark(DOCUMENTS_DURABLE, "document_watermark", "documents")
         store = DocumentStore()
         settings = ctx.settings
         async with ctx.pool.acquire() as conn, conn.transaction():
             locked = await store.lock_watermark(conn)  # the live projection waits
             upto = locked[0] if locked is not None else 0
+            if erase:
+                await ctx.erase(erase)
             for table in _DOC_TABLES:
                 await conn.execute(f"DELETE FROM {table} WHERE tenant = $1", ctx.tenant)  # noqa: S608 - constant
             subject = ledger_subject(settings.prefix, ctx.tenant, ev.DOCUMENTS_TASK)
             left = [s for s in await subject_seqs(ctx.nc.jetstream(), settings.stream, subject) if s <= upto]
             if left:
-                # Ingested again after the ledger step: the index holds exactly what the ledger still does.
+                # What the ledger still holds (ingested again after a tenant's ledger step, or the
+                # versions a subject's forget left): the index holds exactly that.
                 docs = fold_tenant(await read_tenant(ctx.nc, settings, ctx.tenant, upto))
                 await store.write(conn, ctx.tenant, docs, Vectors(load_embedder(settings)))
-        return {k: int(v) for k, v in plan.items()}

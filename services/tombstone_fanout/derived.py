@@ -19,7 +19,10 @@ span the detector finds in it (an address, a phone number, an e-mail, an id: at 
 
 The plan keeps ids, sequences and URIs only (never a needle): it is stored before the apply,
 and the apply does not need the key, so a run resumed after the key is gone does the same.
-Counts go to the receipt as ``derived``.
+Counts go to the receipt as ``derived``. What a plan reaches is also written to the forget journal
+beside the keys (``stores.forget_journal.Copies``: ids and document versions), and a later
+forget of the subject reaches what earlier ones found: after a restore of an older backup, the
+copies it holds again are found by those ids, the subject's key there no longer opening.
 """
 
 from __future__ import annotations
@@ -40,14 +43,11 @@ from agentledger.core import integrity
 from agentledger.core.detect.personal import find_personal
 from agentledger.core.memory.tags import receipt_tag
 from agentledger.erasure.erase import scan_subject
-from agentledger.models.embedding import load_embedder
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import unseal
-from agentledger.services.context_builder.docs_replay import fold_tenant, read_tenant
-from agentledger.services.context_builder.documents import DURABLE as DOCUMENTS_DURABLE
-from agentledger.services.context_builder.documents import DocumentStore
-from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.context_builder.forget import DocumentsHandler
 from agentledger.services.tombstone_fanout.registry import ForgetContext
+from agentledger.stores import forget_journal
 from agentledger.stores.ledger import ledger_subject
 
 # A whole value shorter than this is no needle (a short phrase would match ordinary text and
@@ -153,25 +153,55 @@ class DerivedHandler:
         needles = await subject_needles(ctx, sel.subject)
         patterns = forms(needles)
         opened = time.perf_counter()
+        earlier = await asyncio.to_thread(forget_journal.copies_of, ctx.settings, ctx.tenant, sel.subject)
         plan: dict[str, Any] = {"needles": len(needles), "receipts_redacted": [], "receipts": [],
                                 "generations": [], "uris": []}
-        plan["document_seqs"], plan["document_versions"] = await self._documents_of(ctx, sel.subject, patterns)
-        if not patterns:
-            return {**plan, "tables": self._reached(plan)}
-        for receipt_id, raw in await ctx.pool.fetch(
-                "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 ORDER BY receipt_id", ctx.tenant):
-            if not holds(bytes(raw), patterns):
-                continue
-            redacted = msgspec.json.encode(redact_query(_receipt.decode(bytes(raw))))
-            plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
+        plan["document_seqs"], versions = await self._documents_of(
+            ctx, sel.subject, patterns, {(d, v) for c in earlier for d, v in c.documents})
+        plan["document_versions"] = len(versions)
+        if patterns:
+            for receipt_id, raw in await ctx.pool.fetch(
+                    "SELECT receipt_id, receipt FROM memory_receipts WHERE tenant = $1 ORDER BY receipt_id",
+                    ctx.tenant):
+                if not holds(bytes(raw), patterns):
+                    continue
+                redacted = msgspec.json.encode(redact_query(_receipt.decode(bytes(raw))))
+                plan["receipts" if holds(redacted, patterns) else "receipts_redacted"].append(receipt_id)
         searched = time.perf_counter()
-        plan["generations"], plan["uris"] = await self._generations(ctx, patterns)
+        plan["generations"], plan["uris"] = await self._generations(ctx, patterns) if patterns else ([], [])
+        await self._with_earlier(ctx, plan, earlier)
         plan["tables"] = self._reached(plan)
+        if versions or plan["receipts"] or plan["receipts_redacted"] or plan["generations"]:
+            await asyncio.to_thread(forget_journal.record, ctx.settings, forget_journal.Copies(
+                version=1, request_id=ctx.request.request_id, tenant=ctx.tenant, subject=sel.subject,
+                documents=sorted(versions), receipts_redacted=plan["receipts_redacted"],
+                receipts=plan["receipts"], generations=plan["generations"]))
         # Where a subject forget's time goes (the needles themselves are never logged).
         log.info("forget.derived_planned", needles=len(needles), open_s=round(opened - started, 3),
                  documents_receipts_s=round(searched - opened, 3),
                  generations_s=round(time.perf_counter() - searched, 3))
         return plan
+
+    @staticmethod
+    async def _with_earlier(ctx: ForgetContext, plan: dict[str, Any], earlier: list[forget_journal.Copies]) -> None:
+        """Add to ``plan`` the receipts and generations earlier forgets of the subject found by
+        its values (``forget_journal.Copies``) that the stores hold again: a restored backup,
+        whose copy of the subject's key may no longer open to find them by needles."""
+        have = set(plan["receipts"]) | set(plan["receipts_redacted"])
+        for kind in ("receipts", "receipts_redacted"):
+            ids = sorted({i for c in earlier for i in getattr(c, kind)} - have)
+            if ids:
+                plan[kind] = sorted({*plan[kind], *(r[0] for r in await ctx.pool.fetch(
+                    "SELECT receipt_id FROM memory_receipts WHERE tenant = $1 AND receipt_id = ANY($2::text[])",
+                    ctx.tenant, ids))})
+                have |= set(plan[kind])
+        ids = sorted({g for c in earlier for g in c.generations} - set(plan["generations"]))
+        if ids:
+            rows = await ctx.pool.fetch("SELECT generation_id, frozen_uri, artifact_uri FROM context_generations"
+                                        " WHERE tenant = $1 AND generation_id = ANY($2::text[])", ctx.tenant, ids)
+            plan["generations"] = sorted({*plan["generations"], *(r["generation_id"] for r in rows)})
+            uris = {u for r in rows for u in (r["frozen_uri"], r["artifact_uri"]) if u}
+            plan["uris"] = sorted({*plan["uris"], *uris})
 
     @staticmethod
     def _reached(plan: dict[str, Any]) -> list[str]:
@@ -180,11 +210,11 @@ class DerivedHandler:
                        *(("memory_receipts",) if plan["receipts"] or plan["receipts_redacted"] else ()),
                        *(("context_generations",) if plan["generations"] else ())})
 
-    async def _documents_of(self, ctx: ForgetContext, subject: str,
-                            patterns: list[bytes]) -> tuple[list[int], int]:
-        """The ``_documents`` messages of every document version declared about ``subject`` or
-        holding a needle in any of its parts (all its parts: a version goes whole); how many
-        versions."""
+    async def _documents_of(self, ctx: ForgetContext, subject: str, patterns: list[bytes],
+                            known: set[tuple[str, int]]) -> tuple[list[int], set[tuple[str, int]]]:
+        """The ``_documents`` messages of every document version declared about ``subject``,
+        holding a needle in any of its parts, or ``known`` (found so by an earlier forget): all
+        its parts, a version goes whole; and those versions."""
         docs = ledger_subject(ctx.settings.prefix, ctx.tenant, ev.DOCUMENTS_TASK)
         parts: dict[tuple[str, int], list[int]] = {}
         hit: set[tuple[str, int]] = set()
@@ -198,9 +228,9 @@ class DerivedHandler:
                 continue
             version = (p.doc_id, p.version)
             parts.setdefault(version, []).append(m.metadata.sequence.stream)
-            if subject in p.data_subjects or holds(m.data or b"", patterns):
+            if subject in p.data_subjects or version in known or holds(m.data or b"", patterns):
                 hit.add(version)
-        return sorted(s for v in hit for s in parts[v]), len(hit)
+        return sorted(s for v in hit for s in parts[v]), hit
 
     async def _generations(self, ctx: ForgetContext, patterns: list[bytes]) -> tuple[list[str], list[str]]:
         # Those the ``generations`` step reaches anyway (the subject's, or of unknown subjects) are
@@ -229,7 +259,8 @@ class DerivedHandler:
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
         if plan["document_seqs"]:
-            await self._documents(ctx, plan["document_seqs"])
+            # Erased, and the index made what the ledger still holds (the ``documents`` step's rebuild).
+            await DocumentsHandler.rebuild(ctx, plan["document_seqs"])
         keys = keys_of(ctx.settings)
         doomed = list(plan["receipts"])
         async with ctx.pool.acquire() as conn, conn.transaction():
@@ -261,22 +292,6 @@ class DerivedHandler:
         return {"needles": int(plan["needles"]), "document_versions": int(plan["document_versions"]),
                 "receipts_redacted": len(plan["receipts_redacted"]), "receipts": len(plan["receipts"]),
                 "generations": len(plan["generations"])}
-
-    async def _documents(self, ctx: ForgetContext, seqs: list[int]) -> None:
-        """Erase the document versions' messages, then make the tenant's document index exactly
-        what its ledger still holds (the ``documents`` step's rebuild, for one tenant)."""
-        await ctx.wait_watermark(DOCUMENTS_DURABLE, "document_watermark", "documents")
-        store = DocumentStore()
-        settings = ctx.settings
-        async with ctx.pool.acquire() as conn, conn.transaction():
-            locked = await store.lock_watermark(conn)  # the live projection waits
-            upto = locked[0] if locked is not None else 0
-            await ctx.erase(seqs)
-            for table in _DOC_TABLES:
-                await conn.execute(f"DELETE FROM {table} WHERE tenant = $1", ctx.tenant)  # noqa: S608 - constant
-            docs = fold_tenant(await read_tenant(ctx.nc, settings, ctx.tenant, upto))
-            if docs:
-                await store.write(conn, ctx.tenant, docs, Vectors(load_embedder(settings)))
 
 
 def redact_query(receipt: ReadReceipt) -> ReadReceipt:

@@ -6,9 +6,11 @@ NATS micro service ``agentledger-tombstone-fanout``:
   authenticated connection: a tenant agent forgets records and keys of its own
   tenant, the data subjects it is bound to (``agentledger agent bind --user``),
   and its tenant's tasks unless another agent holds a live lease on one; an
-  operator anything, whole tenants included. The request is
-  appended as ``forget_requested`` to the tenant's ``_forget`` ledger before the
-  reply, so a crash after the reply never loses it; the reply says ``pending``.
+  operator anything, whole tenants included. The request is written to the
+  forget journal outside the data folder (``stores.forget_journal``: a restore
+  of an older backup applies it again), then appended as ``forget_requested``
+  to the tenant's ``_forget`` ledger, both before the reply, so a crash after
+  the reply never loses it; the reply says ``pending``.
 * ``<prefix>.forget.receipt``: where a request stands (by ``request_id``), or
   every request about a data subject (by ``subject``): the indexes done so far
   and, once all are, the receipt with its blake3 digest.
@@ -20,6 +22,7 @@ restarted service continues where the killed one was.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from datetime import UTC, datetime
 
@@ -37,14 +40,14 @@ from agentledger.contracts.forget_api import (
 from agentledger.core.forget import check_may_forget, check_selector
 from agentledger.errors import ConflictError, ContractError, NotFoundError
 from agentledger.security.identity import Caller
-from agentledger.security.sealing import Keyring, kek_of
+from agentledger.security.sealing import Keyring, kek_of, marker_key_of
 from agentledger.services.tombstone_fanout.handlers import HANDLERS
 from agentledger.services.tombstone_fanout.saga import PROJECTION_WAIT_S, ForgetLog, Saga, Worker
 from agentledger.services.tombstone_fanout.store import RequestRow
 from agentledger.shell.endpoints import Endpoint
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
-from agentledger.stores import artifacts
+from agentledger.stores import artifacts, forget_journal
 from agentledger.stores.leases import holder_of
 
 log = structlog.get_logger()
@@ -96,9 +99,14 @@ class TombstoneFanout(Shell):
         request_id = body.request_id or f"fg-{secrets.token_hex(10)}"
         existing = await self.log.store.request(self._pool, tenant, request_id)
         if existing is None:
+            now = datetime.now(UTC)
+            await asyncio.to_thread(forget_journal.record, self.settings, forget_journal.Entry(
+                version=1, request_id=request_id, tenant=tenant, requested_by=requested_by(caller),
+                selector=forget_journal.journaled(body.selector, marker_key_of(self.settings)),
+                requested_at=now, reason=body.reason, legal_basis=body.legal_basis))
             event = ev.ForgetRequestedEvent(
                 event_id=f"forget-{request_id}", tenant=tenant, task_id=ev.FORGET_TASK,
-                producer="tombstone-fanout", occurred_at=datetime.now(UTC), schema_version=1,
+                producer="tombstone-fanout", occurred_at=now, schema_version=1,
                 payload=ev.ForgetRequested(request_id=request_id, selector=body.selector,
                                            requested_by=requested_by(caller), operator=caller.is_operator,
                                            reason=body.reason, legal_basis=body.legal_basis))

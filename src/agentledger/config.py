@@ -140,6 +140,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The witness of ledger heads (stores/witness.py); default beside the integrity keys. The
     # supervisor points a writer running as a user of its own at its home (service_users.py).
     witness_file: Path | None = None
+    # The forget journal (stores/forget_journal.py): every accepted forget request, for a restore
+    # to apply again; default beside the integrity keys. The supervisor points a fan-out running
+    # as a user of its own at its home (service_users.py).
+    forget_journal_file: Path | None = None
     # Operator identity material (keys, account JWTs, credentials); default data_dir/auth.
     auth_dir: Path | None = None
     # Credentials file this process connects with (an agent's); default: the role's file
@@ -271,6 +275,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.witness_file or self.integrity_key_path.with_suffix(".witness")
 
     @property
+    def forget_journal_path(self) -> Path:
+        """The forget journal (stores/forget_journal.py): beside the integrity keys, with suffix
+        ``.forgets``, so a restored data folder leaves it as it is."""
+        return self.forget_journal_file or self.integrity_key_path.with_suffix(".forgets")
+
+    @property
     def legacy_kek_path(self) -> Path:
         """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
         return self.data_dir / "keyring.key"
@@ -326,7 +336,8 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
-            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file", "server_root",
+            elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file",
+                           "forget_journal_file", "server_root",
                            "auth_dir", "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
                            "context_compactor_key_file", "context_signing_key_file"):
                 values[field] = Path(raw)

@@ -24,7 +24,7 @@ from agentledger.config import Settings
 from agentledger.runtime.hosting import DEFAULT_SERVER_ROOT, instance_id, isolating
 from agentledger.security import auth
 from agentledger.security.kek_epochs import KekRing, epoch_path
-from agentledger.security.sealing import Keyring, RewrapReport, kek_of
+from agentledger.security.sealing import Keyring, RewrapReport, kek_of, marker_key_of
 
 Connected = Callable[[argparse.Namespace], Settings]
 # Seconds between making an epoch and the re-wrap pass: a key being made in another process at
@@ -73,6 +73,10 @@ async def retire(settings: Settings) -> dict[str, object]:
         done["refused"] = "keys were still being re-wrapped on the second pass: run `agentledger keys retire` again"
         return done
     older = [e for e in ring.live_epochs() if e < epoch]
+    if 0 in older:
+        # The marker key is derived from epoch 0 and kept in ``<kek>.marker`` from its first use;
+        # on a folder whose services never ran, that first use is now, before epoch 0 is gone.
+        marker_key_of(settings)
     for old in older:
         ring.retire(old)
     done["retired"] = older

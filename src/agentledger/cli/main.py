@@ -16,6 +16,7 @@ import msgspec
 from agentledger import logs
 from agentledger.bench import run_all
 from agentledger.chaos import run as chaos_run
+from agentledger.cli.backup import add_backup_commands
 from agentledger.cli.context import add_context_commands
 from agentledger.cli.forget import add_forget_commands
 from agentledger.cli.keys import add_keys_commands
@@ -486,12 +487,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_artifact_commands(sub)
     add_memory_commands(sub, _connected)
     add_context_commands(sub, _connected)
-    add_forget_commands(sub, _connected)
-    add_keys_commands(sub, _connected)
+    _add_operator_commands(sub)
     _add_identity_commands(sub)
     _add_load_commands(sub)
     _accept_global_options_everywhere(parser)
     return parser
+
+
+def _add_operator_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Forgetting, key-encryption-key epochs, backup and restore."""
+    add_forget_commands(sub, _connected)
+    add_keys_commands(sub, _connected)
+    add_backup_commands(sub, _connected, _settings)
 
 
 def main(argv: list[str] | None = None) -> None:

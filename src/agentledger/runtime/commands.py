@@ -107,7 +107,8 @@ _left_running: list[object] = []
 
 
 def up(settings: Settings, *, foreground: bool = False,
-       on_ready: Callable[[RuntimeInfo], None] | None = None, accept_rollback: bool = False) -> RuntimeInfo:
+       on_ready: Callable[[RuntimeInfo], None] | None = None, accept_rollback: bool = False,
+       serve_tenants: bool = True) -> RuntimeInfo:
     """Start the runtime and return what runs where once the ledger writer answers.
 
     Synchronous (it runs its own event loops): call it from a thread when an
@@ -122,6 +123,10 @@ def up(settings: Settings, *, foreground: bool = False,
     A ledger behind its witness (``stores.witness``: cut back, or the data folder restored
     from an older copy) is refused with ``IntegrityViolationError`` before any service runs;
     ``accept_rollback`` serves it anyway and records in the witness what was lost.
+
+    ``serve_tenants`` False leaves the tenants' accounts out of the NATS server (a fresh server
+    knows none until they are pushed: ``auth.sync_tenants``), so only the operator is served:
+    ``agentledger restore`` forgets again what it must before any tenant can connect.
     """
     settings = msgspec.structs.replace(settings, data_dir=settings.data_dir.absolute())
     _clear_stale(settings)
@@ -159,7 +164,7 @@ def up(settings: Settings, *, foreground: bool = False,
         if nats_nodes:
             # JetStream must elect its meta leader before a stream can be created.
             asyncio.run(wait_for_cluster(settings, len(nats_nodes), time.monotonic() + settings.up_timeout_s))
-        asyncio.run(_prepare(settings, accept_rollback=accept_rollback))
+        asyncio.run(_prepare(settings, accept_rollback=accept_rollback, serve_tenants=serve_tenants))
         undo.callback(settings.runtime_file.unlink, missing_ok=True)
         supervisor = _start_supervisor(settings, nats_pid, postgres_pid, foreground, nats_nodes)
         undo.callback(_stop_process, supervisor)
@@ -187,7 +192,7 @@ def cluster_replicas(settings: Settings) -> int:
     return settings.stream_replicas if settings.stream_replicas > 1 else min(settings.cluster_size, 3)
 
 
-async def _prepare(settings: Settings, *, accept_rollback: bool = False) -> None:
+async def _prepare(settings: Settings, *, accept_rollback: bool = False, serve_tenants: bool = True) -> None:
     """Bring the database schema, the ledger stream and (replicated) buckets up to date before
     any service runs, once the ledger is found at or past its witness."""
     # Imported here: these modules need the servers this module starts, not the reverse.
@@ -204,7 +209,7 @@ async def _prepare(settings: Settings, *, accept_rollback: bool = False) -> None
     await _until_streams_answer(lambda: ensure_erasable_buckets(settings), deadline)
     if settings.stream_replicas > 1:
         await _until_streams_answer(lambda: ensure_bucket_replicas(settings), deadline)
-    if auth.auth_store(settings).initialized:
+    if serve_tenants and auth.auth_store(settings).initialized:
         # A server that lost its resolver folder would not know the tenants any more.
         await auth.sync_tenants(settings)
 

@@ -18,7 +18,9 @@ that home exactly what the service reads, each file 0400 and its user's:
 * ``nats-ca.pem``: the NATS servers' CA bundle, when configured (every service);
 * ``integrity``: the integrity keys (every service: each writes or checks MACs), and for the
   ledger writer the witness of ledger heads it keeps in its home (``ledger.witness``, its own
-  file, outside the data folder; ``up`` reads it there, ``with_witness``);
+  file, outside the data folder; ``up`` reads it there, ``with_witness``), and for the
+  tombstone-fanout the forget journal it appends to there (``forgets.journal``; ``restore``
+  reads it there, ``with_journal``);
 
 and starts the service on those copies (``AGENTLEDGER_NATS_CREDS``, the URL's
 ``passfile``, ``AGENTLEDGER_KEK_FILE``, ...) with its home as data folder and
@@ -109,6 +111,20 @@ def with_witness(settings: Settings) -> Settings:
     return msgspec.structs.replace(settings, witness_file=home.dir / WITNESS_NAME)
 
 
+JOURNAL_NAME = "forgets.journal"
+
+
+def with_journal(settings: Settings) -> Settings:
+    """``settings`` naming the forget journal the fan-out keeps (``stores.forget_journal``): in
+    its home when the services run as users of their own (root ran ``up``), else as configured."""
+    if settings.forget_journal_file is not None or not isolating():
+        return settings
+    home = ServiceHome(settings.data_dir, "tombstone-fanout", settings.server_root or DEFAULT_SERVER_ROOT)
+    if not home.dir.is_dir():
+        return settings
+    return msgspec.structs.replace(settings, forget_journal_file=home.dir / JOURNAL_NAME)
+
+
 def hand_witness_to_writer(settings: Settings) -> None:
     """Make the witness ``up`` wrote in the writer's home the writer's own (it reads and
     replaces it from then on)."""
@@ -191,6 +207,8 @@ class ServiceHome(UserHome):
         out["AGENTLEDGER_INTEGRITY_KEY_FILE"] = self._copy("integrity", settings.integrity_key_path.read_bytes())
         if self.kind == "ledger-writer":
             out["AGENTLEDGER_WITNESS_FILE"] = str(self.dir / WITNESS_NAME)
+        if self.kind == "tombstone-fanout":
+            out["AGENTLEDGER_FORGET_JOURNAL_FILE"] = str(self.dir / JOURNAL_NAME)
         if SIGNING_KEY in needs:
             from agentledger.services.context_builder.keys import load_signing_key  # noqa: PLC0415
 

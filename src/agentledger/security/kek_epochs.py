@@ -6,8 +6,9 @@ It stays unreadable only if the key-encryption key that wrapped it is gone too. 
 lives in epochs: ``rotate`` makes a new one, every wrapped key is re-wrapped under it
 (``sealing.rewrap``), and ``retire`` destroys the older epochs' files (overwritten, then
 removed; a ``<n>.retired`` stone records that the epoch existed). From then on every copy of
-the bucket made before the rotation opens nothing: a restore takes its keys from a keys export
-made after the rotation (docs/deletion.md, "Backups and KEK epochs").
+the bucket made before the rotation opens nothing: a restore takes its keys from a backup made
+after the rotation (``agentledger restore --keys-from``; docs/deletion.md, "Backups and KEK
+epochs", "Backup and restore").
 
 Layout, all outside the data folder, in ``Settings.kek_path``'s folder: epoch 0 is ``kek_path``
 itself (the file every installation already has); epoch ``n`` ≥ 1 is ``<kek_path>.e<n>``, and

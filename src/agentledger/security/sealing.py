@@ -347,6 +347,26 @@ class Keyring:
         return _WrappedKey(key_id=key_id, nonce=_b64(nonce).decode(), epoch=epoch,
                            wrapped=_b64(kek.encrypt(nonce, dek, subject.encode())).decode())
 
+    async def _wrapped(self) -> dict[str, tuple[int, bytes]] | None:
+        """Every live data key of the bucket: its revision and wrapped bytes; None: no bucket."""
+        prefix = f"$KV.{self._bucket}."
+        last: dict[str, tuple[int, bytes]] = {}
+        try:
+            async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + ">"):
+                if kv_removed(msg.headers) or not msg.data:
+                    last.pop(msg.subject[len(prefix):], None)
+                else:
+                    last[msg.subject[len(prefix):]] = (msg.metadata.sequence.stream, msg.data)
+        except nats.js.errors.NotFoundError:
+            return None
+        return last
+
+    async def wrapped_epochs(self) -> list[int]:
+        """The key-encryption-key epochs the bucket's live data keys are wrapped under (what a
+        backup of it needs to open, ``agentledger backup``'s manifest)."""
+        last = await self._wrapped() or {}
+        return sorted({msgspec.json.decode(raw, type=_WrappedKey).epoch for _, raw in last.values()})
+
     async def rewrap(self) -> RewrapReport:
         """Wrap every key of the bucket (every tenant's) that an older epoch wraps under the
         current one (``kek_epochs``): after it, retiring the older epochs loses no live key.
@@ -357,15 +377,8 @@ class Keyring:
         """
         kv = await self._store()
         current = self._keks.current_epoch
-        prefix = f"$KV.{self._bucket}."
-        last: dict[str, tuple[int, bytes]] = {}
-        try:
-            async for msg in scan_subject(self._js, f"KV_{self._bucket}", prefix + ">"):
-                if kv_removed(msg.headers) or not msg.data:
-                    last.pop(msg.subject[len(prefix):], None)
-                else:
-                    last[msg.subject[len(prefix):]] = (msg.metadata.sequence.stream, msg.data)
-        except nats.js.errors.NotFoundError:
+        last = await self._wrapped()
+        if last is None:
             return RewrapReport(epoch=current, rewrapped=0, kept=0, unreadable=0, raced=0)
         rewrapped = kept = unreadable = raced = 0
         for name, (revision, raw) in sorted(last.items()):
