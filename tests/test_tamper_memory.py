@@ -90,9 +90,8 @@ async def test_a_raised_authority_is_not_read(mem: Mem) -> None:
 
 async def test_edited_content_a_forged_row_and_an_old_version_are_refused(mem: Mem) -> None:
     """Content change and forged insertion: ``memory.read`` drops, ``memory.get`` refuses, the
-    audit names them. An old version put back whole (every column and the tag a record had
-    before it was revoked) carries a valid tag: the read path cannot tell it from the current
-    one (docs/security.md says so), the audit does."""
+    audit names them; an old version put back whole is named by the audit too (the read path's
+    refusal of it: ``test_an_old_version_put_back_is_not_read``)."""
     reply = await mem.c.memory_propose(TENANT, [
         proposal("a", "the release branch is rel-7", key="release branch"),
         proposal("b", "the build uses Python 3.11", key="build toolchain")])
@@ -120,6 +119,38 @@ async def test_edited_content_a_forged_row_and_an_old_version_are_refused(mem: M
                      " row, tsv, embedding, data_subject, mac FROM memory_records WHERE record_id = $1", b)
     problems = await verify_memory(mem.stack.settings)
     assert any("forged-1" in p and "extra" in p for p in problems), problems
+
+
+async def put_back(mem: Mem, record_id: str, old: Any) -> None:
+    """Every column of the record's row as it was (its tag was valid then)."""
+    assert mem.stack.db is not None
+    names = [k for k in old.keys() if k not in ("tenant", "record_id")]  # noqa: SIM118 - a Record
+    await mem.stack.db.execute("UPDATE memory_records SET " + ", ".join(f"{k} = ${i + 2}" for i, k in enumerate(names))
+                               + " WHERE record_id = $1", record_id, *[old[k] for k in names])
+
+
+async def test_an_old_version_put_back_is_not_read(mem: Mem) -> None:
+    """Old version: the active row of a record the user revoked since, put back whole with its
+    then-valid tag. The memory-policy's own fold committed the revoked version at a later
+    ledger sequence, so ``memory.read`` drops the older row and ``memory.get`` refuses it."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("a", "the release branch is rel-7", key="release branch"),
+        proposal("b", "the release train leaves on fridays", key="release train")])
+    a, b = (d.record_id for d in reply.decisions)
+    assert mem.stack.db is not None
+    old = await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+    await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
+    gone = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert a not in {i.record_id for i in gone.items}
+    await put_back(mem, a, old)
+    read = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert a not in {i.record_id for i in read.items}, "the revoked record's old row was served"
+    assert integrity_dropped(read, a), read.receipt.candidates
+    with pytest.raises(IntegrityViolationError):
+        await mem.c.memory_get(TENANT, "release branch", "project", "p1")
+    ok = await mem.c.memory_read(TENANT, "release train", key="release train", project_id="p1")
+    assert [i.record_id for i in ok.items] == [b]  # the untouched record is still served
+    await audit_names(mem, a)
 
 
 async def test_an_edited_receipt_is_refused(mem: Mem) -> None:
