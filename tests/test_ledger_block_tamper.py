@@ -12,12 +12,10 @@ an empty projection records it, so ``wm.get`` refuses the task.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
-import nats.js.errors
 import pytest
 
 from agentledger.cli.main import verify_command
@@ -25,12 +23,12 @@ from agentledger.config import Settings
 from agentledger.core.ledger_chain import CHAIN, parse
 from agentledger.errors import IntegrityViolationError
 from agentledger.runtime.embedded import EmbeddedNats
-from agentledger.security import auth
 from agentledger.security.auth import AuthStore
 from agentledger.stores.ledger import msg_id
 from ckpt_support import TENANT, created, running, variable
 from helpers import assert_eventually
 from ledger_blocks import Record, rewrite
+from ledger_tamper import messages
 from test_ledger_chain import _rejections
 
 Edit = Callable[[list[Record]], list[Record]]
@@ -87,25 +85,6 @@ EDITS: dict[str, tuple[Edit, str, list[int], bool]] = {
 }
 
 
-async def t1_messages(settings: Settings) -> list[Record]:
-    """t1's messages as the server serves them now (a deleted sequence is passed by)."""
-    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
-    try:
-        js = nc.jetstream()
-        info = await js.stream_info(settings.stream)
-        out = []
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            with contextlib.suppress(nats.js.errors.NotFoundError):
-                m = await js.get_msg(settings.stream, seq)
-                if (m.subject or "").endswith(".t1"):
-                    headers = "".join(f"{k}: {v}\r\n" for k, v in (m.headers or {}).items())
-                    out.append(Record(seq, 0, (m.subject or "").encode(),
-                                      f"NATS/1.0\r\n{headers}\r\n".encode(), m.data or b""))
-        return out
-    finally:
-        await nc.close()
-
-
 @pytest.fixture
 async def own_server(tmp_path: Path, nats_auth: AuthStore | None, server_root: Path) -> AsyncIterator[EmbeddedNats]:
     """A NATS server of this test alone (it is stopped and its files edited)."""
@@ -131,9 +110,9 @@ async def test_a_block_file_edit_is_refused_on_every_read(settings: Settings, ow
     own_server.start()
     assert own_server.url == s.nats_url
     # The server took the edited files as its own (no checksum failure truncated them).
-    served = await t1_messages(s)
-    assert [_index(r) for r in served] == indexes
-    assert any(b"mallory" in r.body for r in served) == mallory
+    served = [m for m in await messages(s) if m.subject.endswith(".t1")]
+    assert [(parse(m.headers[CHAIN]) or (0,))[0] for m in served] == indexes
+    assert any(b"mallory" in m.body for m in served) == mallory
 
     capsys.readouterr()
     assert await asyncio.to_thread(verify_command, s, TENANT, "t1") == 1

@@ -41,6 +41,14 @@ async def later_events(settings: Settings, ledger: Ledger) -> None:
     await caught_up(settings, ledger)
 
 
+async def moved_on(settings: Settings, ledger: Ledger, conn: asyncpg.Connection) -> dict[str, list[asyncpg.Record]]:
+    """t1 and t2 seeded, t1's rows saved, then t1 moved on: the saved copy is the older one."""
+    await seed(ledger, settings)
+    old = await snapshot(conn, "t1")
+    await later_events(settings, ledger)
+    return old
+
+
 async def answer(ledger: Ledger, task: str = "t1") -> tuple[str | None, dict[str, object] | None]:
     reply = await wm_get(ledger, msgspec.json.encode({"tenant": TENANT, "task_id": task}))
     if not reply.ok:
@@ -52,13 +60,12 @@ async def answer(ledger: Ledger, task: str = "t1") -> tuple[str | None, dict[str
 
 async def test_a_task_rolled_back_whole_is_refused_by_the_projector_that_folded_it(
         settings: Settings, ledger: Ledger) -> None:
+    """The projector that committed t1's newer rows refuses the older copy put back."""
     p = Projector(settings)
     await p.start()
     conn = await asyncpg.connect(settings.database_url)
     try:
-        await seed(ledger, settings)
-        old = await snapshot(conn, "t1")
-        await later_events(settings, ledger)
+        old = await moved_on(settings, ledger, conn)
         code, state = await answer(ledger)
         assert code is None and state is not None and state["variables"]["note"]["value"] == "revised"
         await put_back(conn, "t1", old)
@@ -80,9 +87,7 @@ async def test_a_task_rolled_back_while_the_projector_was_stopped_is_refused_aft
     await p.start()
     conn = await asyncpg.connect(settings.database_url)
     try:
-        await seed(ledger, settings)
-        old = await snapshot(conn, "t1")
-        await later_events(settings, ledger)
+        old = await moved_on(settings, ledger, conn)
         await p.stop()
         await put_back(conn, "t1", old)
         p = Projector(settings)
