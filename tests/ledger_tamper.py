@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import msgspec
+import nats.js.errors
 
 from agentledger.config import Settings
 from agentledger.security import auth
@@ -41,7 +42,10 @@ async def messages(settings: Settings) -> list[Stored]:
         info = await js.stream_info(settings.stream)
         out = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else []:
-            msg = await js.get_msg(settings.stream, seq)
+            try:
+                msg = await js.get_msg(settings.stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue  # a deleted sequence (a gap the stream keeps)
             headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-") or k == "Nats-Msg-Id"}
             out.append(Stored(msg.subject or "", msg.data or b"", headers))
         return out

@@ -229,3 +229,18 @@ async def test_tail_cut_is_named_by_verify_against_the_witness(settings: Setting
     assert f"task {TENANT}/t1: the ledger ends at index 3, the witness saw index 5" in out
     subject = ledger_subject(settings.prefix, TENANT, "t2")
     assert subject not in out
+
+
+async def test_tail_cut_is_refused_by_resume(settings: Settings) -> None:
+    """The cut tail's chain is valid link by link, so only the witness can tell: resume compares
+    the task's ledger head with the head the witness saw and refuses the older state; a task
+    whose ledger reaches its witnessed head resumes."""
+    await _write_tasks(settings)
+    await rewrite(settings, lambda ms: [m for m in ms if not (_of("t1")(m) and _index(m) >= 4)])
+    async with running(settings) as stack:
+        with pytest.raises(IntegrityViolationError) as info:
+            await stack.c.resume(TENANT, "t1", "exec-1")
+        assert info.value.code == "integrity_violation"
+        assert "ends at index 3" in info.value.message and "witness saw index 5" in info.value.message
+        reply = await stack.c.resume(TENANT, "t2", "exec-1")
+        assert reply.ok and reply.status == "resumable", reply.reasons

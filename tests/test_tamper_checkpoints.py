@@ -18,7 +18,7 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core.state import decode_state, encode_core
 from agentledger.errors import IntegrityViolationError
 from ckpt_support import TENANT, running
-from test_resume import Case, base_task, settled
+from test_resume import Case, base_task, settled, variable
 
 
 def edited_body(body: bytes, **values: str) -> bytes:
@@ -102,3 +102,26 @@ async def test_a_checkpoint_is_never_taken_of_an_edited_projection(settings: Set
                                                                 case.task)]
         assert all(b.get("title") != "another goal" for b in bodies)
 
+
+
+async def test_an_older_checkpoint_put_back_gives_the_same_state(settings: Settings) -> None:
+    """Old version: the pointer moved back to an older checkpoint of the same task (its row and
+    tag untouched, so valid). Resume replays the ledger after the older cursor with the same
+    reducer and idempotency rule, so it answers exactly the live projection's state: an older
+    checkpoint costs a longer replay, never a wrong state (docs/security.md)."""
+    async with running(settings) as stack:
+        case = await base_task(stack)
+        newer = await stack.c.save_checkpoint(TENANT, case.task)
+        assert newer.checkpoint_id is not None and newer.checkpoint_id != case.checkpoint_id
+        await stack.append([variable(case.task, "note", "after the newer checkpoint")])
+        await settled(stack, case.task)
+        db = stack.db
+        assert db is not None
+        await db.execute("UPDATE checkpoint_pointer SET checkpoint_id = $1 WHERE task_id = $2",
+                         case.checkpoint_id, case.task)
+        reply = await stack.c.resume(TENANT, case.task, "exec-1")
+        assert reply.ok and reply.status == "resumable", reply.reasons
+        last = await stack.projected()
+        wm = await stack.c.working_memory(TENANT, case.task)
+        assert reply.state == wm.state and reply.watermark == wm.seq == last
+        assert reply.state["variables"]["note"]["value"] == "after the newer checkpoint"

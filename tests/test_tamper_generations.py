@@ -40,13 +40,30 @@ EDITS = {
 async def test_an_edited_generation_is_refused(stack: Stack, edit: str) -> None:
     """Content (another generation's artifacts), moved to another task, metadata changed, or
     given another row's tags: ``context.get`` answers ``integrity_violation`` instead of a
-    generation. (Put back to its unfinished version, a row is valid: docs/security.md.)"""
+    generation. (Put back to its unfinished version: the test after this one.)"""
     await stack.append([created(TASK), *some_turns(1, 5)])
     first, _ = await build(stack.c, input_ordinal=3, window_tokens=4096)
     second, _ = await build(stack.c, input_ordinal=5, window_tokens=4096)
     assert await stack.c.get_generation(TENANT, first.generation_id) == first
     assert stack.db is not None
     await stack.db.execute(EDITS[edit], first.generation_id, second.generation_id)
+    with pytest.raises(IntegrityViolationError):
+        await stack.c.get_generation(TENANT, first.generation_id)
+    assert await stack.c.get_generation(TENANT, second.generation_id) == second
+
+
+async def test_a_generation_put_back_to_its_unfinished_row_is_refused(stack: Stack) -> None:
+    """Old version: a finished generation's row put back to what it was when frozen (its frozen
+    tag valid, no answer columns). A reader would serve the frozen input as the final answer
+    (for a compacted build: the fallback instead of the answer given); the service that
+    finished it refuses the row instead."""
+    await stack.append([created(TASK), *some_turns(1, 5)])
+    first, _ = await build(stack.c, input_ordinal=3, window_tokens=4096)
+    second, _ = await build(stack.c, input_ordinal=5, window_tokens=4096)
+    assert stack.db is not None
+    await stack.db.execute("UPDATE context_generations SET digest = frozen_digest, artifact_uri = NULL,"
+                           " staged_checkpoint_id = NULL, finish_mac = NULL WHERE generation_id = $1",
+                           first.generation_id)
     with pytest.raises(IntegrityViolationError):
         await stack.c.get_generation(TENANT, first.generation_id)
     assert await stack.c.get_generation(TENANT, second.generation_id) == second

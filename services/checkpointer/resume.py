@@ -75,10 +75,12 @@ from agentledger.contracts.resume import (
     ResumeRequest,
 )
 from agentledger.core import checkpoint as cp_mod
+from agentledger.core.ledger_chain import GENESIS
 from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import Turn, WorkingMemory, decode_turn, new_state, view
 from agentledger.errors import AgentLedgerError, IntegrityViolationError, NotFoundError, UnavailableError
 from agentledger.services.checkpointer.store import CheckpointStore, Located
+from agentledger.services.checkpointer.witness_check import WitnessHeads
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
 from agentledger.services.projector.store import Store as ProjectionStore
 from agentledger.services.tombstone_fanout.store import ForgetStore
@@ -133,6 +135,7 @@ class Resumer:
         self.clock = clock
         self._js = nc.jetstream()
         self._projection = ProjectionStore(LIVE_SCHEMA)
+        self._witness = WitnessHeads(settings)
 
     async def resume(self, req: ResumeRequest) -> ResumeReply:
         """Run the protocol of the module docstring for one request."""
@@ -163,6 +166,9 @@ class Resumer:
             checkpoint_turns = fold.states[(req.tenant, req.task_id)].turns
             fold = await self._replay_checked(req, found, cp, fold, seeded=seeded, start=cursor + 1,
                                               upto=last)
+            if fold.key_of is not None:  # a tail cut off is a valid chain: the witness sees it
+                await self._witness.check(self.nc, req.tenant, req.task_id,
+                                          fold.heads.get((req.tenant, req.task_id), GENESIS))
             state = fold.states[(req.tenant, req.task_id)]
             if state.status == "new":
                 raise _Rejected(_reject("task_not_found",

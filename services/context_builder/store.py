@@ -90,6 +90,8 @@ class TaskHead(NamedTuple):
     lineage_base: int
 
 
+# Bounded: past this many generations finished by this process the record starts over.
+MAX_FINISHED = 200_000
 _GEN_COLUMNS = ("generation_id, tenant, task_id, digest, artifact_uri, frozen_digest, frozen_uri,"
                 " input_ordinal, transcript_revision, epoch, lineage, staged_checkpoint_id,"
                 " regenerated_from, user_id, project_id")
@@ -155,6 +157,8 @@ class ContextStore:
         quoted = f'"{schema}"'
         self._turns = _TURNS.replace("{s}", quoted)
         self._head = _HEAD.replace("{s}", quoted)
+        # (tenant, generation id) this process finished: its row put back to unfinished is refused.
+        self._finished: set[tuple[str, str]] = set()
 
     # ---- the Working Memory projection --------------------------------------------------------
 
@@ -206,12 +210,21 @@ class ContextStore:
             _INSERT_GEN, generation_id, tenant, task_id, frozen_digest, frozen_uri, input_ordinal,
             transcript_revision, epoch, lineage, regenerated_from, user_id, project_id, datetime.now(UTC),
             kept, sorted(set(memory_ids)), gen_tags.tag(keys.current, keys.mac_key, frozen))
-        return bool(status.endswith(" 1"))
+        fresh = bool(status.endswith(" 1"))
+        if fresh:  # frozen anew (a forget request deleted the one finished before): unfinished is honest
+            self._finished.discard((tenant, generation_id))
+        return fresh
 
     async def finish(self, tenant: str, generation_id: str, *, digest: str, uri: str,
                      staged: str | None) -> None:
         await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged, tenant,
                                 self._finish_tag(tenant, generation_id, digest, uri, staged))
+        self._finished_here(tenant, generation_id)
+
+    def _finished_here(self, tenant: str, generation_id: str) -> None:
+        if len(self._finished) >= MAX_FINISHED:
+            self._finished.clear()
+        self._finished.add((tenant, generation_id))
 
     def _finish_tag(self, tenant: str, generation_id: str, digest: str, uri: str, staged: str | None) -> str:
         keys = keys_of(self.settings)
@@ -242,10 +255,12 @@ class ContextStore:
             staged_id = staged.checkpoint_id if staged is not None else None
             await conn.execute(_FINISH_GEN, generation_id, digest, uri, staged_id, tenant,
                                self._finish_tag(tenant, generation_id, digest, uri, staged_id))
+        self._finished_here(tenant, generation_id)
         return True
 
     async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:
         """One generation row, or None; ``IntegrityViolationError`` when it fails its tags."""
+        finished = (tenant, generation_id) in self._finished  # taken first: committed before the read
         row = await self.pool.fetchrow(_GET_GEN, generation_id, tenant)
         if row is None:
             return None
@@ -265,6 +280,12 @@ class ContextStore:
             raise IntegrityViolationError(f"generation {generation_id} of tenant {tenant} is not finished"
                                           " but holds an answer: it was changed outside the services",
                                           where="generation")
+        elif finished:
+            # Put back to its frozen row: a reader would serve the frozen fallback as final
+            # instead of the answer this service gave (a compacted one, its staged checkpoint).
+            raise IntegrityViolationError(f"generation {generation_id} of tenant {tenant} was finished by this "
+                                          "service but its row is back at before it finished: it was put "
+                                          "back outside the services", where="generation")
         return gen
 
     # ---- conversations and checkpoints ----------------------------------------------------------

@@ -19,6 +19,7 @@ decision waits until the projection holds the decisions appended before it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 from nats.aio.client import Client
@@ -30,6 +31,7 @@ from agentledger.projection.spec import Rows, SubjectFold
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
+from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 
 DURABLE = "memory-policy"
@@ -67,12 +69,17 @@ class MemoryFold(SubjectFold[MemoryStore]):
         self.keys = keys  # record rows are tagged as they are written
         # The marker key: what buried keys' digests are keyed with (``core.memory.state``).
         self.key_secret = key_secret
+        # The records the batch being committed leaves at each ledger sequence (``record_reach``).
+        self.folded: list[tuple[tuple[str, str], int]] = []
 
     async def fold_tenant(self, conn: asyncpg.Connection, store: MemoryStore, tenant: str,
                           events: Sequence[tuple[int, ev.EventBase]]) -> dict[str, int]:
         """The tenant's touched state read back, folded by the reducer, and what changed written."""
         loaded = await load_state(conn, store, tenant, events, self.key_secret)
         folded = fold(loaded.state, events, Folded())
+        rows = loaded.state.rows
+        self.folded.extend(((tenant, rid), row.ledger_seq) for gk in folded.changed | folded.groups
+                           for rid, row in rows.get(gk, {}).items())
         return {"rows": await write_loaded(conn, store, tenant, loaded, folded=folded, vectors=self.vectors,
                                          keys=self.keys)}
 
@@ -84,4 +91,20 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     """The memory projection, live; see the module docstring."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
-        super().__init__(settings, nc, pool, MemoryFold(vectors, keys_of(settings), marker_key_of(settings)))
+        self.memory_fold = MemoryFold(vectors, keys_of(settings), marker_key_of(settings))
+        super().__init__(settings, nc, pool, self.memory_fold)
+        # What the reads compare a record's ``ledger_seq`` with: the versions committed here.
+        self.reach = RecordReach()
+
+    async def _initialize(self) -> None:
+        self.reach.clear()  # the projection may have been rebuilt
+        await super()._initialize()
+
+    async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
+        """The base's transaction; the records it left behind noted once it committed."""
+        self.memory_fold.folded = []
+        try:
+            await super()._write(items, poison)
+            self.reach.note(self.memory_fold.folded)
+        finally:
+            self.memory_fold.folded = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -74,6 +74,7 @@ from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, unseal
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.propose import binding_of, check_scope
+from agentledger.services.memory_policy.record_reach import PUT_BACK, RecordReach
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
 
 log = structlog.get_logger()
@@ -317,8 +318,10 @@ class Reader:
     """Answers ``memory.read``, ``get``, ``history`` and ``receipts``."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors,
-                 bindings: BindingRegistry) -> None:
+                 bindings: BindingRegistry, *, reach: RecordReach | None = None) -> None:
         self.settings = settings
+        # The record versions this process's projection committed (an older one is refused).
+        self._reach = reach if reach is not None else RecordReach()
         self._nc = nc
         self._pool = pool
         self._vectors = vectors
@@ -353,7 +356,8 @@ class Reader:
         query_vector = None
         if request.query.strip():
             query_vector = vector_text((await self._vectors.of([request.query]))[0])
-        check = Checked(tenant, scopes, keys_of(self.settings).mac_key_of, request, now)
+        check = Checked(tenant, scopes, keys_of(self.settings).mac_key_of, request, now,
+                        reached=self._reach.reached, mark=self._reach.mark())
         async with self._pool.acquire() as conn:
             if request.key is not None:
                 for r in await conn.fetch(EXACT_SQL, *gate_args, normalise_key(request.key)):
@@ -486,10 +490,12 @@ class Reader:
         now = datetime.now(UTC)
         key_of = keys_of(self.settings).mac_key_of
         rows = []
+        mark = self._reach.mark()
         for r in await self._pool.fetch(KEY_SQL, request.tenant, skey, self._with_digest(skey, key)):
             row = decode_row(r[0])
-            if not record_matches(key_of, request.tenant, r[0], r[1]) or row.scope != skey:
-                self._refused({row.record_id: "its bytes fail their integrity tag"})
+            if not record_matches(key_of, request.tenant, r[0], r[1]) or row.scope != skey \
+                    or row.ledger_seq < self._reach.reached(mark, request.tenant, row.record_id):
+                self._refused({row.record_id: "its bytes fail their integrity tag or are an older version"})
                 raise IntegrityViolationError(f"memory record {row.record_id} of tenant {request.tenant}"
                                               " was changed outside the services", where="memory")
             rows.append(row)
@@ -569,8 +575,10 @@ class Checked:
     """The integrity check of one read's candidates (``_tampered``); what it refused, by id."""
 
     def __init__(self, tenant: str, scopes: Sequence[str], key_of: KeyOf, request: ReadRequest,
-                 now: datetime) -> None:
+                 now: datetime, *, reached: Callable[[int, str, str], int], mark: int) -> None:
         self.tenant, self.scopes, self.key_of, self.request, self.now = tenant, scopes, key_of, request, now
+        # ``reached(mark, tenant, record_id)``: the newest version committed before the read began.
+        self.reached, self.mark = reached, mark
         self.refused: dict[str, str] = {}
         self._passed: set[str] = set()
 
@@ -585,6 +593,8 @@ class Checked:
             return True
         why = _tampered(c.row, data, tag, tenant=self.tenant, scopes=self.scopes, key_of=self.key_of,
                         gates=c.gates, request=self.request, now=self.now)
+        if why is None and c.row.ledger_seq < self.reached(self.mark, self.tenant, c.record_id):
+            why = PUT_BACK
         if why is None:
             self._passed.add(c.record_id)
             return True

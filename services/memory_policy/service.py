@@ -76,7 +76,7 @@ class MemoryPolicy(Shell):
         self.projection = await parts.projection(MemoryProjection(s, self._nc, self._pool, vectors))
         self.decider = Decider(s, self._nc, self._pool, self.projection, bindings=self._bindings,
                                artifacts=await artifacts.open(self._nc, s))
-        self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings)
+        self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings, reach=self.projection.reach)
         parts.task(self._expire(), name="memory-receipt-expiry")
 
     def endpoints(self) -> list[Endpoint]:

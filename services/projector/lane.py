@@ -101,6 +101,7 @@ from agentledger.services.projector.fold import (
     subject_tokens,
 )
 from agentledger.services.projector.rebuild import replace_live_with
+from agentledger.services.projector.rollback_guard import RollbackGuard
 from agentledger.services.projector.store import (
     REFUSED,
     Key,
@@ -173,7 +174,8 @@ class Lane(ProjectionLoop[TaskRow]):
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, partition: int,
                  partitions: int, *, store: Store, subject_keys: SubjectKeys,
-                 progress: asyncio.Event, on_failure: Callable[[BaseException], None]) -> None:
+                 progress: asyncio.Event, on_failure: Callable[[BaseException], None],
+                 guard: RollbackGuard | None = None) -> None:
         super().__init__(settings, nc, pool, logger=log.bind(partition=partition) if partitions > 1 else log)
         self.partition, self.partitions = partition, partitions
         self.name = db.watermark_name(partition, partitions)
@@ -184,6 +186,8 @@ class Lane(ProjectionLoop[TaskRow]):
         self._subject_keys = subject_keys
         self._progress = progress
         self._on_failure = on_failure
+        # What the process's reads compare a row's sequence with (the rows this lane commits).
+        self._rollback = guard if guard is not None else RollbackGuard()
         # Whether a subject's task is this partition's, decided once per subject.
         self._mine: dict[str, bool] = {}
         self._cache = StateCache()
@@ -231,6 +235,7 @@ class Lane(ProjectionLoop[TaskRow]):
         s = self.settings
         self._cache.clear()
         self._forget_heads()
+        self._rollback.clear()  # the projection may have been rebuilt, its rows numbered anew
         self._committed = self._projection = None
         await db.migrate(s.database_url)
         async with self._pool.acquire() as conn:
@@ -607,6 +612,8 @@ class Lane(ProjectionLoop[TaskRow]):
         except Exception:  # noqa: BLE001 - a lost ack means a redelivery, which is a no-op
             self.log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
         rejected, self._rejected = self._rejected, []
+        for row in rows:
+            self._rollback.note((row[0], row[1]), row[2])
         try:
             for tenant, task_id, seq, _, digest, _ in rows:
                 await self._nc.publish(changed_subject(self.settings.prefix, tenant, task_id),

@@ -73,6 +73,7 @@ from agentledger.services.projector.lane import (
     rejected_subject,
 )
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
+from agentledger.services.projector.rollback_guard import RollbackGuard, put_back
 from agentledger.services.projector.store import Layout, LayoutError, Store, check_view_row
 from agentledger.shell.bounded import ByteLRU
 from agentledger.shell.endpoints import RawEndpoint, failed
@@ -80,7 +81,7 @@ from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import db
-from agentledger.stores.ledger import ensure_stream, ledger_subject
+from agentledger.stores.ledger import ensure_stream, ledger_subject, task_last_seq
 
 __all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
 
@@ -188,6 +189,8 @@ class Projector(Shell):
         self._span: LedgerSpan | None = None
         # Reads refused because a stored row failed its integrity tag (each also logged).
         self.integrity_violations = 0
+        # What each task's row reached in this process: an older copy put back is refused.
+        self._rollback = RollbackGuard()
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -244,6 +247,7 @@ class Projector(Shell):
             await asyncio.sleep(0.01)
         task = None if e.whole_tenant else e.task_id
         states = sum(lane.evict(e.tenant, task) for lane in self._lanes.values())
+        self._rollback.forget(e.tenant, task)
         views = [k for k in self._views.keys() if k[0] == e.tenant]  # noqa: SIM118 - not a dict
         for view in views:
             self._views.pop(view)
@@ -395,7 +399,7 @@ class Projector(Shell):
         assert self._nc is not None and self._pool is not None
         lane = Lane(self.settings, self._nc, self._pool, partition, partitions,
                     store=self.store, subject_keys=self._subject_keys, progress=self._progress,
-                    on_failure=self.fail)
+                    on_failure=self.fail, guard=self._rollback)
         self._lanes[partition] = lane
         log.info("projector.partition_taken", partition=partition, partitions=partitions)
         if first:
@@ -482,6 +486,7 @@ class Projector(Shell):
             if cached is not None:
                 return WorkingMemoryReply(ok=True, seq=cached.seq,
                                           chunk=cached.chunk(ref.chunk or 0, self._reply_budget()))
+            reach = await self._known_reach(ref.tenant, ref.task_id)
             row = await self.store.get_task(self._pool, ref.tenant, ref.task_id, ref.transcript_tail)
         except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, TimeoutError) as exc:
@@ -507,6 +512,7 @@ class Projector(Shell):
         try:
             state = check_view_row(row, keys_of(self.settings).mac_key_of, ref.tenant, ref.task_id,
                                    ref.transcript_tail)
+            await self._not_put_back(ref.tenant, ref.task_id, row["seq"], reach)
         except IntegrityViolationError:
             log.error("projector.integrity_violation", seq=row["seq"])
             self.integrity_violations += 1
@@ -524,6 +530,32 @@ class Projector(Shell):
                         len(data))
         return WorkingMemoryReply(ok=True, seq=rendered.seq,
                                   chunk=rendered.chunk(ref.chunk or 0, budget))
+
+    async def _known_reach(self, tenant: str, task_id: str) -> tuple[int | None, int | None]:
+        """Taken before the row is read: what this process knows the task's row reached, and
+        for a task it does not know, the sequence of the task's last ledger message (one direct
+        get). Both are then at or below what any honest row read after them holds."""
+        reached = self._rollback.reached((tenant, task_id))
+        if reached is not None or self._nc is None:
+            return reached, None
+        return None, await task_last_seq(self._nc, self.settings, tenant, task_id)
+
+    async def _not_put_back(self, tenant: str, task_id: str, seq: int, reach: tuple[int | None, int | None]) -> None:
+        """Raise ``IntegrityViolationError`` when a verified row at ``seq`` is older than what
+        ``reach`` (``_known_reach``) says the task reached (``rollback_guard``); else remember
+        ``seq``. Behind the last ledger message is lag unless the partition's watermark is
+        past it and the row, read again after that watermark, still is."""
+        reached, last = reach
+        if reached is not None and seq < reached:
+            raise put_back(tenant, task_id, seq, reached, by="what this projector already applied or served")
+        if last is not None and seq < last and self._pool is not None:
+            layout = await self.store.layout(self._pool)
+            folded = layout.of_task(tenant, task_id) if layout is not None else 0
+            if folded >= last and await self.store.task_seq(self._pool, tenant, task_id) < last \
+                    and not await self.store.rejected_at(self._pool, tenant, task_id, last):
+                raise put_back(tenant, task_id, seq, last,
+                               by="the task's last ledger event, which the projection has folded")
+        self._rollback.note((tenant, task_id), seq)
 
     def _reply_budget(self) -> int:
         """Largest reply to send: the configured budget, capped by the server's max_payload."""

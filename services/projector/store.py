@@ -291,6 +291,11 @@ def _qualify(template: str, quoted_schema: str) -> str:
     return template.replace("{s}", quoted_schema)
 
 
+# The rejection codes of a message that never reached the reducer, so did not move its task's row.
+UNFOLDED_CODES = ("undecodable", "too_deep", "malformed_subject", "subject_mismatch", "projection_error",
+                  "integrity_violation")
+
+
 class ProjectionMissingError(Exception):
     """The watermark row (or its table) is gone: the projection was dropped."""
 
@@ -323,6 +328,9 @@ class Store:
         self._reject = _qualify(_REJECT, s)
         self._get_task = _qualify(_GET_TASK, s)
         self._rejections_after = _qualify(_REJECTIONS_AFTER, s)
+        self._task_seq = _qualify("SELECT seq FROM {s}.task_state WHERE tenant = $1 AND task_id = $2", s)
+        self._rejected_at = _qualify("SELECT true FROM {s}.rejections WHERE tenant = $1 AND task_id = $2"
+                                     " AND seq = $3 AND code = ANY($4::text[])", s)
         self._hashes = _qualify(_HASHES, s)
         self._write_batch = _qualify(_batch_statement(), s)
         self._write_rest = _combined(self._put_variables, self._put_turns, self._reject,
@@ -510,6 +518,16 @@ class Store:
         if transcript_tail is None:
             return await conn.fetchrow(self._get_task, tenant, task_id)
         return await conn.fetchrow(self._get_task_tail, tenant, task_id, transcript_tail)
+
+    async def task_seq(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str) -> int:
+        """The ledger sequence the task's core row is at now (0: no row)."""
+        return int(await conn.fetchval(self._task_seq, tenant, task_id) or 0)
+
+    async def rejected_at(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
+                          seq: int) -> bool:
+        """Whether the task's message at ``seq`` is a rejection row (then it may not have moved
+        the task's row: an undecodable message, one refused for its chain)."""
+        return bool(await conn.fetchval(self._rejected_at, tenant, task_id, seq, list(UNFOLDED_CODES)))
 
     async def rejections_after(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
                                task_id: str, after_seq: int, limit: int) -> list[asyncpg.Record]:

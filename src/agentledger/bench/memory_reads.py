@@ -53,6 +53,7 @@ from agentledger.services.memory_policy.reads import (
     passed_all,
     text_sql,
 )
+from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.store import decode_row, vector_text
 
 K = 10
@@ -124,8 +125,10 @@ async def decoded(conn: asyncpg.Connection, q: Query, limit: int, key_of: KeyOf 
     found; rows read."""
     now = datetime.now(UTC)
     args = q.gate_args(now)
+    reach = RecordReach()  # what the service compares with: empty here, each lookup still made
     check = None if key_of is None else Checked(q.tenant, q.scopes, key_of,
-                                                ReadRequest(tenant=q.tenant, query=q.text), now)
+                                                ReadRequest(tenant=q.tenant, query=q.text), now,
+                                                reached=reach.reached, mark=reach.mark())
     found: dict[str, tuple[Candidate, bytes, str | None]] = {}
     n = 0
     for sql, arg in ((TEXT_SQL, q.text), (VECTOR_SQL, q.vector)):

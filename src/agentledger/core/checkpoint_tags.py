@@ -5,7 +5,8 @@ recomputes it. The tag is keyed and binds the row's id, tenant, task, ledger cur
 count and body bytes, so an edited body, a body copied to another task or row, or a moved
 cursor fails it. What it cannot see alone: an older checkpoint of the same task put back
 whole with its then-valid tag; resume replays the ledger after the checkpoint's cursor and
-reconciles, so an old checkpoint costs a longer replay, never a wrong state.
+reconciles, so an old checkpoint costs a longer replay, never a wrong state (a test compares
+it with the live projection).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ already holds, with a handful of hash calls whatever the task's size:
 
 What a tag cannot see on its own: the whole task put back at an older version (every row
 with its then-valid tag). That needs something the data folder's holder cannot roll back:
-the ledger (see docs/security.md, "Verified projections").
+the projector's own record of what it applied, and the ledger's last message of the task
+(``services.projector.rollback_guard``; docs/security.md, "Verified projections").
 """
 
 from __future__ import annotations

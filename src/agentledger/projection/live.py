@@ -44,7 +44,9 @@ import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings
+from agentledger.core.ledger_chain import RESYNC
 from agentledger.errors import UnavailableError
+from agentledger.projection.chain_gate import ChainGate
 from agentledger.projection.loop import FETCH_TIMEOUT, ProjectionChangedError, ProjectionLoop
 from agentledger.projection.poison import passed_over, record_rejections, unfoldable
 from agentledger.projection.spec import StoreT, SubjectFold, WatermarkStore
@@ -56,6 +58,7 @@ from agentledger.projection.stream import (
     subject_filter,
 )
 from agentledger.stores import db
+from agentledger.stores.ledger import chain_key_of
 
 __all__ = ["LedgerProjection", "ProjectionChangedError", "SubjectProjection", "WatermarkStore", "leader_key",
            "passed_over", "record_rejections", "unfoldable"]
@@ -263,20 +266,41 @@ class LedgerProjection(ProjectionLoop[None], Generic[StoreT]):
 
 class SubjectProjection(LedgerProjection[StoreT]):
     """The live loop of a ``SubjectFold``: each batch decoded by the fold (a message that is no
-    event of the subject is passed over as ``undecodable``) and folded by it."""
+    event of the subject is passed over as ``undecodable``, one whose ledger chain fails as
+    ``integrity_violation``, ``chain_gate``) and folded by it."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, fold: SubjectFold[StoreT]) -> None:
         self.durable, self.noun, self.description = fold.durable, fold.noun, fold.description
         self.log_name = fold.log_name
         super().__init__(settings, nc, pool, fold.store())
         self.fold = fold
+        # Resumed at a watermark: a subject's first message since then is checked on its own tag.
+        self.chain = ChainGate(chain_key_of(settings), settings.prefix, start=RESYNC)
 
     def filter_subject(self) -> str:
         return subject_filter(self.settings.prefix, self.fold.task)
 
+    async def _initialize(self) -> None:
+        self.chain.clear()
+        await super()._initialize()
+
+    async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
+        """The base's transaction; the chain heads it folded kept only once it committed."""
+        try:
+            await super()._write(items, poison)
+        except BaseException:
+            self.chain.discard()
+            raise
+        self.chain.commit()
+
     async def apply(self, conn: asyncpg.Connection, fresh: list[tuple[int, Any]]) -> dict[str, int]:
         events = []
         for seq, msg in fresh:
+            refused = self.chain.refused(msg.subject, seq, msg.data, msg.headers)
+            if refused is not None:
+                log.error(f"{self.log_name}.integrity_violation", seq=seq)
+                self.pass_over(seq, "integrity_violation", refused)
+                continue
             event = self.fold.decode(self.settings.prefix, msg.subject, msg.data, seq)
             if event is None:
                 self.pass_over(seq, "undecodable", f"not a {self.noun} event of this subject's tenant")

@@ -33,13 +33,16 @@ from nats.aio.client import Client
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
+from agentledger.core.ledger_chain import GENESIS
 from agentledger.errors import UnavailableError
+from agentledger.projection.chain_gate import ChainGate
 from agentledger.projection.live import leader_key
 from agentledger.projection.poison import bisect, passed_over, unfoldable
 from agentledger.projection.rebuild import LIVE_SCHEMA, Build, replace_live_by, verify
 from agentledger.projection.spec import Rows, StoreT, SubjectFold
 from agentledger.projection.stream import read_ordered, stream_last_seq, subject_filter, subject_last_seq
 from agentledger.stores.db import check_schema
+from agentledger.stores.ledger import chain_key_of
 
 log = structlog.get_logger()
 
@@ -62,6 +65,8 @@ class SubjectBuild(Generic[StoreT]):
         self.tenants: set[str] = set()
         # Rows per table once sealed.
         self.counts: dict[str, int] = {}
+        # The ledger chain, checked as the live loop checks it, from the ledger's first message.
+        self.chain = ChainGate(chain_key_of(settings), settings.prefix, start=GENESIS)
 
     async def catch_up(self, upto: int | None = None) -> None:
         end = await stream_last_seq(self._nc, self._settings) if upto is None else upto
@@ -75,6 +80,9 @@ class SubjectBuild(Generic[StoreT]):
         def handle(msg: Any, seq: int) -> Any:
             if seq in skip or unfoldable(msg.data) is not None:
                 return None
+            if self.chain.refused(msg.subject, seq, msg.data, msg.headers) is not None:
+                return None
+            self.chain.commit()
             event = fold.decode(prefix, msg.subject, msg.data, seq)
             if event is None:
                 return None

@@ -163,7 +163,7 @@ def publish(settings: Settings, heads: dict[str, Head], last_seq: int) -> None:
         _write(settings, keys, body)
 
 
-async def _last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf, tenant: str,
+async def last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf, tenant: str,
                      task_id: str) -> tuple[Head, int] | None:
     """(head, seq) of a task's last ledger message, its own tag checked; None: no message."""
     subject = ledger_subject(settings.prefix, tenant, task_id)
@@ -182,7 +182,7 @@ async def _last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf,
     return (head or ledger_chain.GENESIS), seq
 
 
-async def _forgotten(nc: Client, settings: Settings, tenant: str) -> tuple[bool, set[str]]:
+async def forgotten_tasks(nc: Client, settings: Settings, tenant: str) -> tuple[bool, set[str]]:
     """(whole tenant forgotten, tasks forgotten) from the tenant's ``_forget`` ledger."""
     whole = False
     tasks: set[str] = set()
@@ -227,7 +227,7 @@ async def behind(nc: Client, settings: Settings, body: Body) -> list[str]:
             return
         async with gate:
             try:
-                found = await _last_head(nc, settings, key_of, tenant, task_id)
+                found = await last_head(nc, settings, key_of, tenant, task_id)
             except IntegrityViolationError as exc:
                 lines.append(f"task {name}: {exc.message}")
                 return
@@ -241,7 +241,7 @@ async def behind(nc: Client, settings: Settings, body: Body) -> list[str]:
 
     await asyncio.gather(*(one(name, head) for name, head in body.heads.items()))
     for tenant, tasks in missing.items():
-        whole, forgotten = await _forgotten(nc, settings, tenant)
+        whole, forgotten = await forgotten_tasks(nc, settings, tenant)
         lines.extend(f"task {tenant}/{task_id}: not in the ledger, the witness saw index {index} committed "
                      "(and no forget request names it)"
                      for task_id, index in tasks if not whole and task_id not in forgotten)

@@ -1,0 +1,71 @@
+"""Resume's comparison of a task's ledger head with the witness of heads (``stores.witness``).
+
+A tail cut off the ledger is still a valid chain, so replaying it checks every link and finds
+nothing wrong: the state is simply older. The witness, kept outside the data folder, says how
+far the writer saw the task committed; a ledger behind it was cut back or rolled back, and
+resume refuses it with ``integrity_violation`` instead of serving the older state as current.
+
+The witness is read again only when its file changed (its signature is checked each time),
+so a resume costs a ``stat`` and a dict lookup. A checkpointer without a witness to read (a
+first start, or services run as separate OS users, where only the writer and ``up`` read the
+writer's file) compares nothing; ``up`` and ``agentledger verify`` still do.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nats.aio.client import Client
+
+from agentledger.config import Settings
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import Head
+from agentledger.errors import IntegrityViolationError
+from agentledger.security.integrity_keys import keys_of
+from agentledger.stores import witness
+
+
+class WitnessHeads:
+    """The witnessed heads of ``settings``'s ledger, re-read when the file changes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stamp: tuple[int, int, int] | None = None
+        self._heads: dict[str, tuple[int, str]] = {}
+
+    def _current(self) -> dict[str, tuple[int, str]]:
+        path = self.settings.witness_path
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, PermissionError):
+            self._stamp, self._heads = None, {}
+            return self._heads
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            try:
+                body = witness.read(self.settings)
+            except PermissionError:
+                body = None
+            self._heads = dict(body.heads) if body is not None else {}
+            self._stamp = stamp
+        return self._heads
+
+    async def check(self, nc: Client, tenant: str, task_id: str, head: Head) -> None:
+        """Raise ``IntegrityViolationError`` when the task's ledger, ending at ``head``, is behind
+        (or beside) the head the witness saw committed. Only then is more read: the task's last
+        message now (appended since ``head`` was read, the writer may have witnessed it) and the
+        tenant's forget requests (a forgotten task starts a new chain)."""
+        witnessed = self._current().get(witness.task_name(tenant, task_id))
+        if witnessed is None or not ledger_chain.behind(head, Head(*witnessed)):
+            return
+        key_of = keys_of(self.settings).mac_key_of
+        now = await witness.last_head(nc, self.settings, key_of, tenant, task_id)
+        if now is not None and not ledger_chain.behind(now[0], Head(*witnessed)):
+            return
+        whole, forgotten = await witness.forgotten_tasks(nc, self.settings, tenant)
+        if whole or task_id in forgotten:
+            return
+        raise IntegrityViolationError(
+            f"the ledger of task {task_id!r} of tenant {tenant!r} ends at index {head.index}, but the "
+            f"witness saw index {witnessed[0]} committed: its tail was cut off or the ledger was rolled "
+            "back outside the services (`agentledger verify` names it)", where="witness")

@@ -1,0 +1,66 @@
+"""Refuse a memory record put back at an older version with its then-valid tag (the active
+version of a record later revoked, superseded or corrected): its tag cannot see that.
+
+The reference is this process's own fold of the ``_memory`` ledger: per record, the ledger
+sequence of the newest version its projection committed (``RecordReach.note`` after each
+commit). A read that finds a record at an older ``ledger_seq`` than that finds a row put back
+(a record's rows only move forward; a rebuilt projection starts a fresh record, ``clear``).
+One dict lookup per checked record.
+
+A read's statements may see the tables from before a commit this process noted while the read
+ran, so each read takes a ``mark`` first and compares with what was committed by then only
+(each entry keeps the version before its newest one for that).
+
+What stays open: a record this process has not folded since it started (after a restart, or
+when another instance folds the tenant) has no reference here; ``verify_memory`` names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Key = tuple[str, str]  # (tenant, record id)
+# Bounded: past this many records the reference starts over.
+MAX_RECORDS = 500_000
+
+
+class RecordReach:
+    """Per record, the newest ledger sequence committed (and the one before), with when."""
+
+    def __init__(self) -> None:
+        # key -> (seq, stamp, previous seq, previous stamp)
+        self._seen: dict[Key, tuple[int, int, int, int]] = {}
+        self._stamp = 0
+
+    def mark(self) -> int:
+        """Taken by a read before its first statement."""
+        return self._stamp
+
+    def note(self, rows: Iterable[tuple[Key, int]]) -> None:
+        """One committed batch: each record's row is at that ledger sequence now."""
+        self._stamp += 1
+        if len(self._seen) >= MAX_RECORDS:
+            self._seen.clear()
+        for key, seq in rows:
+            old = self._seen.get(key)
+            if old is None:
+                self._seen[key] = (seq, self._stamp, 0, 0)
+            elif seq > old[0]:
+                self._seen[key] = (seq, self._stamp, old[0], old[1])
+
+    def reached(self, mark: int, tenant: str, record_id: str) -> int:
+        """The newest ledger sequence of the record committed by ``mark`` (0: none known)."""
+        seen = self._seen.get((tenant, record_id))
+        if seen is None:
+            return 0
+        seq, stamp, prev, prev_stamp = seen
+        if stamp <= mark:
+            return seq
+        return prev if prev_stamp <= mark else 0
+
+    def clear(self) -> None:
+        """The projection was rebuilt or switched."""
+        self._seen.clear()
+
+
+PUT_BACK = "an older version than the one this service committed: its row was put back outside the services"
