@@ -466,3 +466,18 @@ async def test_a_question_naming_a_time_ranks_by_when_it_was_said_and_shows_the_
     day = (datetime.now(UTC) - timedelta(days=said["lisbon"])).date().isoformat()
     assert oldest == "lisbon" and f"] {day} [Elena] I moved to Lisbon" in rendered
     assert (await first("Where was Elena living 7 weeks ago?"))[0] == "porto"
+
+
+async def test_a_derived_key_is_not_indexed_twice_and_an_explicit_one_is_indexed(mem: Mem) -> None:
+    """A key derived from the value's words adds them a second time (BM25 would count its
+    alphabetically first eight words twice); a key that says something else is searchable."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("d", "[Elena] I moved to Lisbon", source="user_confirmed"),
+        proposal("e", "eu-west-1", key="deploy region", source="user_confirmed")])
+    derived, explicit = (d.record_id for d in reply.decisions)
+    rows = {r[0]: (r[1], r[2]) for r in await mem.stack.db.fetch(
+        "SELECT record_id, doc_len, tsv::text FROM memory_records WHERE tenant = $1", TENANT)}
+    assert rows[derived][0] == 5, rows  # elena i moved to lisbon: each once
+    assert "'deploy'" in rows[explicit][1] and "'region'" in rows[explicit][1]
+    read = await mem.c.memory_read(TENANT, "which deploy region?", project_id="p1")
+    assert read.items[0].record_id == explicit

@@ -407,6 +407,32 @@ def load(path: str | Path) -> list[Conversation]:
     return out
 
 
+# ---- the writer ---------------------------------------------------------------------------------
+
+# The category numbers LoCoMo gives each name (``LOCOMO_CATEGORIES`` reversed).
+LOCOMO_NUMBERS = {name: n for n, name in LOCOMO_CATEGORIES.items()}
+
+
+def to_locomo(conversations: Sequence[Conversation]) -> list[dict[str, Any]]:
+    """``conversations`` in the common LoCoMo-like format ``load`` reads (dates as LoCoMo
+    writes them, ``1:56 pm on 8 May, 2023``; categories as its numbers; a question without
+    evidence has its answer as ``adversarial_answer``), so a user's file and the generator's
+    go through the same loader. ``load(to_locomo(c))`` gives ``c`` back."""
+    out = []
+    for conv in conversations:
+        speakers = list(dict.fromkeys(t.speaker for t in conv.turns))
+        body: dict[str, Any] = {f"speaker_{x}": name for x, name in zip("ab", speakers, strict=False)}
+        for n, session in enumerate(conv.sessions(), 1):
+            d = session[0].date
+            body[f"session_{n}_date_time"] = f"{d.hour % 12 or 12}:{d:%M} {d:%p}".lower() + f" on {d.day} {d:%B, %Y}"
+            body[f"session_{n}"] = [{"speaker": t.speaker, "dia_id": t.dia_id, "text": t.text} for t in session]
+        qa = [{"question": q.question, "evidence": list(q.evidence), "category": LOCOMO_NUMBERS[q.category],
+               **({"answer": q.answer} if q.evidence else {"adversarial_answer": q.answer})}
+              for q in conv.questions]
+        out.append({"sample_id": conv.sample_id, "conversation": body, "qa": qa})
+    return out
+
+
 # ---- BM25 and recall ----------------------------------------------------------------------------
 
 _WORD = re.compile(r"\w+", re.UNICODE)
