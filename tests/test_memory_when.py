@@ -23,6 +23,8 @@ TEXTS = ["moved to Lisbon", "relocated to Porto", "took up pottery", "a house in
     ("Where does Elena live now?", When(order="newest")),
     ("Which company does Bruno work for at the moment?", When(order="newest")),
     ("Which city did Elena live in first?", When(order="oldest")),
+    ("Where did Elena live before?", When(order="oldest")),
+    ("What was the last thing Bruno said about the move?", When(order="newest")),
     ("What happened to Bruno on 29 March 2026?",
      When(start=datetime(2026, 3, 29, tzinfo=UTC), end=datetime(2026, 3, 30, tzinfo=UTC))),
     ("What did she say on March 29th, 2026?",

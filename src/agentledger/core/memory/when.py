@@ -7,8 +7,9 @@ newest of three moves from the first. ``when_of`` reads the time a query names (
 words; other languages name none here and are ranked as before):
 
 - an **order**: ``now``, ``currently``, ``at the moment``, ``these days``, ``latest``,
-  ``most recent``, ``still`` → newest first; ``first``, ``originally``, ``initially``,
-  ``earliest``, ``used to``, ``previously`` → oldest first;
+  ``most recent``, ``still``, ``last`` (not "last week"), a closing ``after`` → newest first;
+  ``first``, ``originally``, ``initially``, ``earliest``, ``used to``, ``previously``, a closing
+  ``before`` ("where did she live before?") → oldest first;
 - a **window**: a date (``29 March 2026``, ``March 29, 2026``, ``2026-03-29``: that day), a
   month (``March 2026``), or a span back from the memory's latest observation
   (``yesterday``, ``last week``, ``last month``, ``3 weeks ago``: relative to what the caller's
@@ -48,9 +49,10 @@ _LAST = {"yesterday": timedelta(days=1), "last night": timedelta(days=1), "last 
          "past week": timedelta(days=7), "last month": timedelta(days=31), "past month": timedelta(days=31),
          "last year": timedelta(days=365)}
 _NEWEST = re.compile(r"\b(?:now|currently|current|at the moment|these days|nowadays|latest|most recent(?:ly)?"
-                     r"|still|lately|recently|today)\b", re.IGNORECASE)
-_OLDEST = re.compile(r"\b(?:first|originally|initially|earliest|used to|at first|previously|in the beginning)\b",
+                     r"|still|lately|recently|today|last(?!\s+(?:week|month|year|night)\b)|after(?=\s*[?.!]*$))\b",
                      re.IGNORECASE)
+_OLDEST = re.compile(r"\b(?:first|originally|initially|earliest|used to|at first|previously|in the beginning"
+                     r"|before(?=\s*[?.!]*$))\b", re.IGNORECASE)
 _ASKS = re.compile(r"\b(?:when|what date|which date|what day|how long ago|what time)\b", re.IGNORECASE)
 _PIVOT = re.compile(r"\b(before|after|since|until|till|prior to)\s+(.{1,60}?)(?:[?.!,;]|$)", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]+")
