@@ -439,3 +439,45 @@ async def test_a_read_without_k_fills_its_budget_and_k_bounds_it_when_set(mem: M
     assert small.receipt.tokens <= 40
     assert not any(c.outcome == "below_k" for c in small.receipt.candidates)
     assert any(c.outcome == "over_budget" for c in small.receipt.candidates)
+
+
+async def test_a_question_naming_a_time_ranks_by_when_it_was_said_and_shows_the_dates(mem: Mem) -> None:
+    """Three moves share the question's words equally; without a time named the freshest is
+    first (freshness), "first" puts the oldest first, "last week" the one said in the week
+    before the latest, and only a question naming a time pays for the dates in its lines."""
+    said = {"lisbon": 100, "porto": 60, "graz": 20}
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("m1", "[Elena] I moved to Lisbon, the flat is small", source="user_confirmed",
+                 observed_at=_days_ago(said["lisbon"])),
+        proposal("m2", "[Elena] We relocated to Porto for a transfer", source="user_confirmed",
+                 observed_at=_days_ago(said["porto"])),
+        proposal("m3", "[Elena] Another move, a house in Graz", source="user_confirmed",
+                 observed_at=_days_ago(said["graz"]))])
+    ids = {city: d.record_id for city, d in zip(said, reply.decisions, strict=True)}
+
+    async def first(question: str) -> tuple[str, str]:
+        read = await mem.c.memory_read(TENANT, question, project_id="p1")
+        assert len(read.items) == 3, read
+        return next(city for city, rid in ids.items() if rid == read.items[0].record_id), read.rendered
+
+    plain, rendered = await first("Where has Elena lived?")
+    assert plain == "graz" and "2026-" not in rendered and str(datetime.now(UTC).year) not in rendered
+    oldest, rendered = await first("Which city did Elena live in first?")
+    day = (datetime.now(UTC) - timedelta(days=said["lisbon"])).date().isoformat()
+    assert oldest == "lisbon" and f"] {day} [Elena] I moved to Lisbon" in rendered
+    assert (await first("Where was Elena living 7 weeks ago?"))[0] == "porto"
+
+
+async def test_a_derived_key_is_not_indexed_twice_and_an_explicit_one_is_indexed(mem: Mem) -> None:
+    """A key derived from the value's words adds them a second time (BM25 would count its
+    alphabetically first eight words twice); a key that says something else is searchable."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("d", "[Elena] I moved to Lisbon", source="user_confirmed"),
+        proposal("e", "eu-west-1", key="deploy region", source="user_confirmed")])
+    derived, explicit = (d.record_id for d in reply.decisions)
+    rows = {r[0]: (r[1], r[2]) for r in await mem.stack.db.fetch(
+        "SELECT record_id, doc_len, tsv::text FROM memory_records WHERE tenant = $1", TENANT)}
+    assert rows[derived][0] == 5, rows  # elena i moved to lisbon: each once
+    assert "'deploy'" in rows[explicit][1] and "'region'" in rows[explicit][1]
+    read = await mem.c.memory_read(TENANT, "which deploy region?", project_id="p1")
+    assert read.items[0].record_id == explicit

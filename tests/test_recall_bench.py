@@ -7,12 +7,16 @@ the system beats BM25 is the bench's figure (docs/benchmarks.md), not asserted h
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import Counter
 from pathlib import Path
 
 from agentledger.bench import recall_corpus as rc
-from agentledger.bench.recall import SYSTEMS, evaluate, table
+from agentledger.bench.recall import SYSTEMS, build_text, evaluate, table, tenant_of
 from agentledger.config import Settings
+from agentledger.core.memory.keys import canonical_key
+from agentledger.core.memory.when import when_of
 from ckpt_support import running
 
 # A user's own file, as the common format writes it: LoCoMo's date style and numbered categories.
@@ -63,7 +67,47 @@ def test_the_generator_is_deterministic_and_labels_real_turns() -> None:
     everything = rc.generate(seed=7, conversations=3, questions=100)
     cats = {q.category for conv in everything for q in conv.questions}
     assert cats == set(rc.CATEGORIES)
-    assert all(not q.evidence for conv in everything for q in conv.questions if q.category == "adversarial")
+    # Adversarial: the wrong person asked about (evidence: who it was), or never said (none).
+    adversarial = [q for conv in everything for q in conv.questions if q.category == "adversarial"]
+    assert any(q.evidence for q in adversarial) and any(not q.evidence for q in adversarial)
+
+
+def test_the_generated_talk_is_varied_dated_and_one_record_per_turn() -> None:
+    """Not a few templates: the chit-chat's first words alone take hundreds of forms; sessions
+    are days to two weeks apart; no two turns of a conversation share a memory key (they would
+    be versions of one record); a question naming a day asks about a turn of that day, one
+    saying "last week" about a turn of the last session."""
+    [conv] = rc.generate(seed=11, conversations=1)
+    facts = {e for q in conv.questions for e in q.evidence}
+    talk = [t.text for t in conv.turns if t.dia_id not in facts]
+    assert len({tuple(t.split()[:4]) for t in talk}) > len(talk) * 0.6
+    assert len({canonical_key("fact", None, t.line) for t in conv.turns}) == len(conv.turns)
+    gaps = {(b[0].date.date() - a[0].date.date()).days for a, b in itertools.pairwise(conv.sessions())}
+    assert min(gaps) >= 2 and max(gaps) <= 15 and len(gaps) > 3
+    by_id = {t.dia_id: t for t in conv.turns}
+    last = conv.sessions()[-1][0].session
+    dated = 0
+    for q in rc.generate(seed=11, conversations=1, questions=1000)[0].questions:
+        when = when_of(q.question)
+        if when is not None and when.start is not None and "happened" in q.question:
+            assert all(when.start <= by_id[e].date.replace(hour=0, minute=0) < when.end for e in q.evidence)
+            dated += 1
+        if "last week" in q.question:
+            assert [by_id[e].session for e in q.evidence] == [last]
+            dated += 1
+    assert dated == 4  # one dated event and one of last week for each of the two people
+
+
+def test_the_generated_corpus_written_as_a_locomo_file_loads_back_the_same(tmp_path: Path) -> None:
+    """The fixture a user's file would be: the generator written in the common format
+    (LoCoMo's date style and category numbers), read back by the loader the bench uses."""
+    corpus = rc.generate(seed=5, conversations=2, sessions=6, questions=40)
+    path = tmp_path / "generated-locomo.json"
+    path.write_text(json.dumps(rc.to_locomo(corpus)), encoding="utf-8")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data[0]["conversation"]["session_1_date_time"].endswith(" on 5 January, 2026")
+    assert {q["category"] for s in data for q in s["qa"]} <= set(rc.LOCOMO_CATEGORIES)
+    assert rc.load(path) == corpus
 
 
 def test_the_loader_reads_the_common_format(tmp_path: Path) -> None:
@@ -95,6 +139,12 @@ async def test_a_tiny_corpus_end_to_end(settings: Settings, tmp_path: Path) -> N
               *rc.generate(seed=3, conversations=1, sessions=3, turns_per_session=6, questions=6)]
     async with running(settings, checkpointer=False, memory=True, context=True) as stack:
         res = await evaluate(stack.c, corpus, budgets=(1000, 2000))
+        # A question naming a time gets the observation days in its memory lines; others do not.
+        units: Counter[str] = Counter()
+        when = await build_text(stack.c, tenant_of(0), "q1", corpus[0].questions[1].question, 1000, units=units)
+        plain = await build_text(stack.c, tenant_of(0), "q0", corpus[0].questions[0].question, 1000, units=units)
+    assert "- 2023-06-01 [Tom] I started rowing on the canal every Tuesday." in when
+    assert "- [Mara] My grandmother's paella recipe uses saffron" in plain and "2023-05-08" not in plain
     scored = sum(1 for conv in corpus for q in conv.questions if q.evidence)
     assert res.unanswerable == sum(len(conv.questions) for conv in corpus) - scored
     for system in SYSTEMS:

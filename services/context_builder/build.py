@@ -95,6 +95,7 @@ from agentledger.core.context.render import system_segment, tools_segment
 from agentledger.core.dag import next_ready
 from agentledger.core.memory.keys import key_repeats_value
 from agentledger.core.memory.read import Bindings, allowed_scopes
+from agentledger.core.memory.when import when_of
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
 from agentledger.security.bindings import BindingRegistry
@@ -291,16 +292,19 @@ def wm_units(state: WorkingMemory, variables: Mapping[str, Any]) -> list[Unit]:
 _RISKY_SOURCES = {"model_inference": 0.4, "external_document": 0.6, "tool_output": 0.2}
 
 
-def memory_units(reply: ReadReply) -> list[Unit]:
+def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
     """One unit per item, in the read's order; relevance from that rank (``rank_relevance``).
 
     Items are lines of the memory block of their kind and scope (``render``), so a line is
-    the value alone, or ``key: value`` when the key says more than the value's own words."""
+    the value alone, or ``key: value`` when the key says more than the value's own words;
+    ``dated`` (the query names a time, ``core.memory.when``): after the day it was observed,
+    ``2026-03-09 value``, so the model can answer "when" and order what changed."""
     receipt = reply.receipt.receipt_id if reply.receipt is not None else ""
     out = []
     for rank, item in enumerate(reply.items, start=1):
         value = "(erased)" if item.erased else _json(item.value)
         text = value if item.erased or key_repeats_value(item.key, item.value) else f"{item.key}: {value}"
+        text = f"{item.observed_at:%Y-%m-%d} {text}" if dated else text
         out.append(Unit(id=f"memory:{item.record_id}", source="memory", text=text,
                         version=str(item.record_version), key=f"memory:{item.scope}:{item.key}",
                         relevance=rank_relevance(rank), verifiability=item.authority / 6,
@@ -775,7 +779,7 @@ class Builder:
         # A user-scoped personal record is about its user, whatever else the projection says.
         subjects |= {scope.rsplit("/", 1)[-1] for item in opened
                      if (scope := item.scope).startswith("user/") and not scope.endswith("/")}
-        return memory_units(reply), ids, subjects
+        return memory_units(reply, dated=when_of(request.memory_query) is not None), ids, subjects
 
     async def _documents(self, request: BuildRequest, budget_tokens: int) -> list[Unit]:
         if request.document_query is None or self.documents is None:

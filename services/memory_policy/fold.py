@@ -29,7 +29,7 @@ import msgspec
 
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import promoted_id_for, record_id_for, scope_key
-from agentledger.core.memory.keys import is_tombstone_key, text_of, tombstone_key
+from agentledger.core.memory.keys import is_tombstone_key, key_repeats_value, text_of, tombstone_key
 from agentledger.core.memory.resolve import FeedbackMark, GroupKey, KeyGroup, decode_group, encode_group
 from agentledger.core.memory.state import (
     FORGOTTEN,
@@ -51,7 +51,10 @@ EMBED_CACHE_BYTES = 8 << 20
 
 
 def search_text(row: RecordRow) -> str | None:
-    """What full-text and vector search see of a record: its key's words and its value's text.
+    """What full-text and vector search see of a record: its key's words and its value's text,
+    the value's text alone when every word of the key is one of its words (a key derived from
+    the content words: indexed again, they would count twice in BM25's term frequencies, and
+    the first eight of them in alphabetical order are not the record's most telling).
 
     None for a personal or sealed record: it is in neither index.
     """
@@ -60,6 +63,8 @@ def search_text(row: RecordRow) -> str | None:
         return None
     words = row.key.replace("_", " ")
     text = text_of(body.value) if body.value is not None else ""
+    if text and key_repeats_value(row.key, body.value):
+        return text
     return f"{words}\n{text}" if text else words
 
 

@@ -22,6 +22,7 @@ and the records' usage in one statement, and reply.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -63,16 +64,18 @@ from agentledger.core.memory.read import (
     read_order,
     score,
     select_within_budget,
+    time_fits,
 )
 from agentledger.core.memory.state import RecordRow
 from agentledger.core.memory.tags import KeyOf, check_receipt, receipt_tag, record_matches
+from agentledger.core.memory.when import when_of
 from agentledger.errors import ContractError, IntegrityViolationError
 from agentledger.models import tokens
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, unseal
-from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.memory_policy.fold import Vectors, search_text
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.record_reach import PUT_BACK, RecordReach
 from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
@@ -286,14 +289,17 @@ def render_value(value: Any) -> str:
     return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
 
-def render(c: Candidate) -> str:
+def render(c: Candidate, *, dated: bool = False) -> str:
     """One item as the budget counts it and the reply renders it: ``[kind:key] value``, or
-    ``[kind] value`` when the key only repeats the value's words (a derived content key)."""
+    ``[kind] value`` when the key only repeats the value's words (a derived content key);
+    ``dated`` (the query names a time: ``core.memory.when``): the day it was observed first,
+    ``[kind] 2026-03-09 value`` (7 cl100k tokens more)."""
+    day = f"{c.observed_at:%Y-%m-%d} " if dated else ""
     if c.erased:
-        return f"[{c.kind}:{c.key}] (erased)"
+        return f"[{c.kind}:{c.key}] {day}(erased)"
     if key_repeats_value(c.key, c.value):
-        return f"[{c.kind}] {render_value(c.value)}"
-    return f"[{c.kind}:{c.key}] {render_value(c.value)}"
+        return f"[{c.kind}] {day}{render_value(c.value)}"
+    return f"[{c.kind}:{c.key}] {day}{render_value(c.value)}"
 
 
 def item_of(row: RecordRow, now: datetime, *, value: Any = None, erased: bool = False,
@@ -408,11 +414,14 @@ class Reader:
         read instead of one per candidate."""
         passed = [c for c in found if c.passed]
         last_read = dict(await conn.fetch(LAST_READ_SQL, request.tenant, [c.record_id for c in passed]))
+        when = when_of(request.query)
+        fits = time_fits(when, passed, lambda c: search_text(c.row) or "")
         for c in passed:
             body = c.row.body
             c.review = needs_review(body.review_at, now) or idle(
                 c.authority, body.confidence, last_read.get(c.record_id) or body.observed_at, now)
-            c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now, review=c.review)
+            c.score = score(c.relevance, c.authority, c.observed_at, c.kind, now, review=c.review,
+                            fit=fits.get(c.record_id))
         while True:
             winners, overridden = merge_candidates(passed)
             winners.sort(key=lambda c: read_order("key" in c.found_by, c.score, c.observed_at, c.record_id))
@@ -426,7 +435,8 @@ class Reader:
         for c in chosen:
             c.value, c.erased = await self._open(c.row, request.tenant)
         selection = select_within_budget(chosen, request.budget_tokens,
-                                         lambda text: tokens.count(text, request.encoding), render)
+                                         lambda text: tokens.count(text, request.encoding),
+                                         functools.partial(render, dated=when is not None))
         picked = [chosen[i] for i in selection.selected]
         cost = dict(zip([c.record_id for c in picked], selection.unit_tokens, strict=True))
         outcome: dict[str, tuple[str, str]] = {c.record_id: ("selected", "") for c in picked}

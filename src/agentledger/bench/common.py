@@ -86,8 +86,8 @@ class Profile:
     scaleout_counts: tuple[int, ...] = (1, 2, 3)
     # Evidence recall: generated conversations, sessions each, turns per session, questions each.
     recall_conversations: int = 10
-    recall_sessions: int = 20
-    recall_turns: int = 15
+    recall_sessions: int = 24
+    recall_turns: int = 16
     recall_questions: int = 30
 
 

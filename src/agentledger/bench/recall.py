@@ -18,7 +18,7 @@ document through ``context.ingest``. Each question then gets:
   for the question and packed greedily into the budget with the same tokenizer (cl100k_base).
 
 Questions without evidence (unanswerable) are counted, not scored. One JSON line per budget and
-retriever (ratio to BM25), and a table on stderr; per-category recall at 2k in the lines' context.
+retriever (ratio to BM25) with the recall of each category beside BM25's, and a table on stderr.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ from typing import Any
 from agentledger.bench.common import ServiceProcess, Stack, emit
 from agentledger.bench.recall_corpus import BM25, CATEGORIES, Conversation, generate, load, pack, recall
 from agentledger.client import Client, connect
+from agentledger.core.context.render import listed_line
+from agentledger.core.memory.when import when_of
 from agentledger.core.validate import goal_hash
+from agentledger.models import tokens
 
 BUDGETS = (1000, 2000, 4000, 8000)
 SYSTEMS = ("memory_read", "context_build", "bm25")
@@ -53,6 +56,11 @@ class Results:
     turns: int = 0
     # Per budget: units the builds took, by source (memory, document, conversation...), summed.
     build_units: dict[int, Counter[str]] = field(default_factory=dict)
+    # Tokens of every turn as a memory line (cl100k), without and with its observation day.
+    line_tokens: int = 0
+    dated_line_tokens: int = 0
+    # Scored questions that name a time (``core.memory.when``): their lines show the day.
+    timed: int = 0
 
     def add(self, system: str, budget: int, category: str, value: float) -> None:
         self.scores.setdefault((system, budget), []).append((category, value))
@@ -97,7 +105,7 @@ async def _memory_text(client: Client, tenant: str, question: str, budget: int) 
     return "\n".join(str(item.value) for item in reply.items if not item.erased)
 
 
-async def _build_text(client: Client, tenant: str, task: str, question: str, budget: int, *,
+async def build_text(client: Client, tenant: str, task: str, question: str, budget: int, *,
                       units: Counter[str]) -> str:
     """The selected branch as rendered; counts the units it took, by source, into ``units``."""
     gen = await client.build_context(tenant, task, 1, window_tokens=budget, reserve_tokens=0, encoding=ENCODING,
@@ -115,12 +123,16 @@ async def evaluate(client: Client, conversations: Sequence[Conversation],
     for ci, conv in enumerate(conversations):
         tenant = tenant_of(ci)
         res.turns += len(conv.turns)
+        for t in conv.turns:
+            res.line_tokens += tokens.count(listed_line(t.line), ENCODING)
+            res.dated_line_tokens += tokens.count(listed_line(f"{t.date:%Y-%m-%d} {t.line}"), ENCODING)
         await ingest(client, tenant, conv)
         by_id = {t.dia_id: t for t in conv.turns}
         lines = [t.line for t in conv.turns]
         bm25 = BM25(lines)
         scored = [(qi, q) for qi, q in enumerate(conv.questions) if q.evidence]
         res.unanswerable += len(conv.questions) - len(scored)
+        res.timed += sum(when_of(q.question) is not None for _, q in scored)
         for qi, _ in scored:
             task = f"q{qi}"
             await client.append_batch([_event("task_created", tenant, task, "created", {
@@ -140,7 +152,7 @@ async def evaluate(client: Client, conversations: Sequence[Conversation],
                 res.add("bm25", budget, q.category, recall(ev, taken))
                 mem = await _memory_text(client, tenant, q.question, budget)
                 res.add("memory_read", budget, q.category, recall(ev, mem))
-                built = await _build_text(client, tenant, f"q{qi}", q.question, budget,
+                built = await build_text(client, tenant, f"q{qi}", q.question, budget,
                                           units=res.build_units.setdefault(budget, Counter()))
                 res.add("context_build", budget, q.category, recall(ev, built))
         print(f"# recall: conversation {ci + 1}/{len(conversations)} ({len(conv.turns)} turns, "
@@ -158,13 +170,17 @@ def table(res: Results, budgets: Sequence[int] = BUDGETS) -> str:
         m, c, base = (res.mean(s, b) for s in SYSTEMS)
         out.append(f"{b:6d} |   {f(m)}    |    {f(c)}     | {f(base)} |  {f(_ratio(m, base))}   | "
                    f"{f(_ratio(c, base))}")
-    at = 2000 if 2000 in budgets else budgets[0]
-    out.append(f"per category at {at} tokens (questions): memory.read / context.build / BM25")
+    out.append("per category (questions), memory.read / context.build / BM25 at " +
+               ", ".join(f"{b // 1000}k" if b % 1000 == 0 else str(b) for b in budgets))
     for cat in CATEGORIES:
-        n = res.count("bm25", at, cat)
+        n = res.count("bm25", budgets[0], cat)
         if n:
-            out.append(f"  {cat:12s} ({n:3d}): " + " / ".join(f(res.mean(s, at, cat)) for s in SYSTEMS))
+            out.append(f"  {cat:12s} ({n:3d}): " + " | ".join(
+                " / ".join(f(res.mean(s, b, cat)).strip() for s in SYSTEMS) for b in budgets))
     out.append(f"  unanswerable, not scored: {res.unanswerable}")
+    if res.turns:
+        out.append(f"questions naming a time (their memory lines dated): {res.timed}; a line costs "
+                   f"{res.line_tokens / res.turns:.1f} tokens, {res.dated_line_tokens / res.turns:.1f} dated")
     return "\n".join(out)
 
 
@@ -172,20 +188,25 @@ def _ratio(v: float | None, base: float | None) -> float | None:
     return None if v is None or not base else v / base
 
 
+def _rounded(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
 def report(res: Results, budgets: Sequence[int], source: str) -> None:
-    at = 2000 if 2000 in budgets else budgets[0]
-    categories = {cat: {s: None if (m := res.mean(s, at, cat)) is None else round(m, 3) for s in SYSTEMS}
-                  for cat in CATEGORIES if res.count("bm25", at, cat)}
+    categories = [cat for cat in CATEGORIES if res.count("bm25", budgets[0], cat)]
+    turns = max(res.turns, 1)
     ctx = {"corpus": source, "conversations": res.conversations, "turns": res.turns,
            "questions": res.count("bm25", budgets[0]), "unanswerable_not_scored": res.unanswerable,
+           "questions_naming_a_time": res.timed, "line_tokens": round(res.line_tokens / turns, 2),
+           "dated_line_tokens": round(res.dated_line_tokens / turns, 2),
            "baseline_is": "Okapi BM25 (k1 1.2, b 0.75) over the same turns, packed greedily into the budget "
                           "(cl100k_base)"}
     for b in budgets:
         base = res.mean("bm25", b) or 0.0
         for system in ("memory_read", "context_build"):
             v = res.mean(system, b) or 0.0
-            extra: dict[str, Any] = {"by_category_at_2k": {c: v[system] for c, v in categories.items()}} \
-                if b == at else {}
+            extra: dict[str, Any] = {"by_category": {c: _rounded(res.mean(system, b, c)) for c in categories},
+                                     "bm25_by_category": {c: _rounded(res.mean("bm25", b, c)) for c in categories}}
             if system == "context_build":
                 n = max(res.count(system, b), 1)
                 extra["accepted_units_per_build"] = {k: round(v / n, 2)

@@ -28,6 +28,7 @@ from msgspec import Struct
 from agentledger.contracts.events import Scope
 from agentledger.contracts.memory_api import GateResult, ReadRequest
 from agentledger.core.memory.authority import CONFIRMED_AUTHORITY, LOW_AUTHORITY, SENSITIVITY_RANK, specificity_of
+from agentledger.core.memory.when import When, fit
 from agentledger.errors import PermissionDeniedError
 
 W_RELEVANCE, W_AUTHORITY, W_FRESH = 0.6, 0.25, 0.15
@@ -171,11 +172,33 @@ def freshness(observed_at: datetime, kind: str, now: datetime) -> float:
 
 
 def score(relevance: float, authority: int, observed_at: datetime, kind: str, now: datetime, *,
-          review: bool = False) -> float:
-    """``0.6·rel + 0.25·authority/6 + 0.15·fresh`` over a record that passed every gate."""
-    fresh = freshness(observed_at, kind, now) * (REVIEW_FACTOR if review else 1.0)
+          review: bool = False, fit: float | None = None) -> float:
+    """``0.6·rel + 0.25·authority/6 + 0.15·fresh`` over a record that passed every gate;
+    ``fit`` (how well its observation time fits the time the query names, ``time_fits``)
+    takes freshness's place when given: "the first job" is not the freshest."""
+    fresh = (freshness(observed_at, kind, now) if fit is None else fit) * (REVIEW_FACTOR if review else 1.0)
     rel = min(max(relevance, 0.0), 1.0)
     return W_RELEVANCE * rel + W_AUTHORITY * authority / CONFIRMED_AUTHORITY + W_FRESH * fresh
+
+
+class Timed(Protocol):
+    @property
+    def record_id(self) -> str: ...
+    @property
+    def observed_at(self) -> datetime: ...
+    @property
+    def relevance(self) -> float: ...
+
+
+def time_fits(when: When | None, items: Sequence[Timed], text_of: Callable[[Timed], str]) -> dict[str, float]:
+    """Each item's fit to the time a query names (``core.memory.when``), by record id; empty
+    when the query orders nothing by time. A pivot ("before X") is looked for in the items
+    by relevance, best first."""
+    if when is None or not when.orders:
+        return {}
+    ranked = sorted(items, key=lambda c: (-c.relevance, c.record_id))
+    fits = fit(when, [c.observed_at for c in ranked], [text_of(c) for c in ranked])
+    return {c.record_id: f for c, f in zip(ranked, fits, strict=True)}
 
 
 def fuse(rankings: Sequence[Sequence[str]], *, exact: Collection[str] = (), k: int = RRF_K) -> dict[str, float]:
