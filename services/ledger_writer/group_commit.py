@@ -70,7 +70,6 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.nuid import NUID
 
-from agentledger.client import Replies
 from agentledger.contracts.api import AppendResult
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import EventBase
@@ -85,6 +84,7 @@ from agentledger.errors import (
     StorageFullError,
     UnavailableError,
 )
+from agentledger.replies import Replies
 from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
 from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
 import structlog
@@ -50,13 +50,15 @@ from nats.micro.service import Service as MicroService
 from agentledger.config import Settings
 from agentledger.erasure import evict
 from agentledger.security import auth
-from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.shell import lifecycle
 from agentledger.shell.endpoints import Endpoint, Endpoints, Handler, RawEndpoint
 from agentledger.shell.parts import Parts
 from agentledger.stores import db
 from agentledger.stores.natsclient import reader_alive
+
+if TYPE_CHECKING:
+    from agentledger.security.bindings import BindingRegistry
 
 log = structlog.get_logger()
 
@@ -175,6 +177,10 @@ class Shell:
         parts.on_stop(self._close_nats)
         self._tenants = await parts.live_part(TenantRegistry(nc, s.prefix, s.stream_replicas))
         if shape.bindings:
+            # Imported here: it brings the memory read core, which only the services that
+            # mirror the bindings need (a tenth of the writer's start-up imports otherwise).
+            from agentledger.security.bindings import BindingRegistry  # noqa: PLC0415
+
             self._bindings = await parts.live_part(BindingRegistry(nc, s.prefix, s.stream_replicas))
         if shape.pool is not None:
             await db.migrate(s.database_url)
