@@ -137,6 +137,10 @@ class LedgerWriter(Shell):
         s = self.settings
         nc = self._nc
         assert nc is not None and self._tenants is not None
+        if s.redact_secrets:
+            # The detectors (their modules too) load in the background from here, beside the
+            # round trips below, never on the first append: every append waits for them.
+            parts.warm("secret detectors", self._load_detectors, now=True)
         # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
         await parts.live_part(Numbering(nc, s))
@@ -167,9 +171,6 @@ class LedgerWriter(Shell):
         parts.on_stop(self._drain)
         self._artifact_endpoints = artifact_endpoints.endpoints(nc, s, self._artifacts, self._tenants,
                                                                 tasks=self._handlers, quotas=self._quotas)
-        if s.redact_secrets:
-            # The detectors (their modules too) load once the endpoints answer, not on the first append.
-            parts.warm("secret detectors", self._load_detectors)
         self._warming = parts.warming
 
     def _load_detectors(self) -> Callable[..., tuple[EventBase, int]]:
