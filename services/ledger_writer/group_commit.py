@@ -39,7 +39,9 @@ The chain. With integrity keys (``Settings.integrity``), every message is sent w
 its per-task index and the tag of the task's previous message. It is made in ``_send``, from
 the head the message is committed after: the expectation names that head's sequence, so the
 server refuses the message if anything else was stored on its task since, and the link can
-never be to the wrong predecessor. The head is what this committer learnt from its own acks
+never be to the wrong predecessor. So every chained unit has an expectation (one without its
+own is guarded), and two writers racing on one task cannot both link to its head
+(tests/test_chain_two_writers.py). The head is what this committer learnt from its own acks
 (kept beside ``_known``); only a subject it knows nothing of costs one get of the message at
 the expectation (after a start, or another writer's append), asked of the stream's leader (a
 lagging replica would answer an older head), whose own tag is checked before anything links
@@ -70,7 +72,6 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.nuid import NUID
 
-from agentledger.client import Replies
 from agentledger.contracts.api import AppendResult
 from agentledger.contracts.codec import encode
 from agentledger.contracts.events import EventBase
@@ -85,6 +86,7 @@ from agentledger.errors import (
     StorageFullError,
     UnavailableError,
 )
+from agentledger.replies import Replies
 from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
 from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
@@ -260,6 +262,9 @@ class GroupCommitter:
             raise UnavailableError("the writer is shutting down")
         if self._admission is not None:
             self._admission.admit_unit(unit)
+        if self._keys is not None and unit.expected_last_seq is None:
+            # Chained: committed on the task's last sequence as we know it all the same.
+            unit.guard = True
         self._queue.append(unit)
         units = self._open.get(unit.subject)
         if units is None:
@@ -598,12 +603,15 @@ class GroupCommitter:
 
     async def _head_at(self, unit: Unit, expected: int | None) -> Head:
         """The chain head of ``unit``'s task at sequence ``expected`` (the message it is
-        committed after; None: the task's last message), from this committer's acks or, when
-        it knows nothing of it, from the stored message itself (its own tag checked).
+        committed after), from this committer's acks or, when it knows nothing of it, from the
+        stored message itself (its own tag checked).
 
-        A wrong guess costs nothing: the expectation then fails and the unit is refused (or
-        retried at the actual last sequence) before anything links to it.
+        Every chained unit carries an expectation (``submit_nowait``): two writers linking to
+        one head would fork the task's chain, and the expectation makes the server refuse the
+        second. A wrong guess costs nothing: the unit is refused (or retried at the actual last
+        sequence, its ids the same) before anything links to it.
         """
+        assert expected is not None  # see ``submit_nowait``
         known = self._heads.get(unit.subject)
         if expected == 0:
             # The task has no message in the stream. One this committer stored messages of lost
@@ -611,19 +619,15 @@ class GroupCommitter:
             # so a reader that folded it carries on. A forgotten task's head was dropped first
             # (``forget_heads``), so it starts again.
             return known[1] if known is not None else GENESIS
-        if known is not None and (expected is None or known[0] == expected):
+        if known is not None and known[0] == expected:
             return known[1]
         # Asked of the stream's leader, not as a direct get: on a cluster any replica answers a
-        # direct get, and one that lags answers "none" or an older message. A fenced unit has no
-        # expectation to refuse a link to such a head, and even with one the expectation is
-        # right while the head read is not: either way the chain would fork (index 1 again
-        # after index 140, found by the cluster chaos tests).
+        # direct get, and one that lags answers "none" or an older message: the expectation is
+        # right while the head read is not, and the chain would fork (index 1 again after index
+        # 140, found by the cluster chaos tests).
         js = self._nc.jetstream()
         try:
-            if expected is not None:
-                msg = await js.get_msg(self._stream, seq=expected)
-            else:
-                msg = await js.get_msg(self._stream, subject=unit.subject)
+            msg = await js.get_msg(self._stream, seq=expected)
         except nats.js.errors.NotFoundError:
             return GENESIS  # none: a new task (or the expectation refuses the unit)
         except (NatsTimeout, NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:

@@ -48,8 +48,6 @@ from agentledger.contracts.codec import (
     error_body,
 )
 from agentledger.contracts.events import RESERVED_TASK_PREFIX, EventBase, kind_of
-from agentledger.core.detect import redact_event
-from agentledger.core.detect import secrets as secret_detectors
 from agentledger.core.ledger_chain import Head
 from agentledger.core.validate import check_batch, check_reserved, has_personal_content
 from agentledger.erasure import evict
@@ -118,6 +116,8 @@ class LedgerWriter(Shell):
     _artifacts: artifacts.ArtifactStore | None = None
     _leases: LeaseTable | None = None
     _warming: Warming | None = None
+    # ``core.detect.redact_event`` once the detectors are loaded (``_load_detectors``).
+    _redact_event: Callable[..., tuple[EventBase, int]] | None = None
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)
@@ -137,6 +137,10 @@ class LedgerWriter(Shell):
         s = self.settings
         nc = self._nc
         assert nc is not None and self._tenants is not None
+        if s.redact_secrets:
+            # The detectors (their modules too) load in the background from here, beside the
+            # round trips below, never on the first append: every append waits for them.
+            parts.warm("secret detectors", self._load_detectors, now=True)
         # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
         await parts.live_part(Numbering(nc, s))
@@ -167,10 +171,19 @@ class LedgerWriter(Shell):
         parts.on_stop(self._drain)
         self._artifact_endpoints = artifact_endpoints.endpoints(nc, s, self._artifacts, self._tenants,
                                                                 tasks=self._handlers, quotas=self._quotas)
-        if s.redact_secrets:
-            # detect-secrets' patterns load once the endpoints answer, not on the first append.
-            parts.warm("secret detectors", secret_detectors.warm)
         self._warming = parts.warming
+
+    def _load_detectors(self) -> Callable[..., tuple[EventBase, int]]:
+        """Import and load the secret detectors, once: in the warm-up's worker thread (their
+        modules alone were a sixth of the writer's imports before its endpoints answered), or
+        by an append that comes before it (``_on_append`` waits for the warm-up; a test's
+        direct call need not)."""
+        if self._redact_event is None:
+            from agentledger.core import detect  # noqa: PLC0415
+
+            detect.secrets.warm()
+            self._redact_event = detect.redact_event
+        return self._redact_event
 
     async def _witness_loop(self) -> None:
         while True:
@@ -426,11 +439,12 @@ class LedgerWriter(Shell):
         answered as a duplicate.
         """
         key = marker_key_of(self.settings)
+        redact = self._redact_event or self._load_detectors()
         out = []
         total = 0
         for i, e in enumerate(events):
             try:
-                redacted, n = redact_event(e, key=key)
+                redacted, n = redact(e, key=key)
             except ContractError as exc:
                 raise ContractError(str(exc), code=exc.code,
                                     path=f"$.events[{i}]{(exc.path or '$')[1:]}") from None

@@ -205,7 +205,10 @@ class Supervisor:
                             exit_code=code, restart_in_s=delay, attempt=child.failures)
                 child.proc = None
                 changed = True
-            elif time.monotonic() >= child.restart_at:
+                if delay > 0:
+                    continue
+                # Restarted in this pass, not the next one: a poll (POLL_S) less of outage.
+            if time.monotonic() >= child.restart_at:
                 log.info("service_restarting", child=child.name, attempt=child.failures)
                 self._spawn(child)
                 changed = True

@@ -47,7 +47,6 @@ from nats.js.errors import (
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
-from agentledger.core.detect.secrets import derive_marker_key
 from agentledger.core.validate import has_personal_content
 from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, kv_removed, live_kv_keys, scan_subject
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
@@ -157,6 +156,9 @@ def marker_key_of(settings: Settings) -> bytes:
         if stored.exists():
             key = _unb64(stored.read_bytes().strip())
         else:
+            # Imported here: the detectors' package is heavy, and this runs once per installation.
+            from agentledger.core.detect.secrets import derive_marker_key  # noqa: PLC0415
+
             kek_of(settings)  # made, or moved out of the data folder, as the writer would
             key = derive_marker_key(load_kek(path))
             write_private(stored, _b64(key).decode())

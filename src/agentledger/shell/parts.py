@@ -16,7 +16,10 @@ load)`` names them, and ``Warming`` loads them in a worker thread once the endpo
 answer (the event loop keeps answering meanwhile). A request that needs them waits for
 them, but only within ``WARM_WAIT_S`` of the start of the warm-up; after that it gets a
 retryable ``unavailable`` naming the part ("warming: tokenizer") until the part is ready.
-A part that fails to load ends the process, as a failed start would have.
+A part that fails to load ends the process, as a failed start would have. One that every
+early request needs and that needs nothing the start opens (the writer's detectors: every
+append waits for them) can begin loading at once (``warm(..., now=True)``), in the worker
+thread beside the rest of the start, which mostly waits for the servers' answers.
 """
 
 from __future__ import annotations
@@ -134,10 +137,11 @@ class Parts:
         self.on_stop(sub.unsubscribe)
         return sub
 
-    def warm(self, what: str, load: Callable[[], object]) -> None:
-        """Load ``load()`` in a worker thread once the endpoints answer (see the module
-        docstring); ``what`` names it in the ``unavailable`` reply ("tokenizer")."""
-        self.warming.add(what, load)
+    def warm(self, what: str, load: Callable[[], object], *, now: bool = False) -> None:
+        """Load ``load()`` in a worker thread once the endpoints answer, or from now on
+        (``now``; see the module docstring); ``what`` names it in the ``unavailable`` reply
+        ("tokenizer")."""
+        self.warming.add(what, load, now=now)
 
     def start_warming(self) -> None:
         """Begin the warm-up (the shell calls it once the endpoints answer)."""
@@ -182,13 +186,17 @@ class Warming:
     def __init__(self, log_name: str) -> None:
         self._log_name = log_name
         self._loads: list[tuple[str, Callable[[], object]]] = []
+        # The loads begun at once (``now``), by part.
+        self._begun: dict[str, asyncio.Future[object]] = {}
         self._pending: list[str] = []
         self._began: float | None = None
         self._done = asyncio.Event()
 
-    def add(self, what: str, load: Callable[[], object]) -> None:
+    def add(self, what: str, load: Callable[[], object], *, now: bool = False) -> None:
         self._loads.append((what, load))
         self._pending.append(what)
+        if now:
+            self._begun[what] = asyncio.ensure_future(asyncio.to_thread(load))
 
     @property
     def pending(self) -> str | None:
@@ -220,7 +228,8 @@ class Warming:
         try:
             for what, load in self._loads:
                 started = loop.time()
-                await asyncio.to_thread(load)
+                begun = self._begun.pop(what, None)
+                await (begun if begun is not None else asyncio.to_thread(load))
                 self._pending.remove(what)
                 log.info(f"{self._log_name}.warm", part=what, s=round(loop.time() - started, 3))
         except Exception as exc:  # noqa: BLE001 - a part that cannot load ends the process

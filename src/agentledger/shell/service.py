@@ -16,19 +16,19 @@ A service is a ``Shell`` subclass that declares
 * ``serving(parts)``, rarely: what needs its live micro service (the projector's
   share of the partitions, found by its instance id).
 
-The shell does the rest, the same way for every service: connect to NATS with the
-service's role, start the tenant registry (and the bindings mirror), migrate and
-open the pool, ``open``, add the micro service and its endpoints (typed ones answer
-through ``Endpoints``: decoded, the caller held to the body's tenant, typed errors),
-answer cache evictions, ``serving``, flush, then warm the parts named with
-``parts.warm`` in a worker thread: the endpoints answer from the moment they are added
-(``$SRV.PING`` too), and a typed request that needs a part still warming waits for it
-briefly, then gets a retryable ``unavailable`` ("warming: tokenizer"). Every resource goes on one
-``contextlib.AsyncExitStack`` (``Parts``) as it is opened, so ``stop()`` is that
-stack unwinding in reverse: what ``serving`` entered, the eviction listener and the
-endpoints, the requests in flight drained, then the service's parts, the pool, the
-registries, the NATS connection last. A start that fails half-way releases what it entered the same way. Liveness is
-the NATS read loop, the registries, and whatever the parts said they need.
+The shell does the rest, the same way for every service: connect to NATS with the service's
+role, start the tenant registry (and the bindings mirror), migrate and open the pool, ``open``,
+add the micro service and its endpoints (typed ones answer through ``Endpoints``: decoded, the
+caller held to the body's tenant, typed errors), answer cache evictions, ``serving``, flush,
+then warm the parts named with ``parts.warm`` in a worker thread (one named with ``now`` began
+as it was named): the endpoints answer from the moment they are added (``$SRV.PING`` too), and a
+typed request that needs a part still warming waits for it briefly, then gets a retryable
+``unavailable`` ("warming: tokenizer"). Every resource goes on one ``contextlib.AsyncExitStack``
+(``Parts``) as it is opened, so ``stop()`` is that stack unwinding in reverse: what ``serving``
+entered, the eviction listener and the endpoints, the requests in flight drained, then the
+service's parts, the pool, the registries, the NATS connection last. A start that fails half-way
+releases what it entered the same way. Liveness is the NATS read loop, the registries, and
+whatever the parts said they need.
 
 ``lifecycle.serve`` runs a ``Shell`` like any service (wait for the servers, ready
 and heartbeat files, drain on SIGTERM); ``main(ServiceClass)`` is the process entry point.
@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import asyncpg
 import structlog
@@ -50,13 +50,15 @@ from nats.micro.service import Service as MicroService
 from agentledger.config import Settings
 from agentledger.erasure import evict
 from agentledger.security import auth
-from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller, TenantRegistry
 from agentledger.shell import lifecycle
 from agentledger.shell.endpoints import Endpoint, Endpoints, Handler, RawEndpoint
 from agentledger.shell.parts import Parts
 from agentledger.stores import db
 from agentledger.stores.natsclient import reader_alive
+
+if TYPE_CHECKING:
+    from agentledger.security.bindings import BindingRegistry
 
 log = structlog.get_logger()
 
@@ -175,6 +177,10 @@ class Shell:
         parts.on_stop(self._close_nats)
         self._tenants = await parts.live_part(TenantRegistry(nc, s.prefix, s.stream_replicas))
         if shape.bindings:
+            # Imported here: it brings the memory read core, which only the services that
+            # mirror the bindings need (a tenth of the writer's start-up imports otherwise).
+            from agentledger.security.bindings import BindingRegistry  # noqa: PLC0415
+
             self._bindings = await parts.live_part(BindingRegistry(nc, s.prefix, s.stream_replicas))
         if shape.pool is not None:
             await db.migrate(s.database_url)
