@@ -53,10 +53,17 @@ class Sealed(Strict, frozen=True):
     ciphertext: str
 
 
+ArtifactUri = Annotated[str, Meta(min_length=1, max_length=1024)]
+# URIs an event's artifacts replace: earlier artifacts of this task that a newer version of
+# the same thing supersedes. Working Memory marks them replaced (``replaced_artifacts``) and a
+# context renders the current ones only. Optional: events without it are what they were.
+Supersedes = Annotated[list[ArtifactUri], Meta(max_length=100)]
+
+
 class ArtifactRef(Strict, frozen=True):
     """A reference to content in the artifact store; never the content itself."""
 
-    uri: Annotated[str, Meta(min_length=1, max_length=1024)]
+    uri: ArtifactUri
     blake3: Hash
     schema: Name
     producer: Name
@@ -119,6 +126,7 @@ class StepSucceeded(Strict, frozen=True):
     attempt: PositiveInt = 1
     outputs: list[Output] = []
     artifacts: list[ArtifactRef] = []
+    supersedes: Supersedes = []
 
 
 class StepFailed(Strict, frozen=True):
@@ -194,6 +202,7 @@ class ArtifactRegistered(Strict, frozen=True):
 
     artifact: ArtifactRef
     note: Text = ""
+    supersedes: Supersedes = []
 
 
 class TaskCompleted(Strict, frozen=True):

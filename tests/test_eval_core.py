@@ -8,7 +8,6 @@ must be caught by the code the real run uses.
 from __future__ import annotations
 
 import dataclasses
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -16,10 +15,10 @@ from agentledger.cli.main import build_parser
 from agentledger.core.context.render import data_block
 from agentledger.core.context.units import Unit
 from agentledger.eval import corpus as c
+from agentledger.eval import plots
 from agentledger.eval.command import scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
-from agentledger.eval.report import svg_growth
 from agentledger.eval.run import Scenario, ScenarioResult
 
 RISK = c.Options(stale=True, poison=True, secret=True)
@@ -227,11 +226,14 @@ def test_a_numeric_sweep_draws_its_cost_growth_and_nothing_else_does() -> None:
     truth = " ".join(str(i) for i in c.generate().truth)
     small = _scenario("clean turns=10", {"off": c.RESUME_PROMPT, "full": truth})
     big = _scenario("clean turns=1000", {"off": c.RESUME_PROMPT, "full": " ".join([truth] * 20)})
-    svg = svg_growth([small, big])
-    assert svg is not None
-    root = ET.fromstring(svg)
-    lines = [e for e in root.iter() if e.tag.endswith("polyline")]
-    assert len(lines) == 4  # tokens and latency, for off and full
-    assert svg_growth([small]) is None
-    assert svg_growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
+    data = plots.growth([small, big])
+    assert data is not None
+    var, xs, tokens_of, ms_of = data
+    assert (var, xs) == ("turns", [10.0, 1000.0])
+    assert set(tokens_of) == set(ms_of) == {"off", "full"}  # tokens and latency, for off and full
+    assert tokens_of["full"][1] > 10 * tokens_of["full"][0] and ms_of["full"] == [2.0, 2.0]
+    png = plots.growth_png([small, big])
+    assert png is not None and png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert plots.growth([small]) is None and plots.growth_png([small]) is None
+    assert plots.growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
         is None

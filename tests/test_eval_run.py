@@ -9,7 +9,6 @@ must give the same read sets and the same scores (latency aside).
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from agentledger.config import Settings
@@ -84,10 +83,12 @@ async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settin
     assert {"ledger.append", "memory.propose", "context.ingest", "artifact.put"} <= set(risk.write_ms)
     paths = write(tmp_path / "report", [first, risk], {"seed": 19, "elapsed_s": 1.0, "stack": "test"})
     names = {p.name for p in paths}
-    assert {"report.md", "report.json", "report.html", "success-vs-tokens.svg", "metrics.svg"} <= names
+    assert {"report.md", "report.json", "report.html", "success-vs-tokens.png", "metrics.png"} <= names
+    assert not any(p.suffix == ".svg" for p in paths)
     for p in paths:
-        if p.suffix == ".svg":
-            ET.fromstring(p.read_text(encoding="utf-8"))  # well-formed
+        if p.suffix == ".png":
+            assert p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and p.stat().st_size > 5000, p
+            assert f"<img src='{p.name}'" in (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
     data = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
     full = next(s for s in data["scenarios"][1]["strategies"] if s["strategy"] == "full")
     assert {"item": "privacy_rule=retain-all-forever@v9", "label": POISON} in full["used"]

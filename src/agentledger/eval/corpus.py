@@ -266,7 +266,11 @@ def _ledger(hist: dict[str, list[Item]]) -> list[dict[str, Any]]:
     for n, (sid, _) in enumerate(STEPS[:5], 1):
         events.append({"kind": "step_started", "payload": {"plan_version": 3, "step_id": sid}})
         arts = ["patch@1"] if sid == "S3" else ["patch@2", "report@1"] if sid == "S5" else []
-        events.append({"kind": "step_succeeded", "payload": {"plan_version": 3, "step_id": sid}, "artifacts": arts})
+        event: dict[str, Any] = {"kind": "step_succeeded", "payload": {"plan_version": 3, "step_id": sid},
+                                 "artifacts": arts}
+        if sid == "S5":  # patch v2 replaces the draft S3 produced: Working Memory marks v1 replaced
+            event["supersedes"] = ["patch@1"]
+        events.append(event)
         if n < len(budget):
             events.append({"kind": "variable_set", "payload": {"name": "budget_left", "value": str(budget[n]),
                                                                "producer_step": sid}})

@@ -112,6 +112,8 @@ async def ingest(client: Client, tenant: str, corpus: Corpus) -> dict[str, list[
         payload = dict(e["payload"])
         if e.get("artifacts"):
             payload["artifacts"] = [refs[a] for a in e["artifacts"]]
+        if e.get("supersedes"):
+            payload["supersedes"] = [refs[a]["uri"] for a in e["supersedes"]]
         events.append(_event(e["kind"], tenant, TASK, f"rt-{n}", payload))
     events.append(_event("turn_appended", tenant, TASK, "resume", {"role": "user", "ordinal": 1,
                                                                     "content": RESUME_PROMPT}))
