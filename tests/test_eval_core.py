@@ -19,6 +19,7 @@ from agentledger.eval import plots
 from agentledger.eval.command import scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
+from agentledger.eval.resume import Resumed
 from agentledger.eval.run import Scenario, ScenarioResult
 
 RISK = c.Options(stale=True, poison=True, secret=True)
@@ -27,6 +28,17 @@ RISK = c.Options(stale=True, poison=True, secret=True)
 def _result(name: str, context: str, **kw: object) -> StrategyResult:
     """A result whose context is exactly what a service answered."""
     return StrategyResult(name, context, received=[context], **kw)  # type: ignore[arg-type]
+
+
+def _resumed(corpus: c.Corpus, **over: object) -> Resumed:
+    """What the checkpointer's resume answers for this corpus's task (``run.resume_task``):
+    resumable, S6 to dispatch, S1-S5 done, patch v2 and the report current, the budget."""
+    current = [a for a in corpus.artifacts if not (a.name == "patch" and a.version == 1)]
+    budget = corpus.truth_by_key["budget_left"]
+    fields: dict[str, object] = {
+        "status": "resumable", "checkpoint_id": 1, "dispatch": ("S6",), "done": ("S1", "S2", "S3", "S4", "S5"),
+        "artifacts": tuple((a.schema, a.blake3) for a in current), "variables": {"budget_left": str(budget)}}
+    return Resumed(**{**fields, **over})  # type: ignore[arg-type]
 
 
 def test_same_seed_same_bytes_and_another_seed_another_corpus() -> None:
@@ -93,7 +105,8 @@ def test_the_executor_takes_the_highest_version_and_the_later_mention_on_a_tie()
 
 def test_off_scores_zero_recall_and_na_precision_not_zero() -> None:
     corpus = c.generate()
-    s, _ = evaluate(StrategyResult("off", c.RESUME_PROMPT, received=[c.RESUME_PROMPT]), corpus)
+    s, _ = evaluate(StrategyResult("off", c.RESUME_PROMPT, received=[c.RESUME_PROMPT]), corpus,
+                    resumed=_resumed(corpus))
     assert s.accepted == ()
     assert s.precision is None  # N/A: nothing was read, which is not "everything read was wrong"
     assert s.contradiction is None and s.stale_use is None
@@ -111,9 +124,31 @@ def test_a_read_set_that_is_all_wrong_scores_precision_zero() -> None:
 def test_the_full_truth_scores_full_marks() -> None:
     corpus = c.generate(RISK)
     ctx = _wm_context(corpus) + " ".join(str(i) for i in corpus.truth)
-    s, _ = evaluate(_result("all", ctx), corpus)
+    s, _ = evaluate(_result("all", ctx), corpus, resumed=_resumed(corpus))
     assert (s.precision, s.recall, s.stale_use, s.contradiction) == (1.0, 1.0, 0.0, 0.0)
-    assert s.task_success == 1.0 and s.resume_success == 1.0
+    assert s.task_success == 1.0 and s.resume_success == 1.0 and s.unreconciled == ()
+
+
+def test_resume_success_is_the_checkpointers_resume_not_the_executors_reading() -> None:
+    """The same context that restores every fact scores resume 0 whenever the checkpointer's
+    resume does not agree: a rejected checkpoint, a side effect to reconcile, a replay that
+    moved the task on, or a manifest without the replacement recorded."""
+    corpus = c.generate(RISK)
+    ctx = _wm_context(corpus) + " ".join(str(i) for i in corpus.truth)
+    patch1 = next(a for a in corpus.artifacts if a.name == "patch" and a.version == 1)
+    report = next(a for a in corpus.artifacts if a.name == "report")
+    cases = {
+        "the resume is rejected": _resumed(corpus, status="rejected", reasons=("artifact_hash_mismatch",),
+                                           dispatch=(), done=(), artifacts=(), variables={}),
+        "side effects to reconcile": _resumed(corpus, status="needs_reconcile", dispatch=(), reconcile=("S5",)),
+        "cursor": _resumed(corpus, dispatch=("S7",), done=("S1", "S2", "S3", "S4", "S5", "S6")),
+        "hash": _resumed(corpus, artifacts=((patch1.schema, patch1.blake3), (report.schema, report.blake3))),
+        "budget": _resumed(corpus, variables={"budget_left": "budget_left=9units@v6"}),
+    }
+    for why, resumed in cases.items():
+        s, _ = evaluate(_result("all", ctx), corpus, resumed=resumed)
+        assert s.task_success == 1.0 and s.resume_success == 0.0, why
+        assert any(u.startswith(why.split()[0]) or why in u for u in s.unreconciled), (why, s.unreconciled)
 
 
 def test_a_strategy_leaking_ground_truth_is_refused() -> None:

@@ -34,8 +34,6 @@ RESUME_QUERY = ("resume task no19 after the interruption: next_step, done_set, a
                 "artifact_report, page_style, schema_contract, privacy_rule, acceptance_rule, budget_left")
 REQUIRED_KEYS = ("next_step", "done_set", "artifact_patch", "artifact_report", "budget_left",
                  "page_style", "schema_contract", "privacy_rule", "acceptance_rule")
-# The keys a checkpoint resume must reconcile (cursor, completion, manifest, budget).
-CHECKPOINT_KEYS = ("next_step", "done_set", "artifact_patch", "artifact_report", "budget_left")
 STEPS = (("S1", "freeze the goal and acceptance"), ("S2", "define the memory schema"),
          ("S3", "write the No.19 corpus"), ("S4", "implement the deterministic runtime"),
          ("S5", "run the five-strategy core experiment"), ("S6", "wire the renderer and admin"),
