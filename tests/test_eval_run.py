@@ -45,7 +45,7 @@ def _table(res: ScenarioResult) -> list[tuple[object, ...]]:
 
 async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settings: Settings,
                                                                           tmp_path: Path) -> None:
-    async with running(settings, checkpointer=False, memory=True, context=True) as stack:
+    async with running(settings, checkpointer=True, memory=True, context=True) as stack:
         embedder = load_embedder(stack.settings)
         first = await run_scenario(Env(stack.c, stack.settings, embedder, "evala"), PRESETS["clean"])
         second = await run_scenario(Env(stack.c, stack.settings, embedder, "evalb"), PRESETS["clean"])
@@ -78,9 +78,18 @@ async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settin
     assert ("schema_contract=checkpoint-v2@v2", "gated:status") in refused
     assert {str(i) for i in by["structured"].stale_retrieved} >= {"budget_left=22units@v6",
                                                                   "schema_contract=checkpoint-v2@v2"}
+    # Working Memory marks patch v1 replaced by v2: structured's context holds one patch, so no
+    # key with two values; full history still reads both (and every older version).
+    assert by["structured"].contradiction == 0.0 and "artifact_patch" in by["full"].contradicted_keys
+    # Resume success is the checkpointer's resume: it resumed from the interruption's checkpoint,
+    # and full history, acting on the expired budget probe, does not reconcile with it.
+    assert risk.resumed is not None and risk.resumed.status == "resumable" and risk.resumed.dispatch == ("S6",)
+    assert by["structured"].resume_success == 1.0 and by["full"].resume_success == 0.0
+    assert any(u.startswith("budget:") for u in by["full"].unreconciled)
     # Every read was timed, and every kind of write.
     assert all(len(s.read_ms) == PRESETS["risk"].knobs.repeats for s in risk.scores)
-    assert {"ledger.append", "memory.propose", "context.ingest", "artifact.put"} <= set(risk.write_ms)
+    writes = {"ledger.append", "memory.propose", "context.ingest", "artifact.put", "checkpoint.save"}
+    assert writes <= set(risk.write_ms)
     paths = write(tmp_path / "report", [first, risk], {"seed": 19, "elapsed_s": 1.0, "stack": "test"})
     names = {p.name for p in paths}
     assert {"report.md", "report.json", "report.html", "success-vs-tokens.png", "metrics.png"} <= names

@@ -80,6 +80,8 @@ def _why(s: Scores, res: ScenarioResult) -> list[str]:
                    f"{', '.join(map(str, s.stale_retrieved))}")
     if s.truncated:
         out.append("the context was cut to the window")
+    if s.unreconciled and s.strategy != "off":
+        out.append("did not reconcile with the resume: " + "; ".join(s.unreconciled))
     return out
 
 
@@ -107,6 +109,9 @@ def markdown(results: Sequence[ScenarioResult], meta: dict[str, Any]) -> str:
         lines += ["", "Write latency (ms, per call): " + "; ".join(
             f"{k} p50 {_f(v['p50'])} p95 {_f(v['p95'])} p99 {_f(v['p99'])} (n {v['n']})"
             for k, v in lat["write"].items()), ""]
+        if res.resumed is not None:
+            lines += [f"The checkpointer's {res.resumed.summary()}: each strategy's resume success is whether its "
+                      "executor's actions reconcile with it.", ""]
         for s, r in zip(res.scores, res.results, strict=True):
             why = _why(s, res) + r.notes
             if why:
@@ -131,7 +136,7 @@ def payload(results: Sequence[ScenarioResult], meta: dict[str, Any]) -> dict[str
                 "candidates": [{"item": str(i), "outcome": o, "label": c.label(i)} for i, o in r.candidates],
                 "stale_used": list(map(str, s.stale_used)), "stale_retrieved": list(map(str, s.stale_retrieved)),
                 "poison_used": list(map(str, s.poison_used)), "contradicted_keys": list(s.contradicted_keys),
-                "unsupported": list(map(str, s.unsupported)),
+                "unsupported": list(map(str, s.unsupported)), "unreconciled": list(s.unreconciled),
                 "checks": s.checks, "outranked": list(s.outranked), "truncated": s.truncated,
                 "dispatch": a.dispatch, "skip": list(a.skip), "read_ms": list(s.read_ms), "notes": r.notes,
                 "trace": r.trace, "context": r.context})
@@ -139,6 +144,7 @@ def payload(results: Sequence[ScenarioResult], meta: dict[str, Any]) -> dict[str
             "name": res.scenario.name, "tenant": res.tenant, "options": asdict(res.scenario.options),
             "knobs": asdict(res.scenario.knobs), "corpus_blake3": blake3.blake3(c.to_json()).hexdigest(),
             "truth": [str(i) for i in c.truth], "risks": c.risks, "latency": latency_summary(res),
+            "resume": asdict(res.resumed) if res.resumed is not None else None,
             "verdict": verdict(res), "strategies": strategies})
     return out
 

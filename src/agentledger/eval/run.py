@@ -74,6 +74,7 @@ class ScenarioResult:
     results: list[StrategyResult]
     actions: list[Actions]
     write_ms: dict[str, list[float]] = field(default_factory=dict)
+    resumed: Resumed | None = None  # the checkpointer's resume (None: no interruption)
 
     def table(self) -> list[dict[str, Any]]:
         return [s.row() for s in self.scores]
@@ -191,8 +192,6 @@ async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] =
     for name in names:
         say(f"{scenario.name}: {name}")
         result = await STRATEGIES[name](env, scenario.knobs)
-        if resumed is not None:
-            result.notes.append(resumed.summary())
         s, a = evaluate(result, corpus, resumed=resumed)
         results.append(result)
         scores.append(s)
@@ -203,7 +202,7 @@ async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] =
             results.append(result)
             scores.append(ms)
             actions.append(ma)
-    return ScenarioResult(scenario, env.tenant, corpus, with_delta(scores), results, actions, write_ms)
+    return ScenarioResult(scenario, env.tenant, corpus, with_delta(scores), results, actions, write_ms, resumed)
 
 
 def latency_summary(res: ScenarioResult) -> dict[str, Any]:
