@@ -20,14 +20,13 @@ from agentledger.models.embedding import load_embedder
 from ckpt_support import running
 
 # The clean preset's table (seed 19, 48 turns): strategy, success, delta, resume, precision,
-# recall, stale use, contradiction.
+# recall, stale use, contradiction; as `agentledger eval` measured it on 0a91c0d.
 PINNED_CLEAN = [
     ("off", 0.1, 0.0, 0.0, None, 0.0, None, None),
     ("full", 1.0, 90.0, 1.0, 0.346, 1.0, 0.0, 0.538),
     ("summary", 0.6, 50.0, 0.0, 0.625, 0.556, 0.167, 0.333),
     ("vector", 0.6, 50.0, 0.0, 0.833, 0.556, 0.0, 0.0),
-    # Contradiction 0.077: Working Memory lists the superseded patch v1 beside v2 (docs/evaluation.md).
-    ("structured", 1.0, 90.0, 1.0, 0.643, 1.0, 0.0, 0.077),
+    ("structured", 1.0, 90.0, 1.0, 0.692, 1.0, 0.0, 0.0),
 ]
 
 
