@@ -7,16 +7,18 @@ must be caught by the code the real run uses.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
 
 from agentledger.cli.main import build_parser
+from agentledger.config import from_env
 from agentledger.core.context.render import data_block
 from agentledger.core.context.units import Unit
 from agentledger.eval import corpus as c
 from agentledger.eval import plots
-from agentledger.eval.command import scenarios_of
+from agentledger.eval.command import _fits_the_quota, run_eval, scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
 from agentledger.eval.resume import Resumed
@@ -272,3 +274,14 @@ def test_a_numeric_sweep_draws_its_cost_growth_and_nothing_else_does() -> None:
     assert plots.growth([small]) is None and plots.growth_png([small]) is None
     assert plots.growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
         is None
+
+
+def test_a_scale_sweep_past_the_memory_quota_is_refused_before_anything_runs() -> None:
+    """10^5 noise records plus the task's own exceed the default quota of 10^5 per tenant: the
+    run must say so at once, not after twenty minutes of proposals."""
+    args = build_parser().parse_args(["eval", "--preset", "clean", "--sweep", "records=100000"])
+    settings = from_env(env={})
+    with pytest.raises(SystemExit, match="AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS"):
+        asyncio.run(run_eval(settings, scenarios_of(args), ["off"], quiet=True))
+    roomy = from_env(env={"AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS": "200000"})
+    _fits_the_quota(roomy, scenarios_of(args))  # no stack needed to know it fits
