@@ -53,6 +53,15 @@ class Sealed(Strict, frozen=True):
     ciphertext: str
 
 
+# URIs an event's artifacts replace: earlier artifacts of this task that a newer version of
+# the same thing supersedes. Working Memory marks them replaced (``replaced_artifacts``) and a
+# context renders the current ones only. Optional: events without it are what they were. The
+# pattern makes each an identifier for secret redaction (refused, never rewritten: a rewritten
+# URI would name another artifact).
+SupersededUri = Annotated[str, Meta(min_length=1, max_length=1024, pattern=r"^[a-z][a-z0-9+.-]*://\S+$")]
+Supersedes = Annotated[list[SupersededUri], Meta(max_length=100)]
+
+
 class ArtifactRef(Strict, frozen=True):
     """A reference to content in the artifact store; never the content itself."""
 
@@ -119,6 +128,7 @@ class StepSucceeded(Strict, frozen=True):
     attempt: PositiveInt = 1
     outputs: list[Output] = []
     artifacts: list[ArtifactRef] = []
+    supersedes: Supersedes = []
 
 
 class StepFailed(Strict, frozen=True):
@@ -194,6 +204,7 @@ class ArtifactRegistered(Strict, frozen=True):
 
     artifact: ArtifactRef
     note: Text = ""
+    supersedes: Supersedes = []
 
 
 class TaskCompleted(Strict, frozen=True):

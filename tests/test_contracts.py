@@ -14,6 +14,7 @@ import pytest
 from agentledger.contracts import events as ev
 from agentledger.contracts.codec import decode_append_request, decode_event, encode
 from agentledger.contracts.export import SCHEMA_DIR, render_schemas
+from agentledger.core.detect.events import redact_event
 from agentledger.core.validate import check_batch, goal_hash
 from agentledger.errors import ContractError
 
@@ -430,3 +431,24 @@ def test_impersonal_output_needs_no_data_subject() -> None:
     doc["payload"]["outputs"] = doc["payload"]["outputs"][:1]
     del doc["data_subject"]
     check_batch([decode_event(json.dumps(doc))])
+
+
+def test_supersedes_uris_are_identifiers_kept_verbatim_by_secret_redaction() -> None:
+    """A superseded artifact's URI ends in 64 hex, which the entropy rule would take for a secret
+    in free text and rewrite (the reducer then found no such artifact): as an identifier it is
+    kept as it is, a token in it refuses the event, and a URI is required."""
+    uri = f"artifact://AGL_ARTIFACTS/acme/{blake3.blake3(b'patch v1').hexdigest()}"
+
+    def succeeded(supersedes: list[str]) -> bytes:
+        return json.dumps({"kind": "step_succeeded", "event_id": "e1", "tenant": "acme", "task_id": "t1",
+                           "producer": "agent-1", "occurred_at": "2026-12-04T10:00:00Z", "schema_version": 1,
+                           "payload": {"plan_version": 1, "step_id": "S5", "supersedes": supersedes}}).encode()
+
+    e = decode_event(succeeded([uri]), "$")
+    out, n = redact_event(e)
+    assert n == 0 and out.payload.supersedes == [uri]  # type: ignore[attr-defined]
+    with pytest.raises(ContractError) as info:
+        redact_event(decode_event(succeeded([f"https://deploy:ghp_{'a1B2' * 9}@example.com/a"]), "$"))
+    assert info.value.code == "secret_in_identifier"
+    with pytest.raises(ContractError):
+        decode_event(succeeded(["patch v1"]), "$")

@@ -7,19 +7,21 @@ must be caught by the code the real run uses.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import xml.etree.ElementTree as ET
 
 import pytest
 
 from agentledger.cli.main import build_parser
+from agentledger.config import from_env
 from agentledger.core.context.render import data_block
 from agentledger.core.context.units import Unit
 from agentledger.eval import corpus as c
-from agentledger.eval.command import scenarios_of
+from agentledger.eval import plots
+from agentledger.eval.command import _fits_the_quota, run_eval, scenarios_of
 from agentledger.eval.executor import act, read, score
 from agentledger.eval.metrics import LeakError, StrategyResult, evaluate, percentiles, with_delta
-from agentledger.eval.report import svg_growth
+from agentledger.eval.resume import Resumed
 from agentledger.eval.run import Scenario, ScenarioResult
 
 RISK = c.Options(stale=True, poison=True, secret=True)
@@ -28,6 +30,17 @@ RISK = c.Options(stale=True, poison=True, secret=True)
 def _result(name: str, context: str, **kw: object) -> StrategyResult:
     """A result whose context is exactly what a service answered."""
     return StrategyResult(name, context, received=[context], **kw)  # type: ignore[arg-type]
+
+
+def _resumed(corpus: c.Corpus, **over: object) -> Resumed:
+    """What the checkpointer's resume answers for this corpus's task (``run.resume_task``):
+    resumable, S6 to dispatch, S1-S5 done, patch v2 and the report current, the budget."""
+    current = [a for a in corpus.artifacts if not (a.name == "patch" and a.version == 1)]
+    budget = corpus.truth_by_key["budget_left"]
+    fields: dict[str, object] = {
+        "status": "resumable", "checkpoint_id": 1, "dispatch": ("S6",), "done": ("S1", "S2", "S3", "S4", "S5"),
+        "artifacts": tuple((a.schema, a.blake3) for a in current), "variables": {"budget_left": str(budget)}}
+    return Resumed(**{**fields, **over})  # type: ignore[arg-type]
 
 
 def test_same_seed_same_bytes_and_another_seed_another_corpus() -> None:
@@ -94,7 +107,8 @@ def test_the_executor_takes_the_highest_version_and_the_later_mention_on_a_tie()
 
 def test_off_scores_zero_recall_and_na_precision_not_zero() -> None:
     corpus = c.generate()
-    s, _ = evaluate(StrategyResult("off", c.RESUME_PROMPT, received=[c.RESUME_PROMPT]), corpus)
+    s, _ = evaluate(StrategyResult("off", c.RESUME_PROMPT, received=[c.RESUME_PROMPT]), corpus,
+                    resumed=_resumed(corpus))
     assert s.accepted == ()
     assert s.precision is None  # N/A: nothing was read, which is not "everything read was wrong"
     assert s.contradiction is None and s.stale_use is None
@@ -112,9 +126,31 @@ def test_a_read_set_that_is_all_wrong_scores_precision_zero() -> None:
 def test_the_full_truth_scores_full_marks() -> None:
     corpus = c.generate(RISK)
     ctx = _wm_context(corpus) + " ".join(str(i) for i in corpus.truth)
-    s, _ = evaluate(_result("all", ctx), corpus)
+    s, _ = evaluate(_result("all", ctx), corpus, resumed=_resumed(corpus))
     assert (s.precision, s.recall, s.stale_use, s.contradiction) == (1.0, 1.0, 0.0, 0.0)
-    assert s.task_success == 1.0 and s.resume_success == 1.0
+    assert s.task_success == 1.0 and s.resume_success == 1.0 and s.unreconciled == ()
+
+
+def test_resume_success_is_the_checkpointers_resume_not_the_executors_reading() -> None:
+    """The same context that restores every fact scores resume 0 whenever the checkpointer's
+    resume does not agree: a rejected checkpoint, a side effect to reconcile, a replay that
+    moved the task on, or a manifest without the replacement recorded."""
+    corpus = c.generate(RISK)
+    ctx = _wm_context(corpus) + " ".join(str(i) for i in corpus.truth)
+    patch1 = next(a for a in corpus.artifacts if a.name == "patch" and a.version == 1)
+    report = next(a for a in corpus.artifacts if a.name == "report")
+    cases = {
+        "the resume is rejected": _resumed(corpus, status="rejected", reasons=("artifact_hash_mismatch",),
+                                           dispatch=(), done=(), artifacts=(), variables={}),
+        "side effects to reconcile": _resumed(corpus, status="needs_reconcile", dispatch=(), reconcile=("S5",)),
+        "cursor": _resumed(corpus, dispatch=("S7",), done=("S1", "S2", "S3", "S4", "S5", "S6")),
+        "hash": _resumed(corpus, artifacts=((patch1.schema, patch1.blake3), (report.schema, report.blake3))),
+        "budget": _resumed(corpus, variables={"budget_left": "budget_left=9units@v6"}),
+    }
+    for why, resumed in cases.items():
+        s, _ = evaluate(_result("all", ctx), corpus, resumed=resumed)
+        assert s.task_success == 1.0 and s.resume_success == 0.0, why
+        assert any(u.startswith(why.split()[0]) or why in u for u in s.unreconciled), (why, s.unreconciled)
 
 
 def test_a_strategy_leaking_ground_truth_is_refused() -> None:
@@ -227,11 +263,25 @@ def test_a_numeric_sweep_draws_its_cost_growth_and_nothing_else_does() -> None:
     truth = " ".join(str(i) for i in c.generate().truth)
     small = _scenario("clean turns=10", {"off": c.RESUME_PROMPT, "full": truth})
     big = _scenario("clean turns=1000", {"off": c.RESUME_PROMPT, "full": " ".join([truth] * 20)})
-    svg = svg_growth([small, big])
-    assert svg is not None
-    root = ET.fromstring(svg)
-    lines = [e for e in root.iter() if e.tag.endswith("polyline")]
-    assert len(lines) == 4  # tokens and latency, for off and full
-    assert svg_growth([small]) is None
-    assert svg_growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
+    data = plots.growth([small, big])
+    assert data is not None
+    var, xs, tokens_of, ms_of = data
+    assert (var, xs) == ("turns", [10.0, 1000.0])
+    assert set(tokens_of) == set(ms_of) == {"off", "full"}  # tokens and latency, for off and full
+    assert tokens_of["full"][1] > 10 * tokens_of["full"][0] and ms_of["full"] == [2.0, 2.0]
+    png = plots.growth_png([small, big])
+    assert png is not None and png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert plots.growth([small]) is None and plots.growth_png([small]) is None
+    assert plots.growth([_scenario("clean", {"off": c.RESUME_PROMPT}), _scenario("risk", {"off": c.RESUME_PROMPT})]) \
         is None
+
+
+def test_a_scale_sweep_past_the_memory_quota_is_refused_before_anything_runs() -> None:
+    """10^5 noise records plus the task's own exceed the default quota of 10^5 per tenant: the
+    run must say so at once, not after twenty minutes of proposals."""
+    args = build_parser().parse_args(["eval", "--preset", "clean", "--sweep", "records=100000"])
+    settings = from_env(env={})
+    with pytest.raises(SystemExit, match="AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS"):
+        asyncio.run(run_eval(settings, scenarios_of(args), ["off"], quiet=True))
+    roomy = from_env(env={"AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS": "200000"})
+    _fits_the_quota(roomy, scenarios_of(args))  # no stack needed to know it fits

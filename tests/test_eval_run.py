@@ -9,7 +9,6 @@ must give the same read sets and the same scores (latency aside).
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from agentledger.config import Settings
@@ -21,14 +20,13 @@ from agentledger.models.embedding import load_embedder
 from ckpt_support import running
 
 # The clean preset's table (seed 19, 48 turns): strategy, success, delta, resume, precision,
-# recall, stale use, contradiction.
+# recall, stale use, contradiction; as `agentledger eval` measured it on 0a91c0d.
 PINNED_CLEAN = [
     ("off", 0.1, 0.0, 0.0, None, 0.0, None, None),
     ("full", 1.0, 90.0, 1.0, 0.346, 1.0, 0.0, 0.538),
     ("summary", 0.6, 50.0, 0.0, 0.625, 0.556, 0.167, 0.333),
     ("vector", 0.6, 50.0, 0.0, 0.833, 0.556, 0.0, 0.0),
-    # Contradiction 0.077: Working Memory lists the superseded patch v1 beside v2 (docs/evaluation.md).
-    ("structured", 1.0, 90.0, 1.0, 0.643, 1.0, 0.0, 0.077),
+    ("structured", 1.0, 90.0, 1.0, 0.692, 1.0, 0.0, 0.0),
 ]
 
 
@@ -46,7 +44,7 @@ def _table(res: ScenarioResult) -> list[tuple[object, ...]]:
 
 async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settings: Settings,
                                                                           tmp_path: Path) -> None:
-    async with running(settings, checkpointer=False, memory=True, context=True) as stack:
+    async with running(settings, checkpointer=True, memory=True, context=True) as stack:
         embedder = load_embedder(stack.settings)
         first = await run_scenario(Env(stack.c, stack.settings, embedder, "evala"), PRESETS["clean"])
         second = await run_scenario(Env(stack.c, stack.settings, embedder, "evalb"), PRESETS["clean"])
@@ -79,15 +77,26 @@ async def test_the_clean_table_is_pinned_and_the_same_seed_reads_the_same(settin
     assert ("schema_contract=checkpoint-v2@v2", "gated:status") in refused
     assert {str(i) for i in by["structured"].stale_retrieved} >= {"budget_left=22units@v6",
                                                                   "schema_contract=checkpoint-v2@v2"}
+    # Working Memory marks patch v1 replaced by v2: structured's context holds one patch, so no
+    # key with two values; full history still reads both (and every older version).
+    assert by["structured"].contradiction == 0.0 and "artifact_patch" in by["full"].contradicted_keys
+    # Resume success is the checkpointer's resume: it resumed from the interruption's checkpoint,
+    # and full history, acting on the expired budget probe, does not reconcile with it.
+    assert risk.resumed is not None and risk.resumed.status == "resumable" and risk.resumed.dispatch == ("S6",)
+    assert by["structured"].resume_success == 1.0 and by["full"].resume_success == 0.0
+    assert any(u.startswith("budget:") for u in by["full"].unreconciled)
     # Every read was timed, and every kind of write.
     assert all(len(s.read_ms) == PRESETS["risk"].knobs.repeats for s in risk.scores)
-    assert {"ledger.append", "memory.propose", "context.ingest", "artifact.put"} <= set(risk.write_ms)
+    writes = {"ledger.append", "memory.propose", "context.ingest", "artifact.put", "checkpoint.save"}
+    assert writes <= set(risk.write_ms)
     paths = write(tmp_path / "report", [first, risk], {"seed": 19, "elapsed_s": 1.0, "stack": "test"})
     names = {p.name for p in paths}
-    assert {"report.md", "report.json", "report.html", "success-vs-tokens.svg", "metrics.svg"} <= names
+    assert {"report.md", "report.json", "report.html", "success-vs-tokens.png", "metrics.png"} <= names
+    assert not any(p.suffix == ".svg" for p in paths)
     for p in paths:
-        if p.suffix == ".svg":
-            ET.fromstring(p.read_text(encoding="utf-8"))  # well-formed
+        if p.suffix == ".png":
+            assert p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and p.stat().st_size > 5000, p
+            assert f"<img src='{p.name}'" in (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
     data = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
     full = next(s for s in data["scenarios"][1]["strategies"] if s["strategy"] == "full")
     assert {"item": "privacy_rule=retain-all-forever@v9", "label": POISON} in full["used"]

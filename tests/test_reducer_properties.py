@@ -48,6 +48,7 @@ LIMITS = {"llm_tokens": 1000, "tool_calls": 12}
 RESOURCES = [*LIMITS, "gpu_seconds"]  # gpu_seconds has no limit
 RESERVATIONS = [f"r{i}" for i in range(6)]
 QUESTIONS = ["q1", "q2", "q3"]
+ARTIFACTS = [f"s3://bucket/a{i}" for i in range(4)]
 GOAL = ev.Goal(text="ship it", acceptance_criteria=["green CI"], goal_hash=goal_hash("ship it", ["green CI"]))
 AT = datetime(2025, 6, 12, 9, 0, tzinfo=UTC)
 # On a failure hypothesis may shrink for up to five minutes; let it finish so the report
@@ -61,7 +62,7 @@ PROPS = settings(max_examples=80, deadline=None,
 # Weighted menu of moves; repeats make the common moves common.
 MOVES = (["start"] * 6 + ["succeed"] * 5 + ["fail"] * 2 + ["cancel"] + ["plan"] * 2
          + ["reserve"] * 3 + ["consume"] * 3 + ["release"] * 2 + ["question_open", "question_resolve"]
-         + ["turn"] * 2 + ["variable", "artifact", "duplicate", "duplicate", "close"])
+         + ["turn"] * 2 + ["variable", "artifact", "artifact", "duplicate", "duplicate", "close"])
 
 
 class Task:
@@ -122,6 +123,16 @@ def _running_or_any(draw: st.DrawFn, state: WorkingMemory) -> str:
     return draw(st.sampled_from(STEP_IDS))
 
 
+def _artifact(draw: st.DrawFn, state: WorkingMemory) -> tuple[ev.ArtifactRef, list[str]]:
+    """An artifact to cite and the earlier ones it supersedes: mostly ones the task cited,
+    sometimes one it never did, or the cited artifact itself (both refused)."""
+    i = draw(st.integers(0, len(ARTIFACTS) - 1))
+    ref = ev.ArtifactRef(uri=ARTIFACTS[i], blake3=f"{i:064x}", schema="log", producer="ci")
+    known = [u for u in state.artifacts if u != ref.uri]
+    pool = known * 4 + ARTIFACTS if known else ARTIFACTS
+    return ref, draw(st.lists(st.sampled_from(pool), unique=True, max_size=2))
+
+
 def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: int) -> ev.EventBase:
     eid = f"e{n}"
     if state.status == "new" and draw(st.integers(0, 9)):
@@ -148,8 +159,10 @@ def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: 
         version = _version(draw, state, sid)
         if move == "succeed":
             outputs = [ev.Output(name=f"out_{sid}", value=draw(st.integers(0, 9)))]
-            return event("step_succeeded", eid, ev.StepSucceeded(plan_version=version, step_id=sid,
-                                                                 attempt=attempt, outputs=outputs))
+            ref, supersedes = _artifact(draw, state) if not draw(st.integers(0, 2)) else (None, [])
+            return event("step_succeeded", eid, ev.StepSucceeded(
+                plan_version=version, step_id=sid, attempt=attempt, outputs=outputs,
+                artifacts=[ref] if ref is not None else [], supersedes=supersedes))
         return event("step_failed", eid, ev.StepFailed(plan_version=version, step_id=sid, attempt=attempt,
                                                        error_code="boom"))
     if move == "cancel":
@@ -190,9 +203,8 @@ def _move(draw: st.DrawFn, state: WorkingMemory, events: list[ev.EventBase], n: 
         return event("variable_set", eid, ev.VariableSet(name=draw(st.sampled_from(["branch", "pr"])),
                                                          value=draw(st.integers(0, 99))))
     if move == "artifact":
-        i = draw(st.integers(0, 2))
-        ref = ev.ArtifactRef(uri=f"s3://bucket/a{i}", blake3=f"{i:064x}", schema="log", producer="ci")
-        return event("artifact_registered", eid, ev.ArtifactRegistered(artifact=ref))
+        ref, supersedes = _artifact(draw, state)
+        return event("artifact_registered", eid, ev.ArtifactRegistered(artifact=ref, supersedes=supersedes))
     finished = all(x.status in ("succeeded", "cancelled") for x in state.step_states.values())
     if move == "close" and (finished or not draw(st.integers(0, 2))):
         kind = "task_completed" if finished and draw(st.integers(0, 2)) else draw(
@@ -381,6 +393,39 @@ def test_watermark_is_highest_consumed_seq(stream: list[tuple[ev.EventBase, int]
     state, traces = fold(new_state(TENANT, TASK), stream)
     assert len(traces) == len(stream)
     assert state.watermark == max((t.seq for t in traces), default=0)
+
+
+@PROPS
+@given(streams(max_size=60))
+def test_superseded_artifacts_are_replaced_and_only_current_ones_listed(
+        stream: list[tuple[ev.EventBase, int]]) -> None:
+    """An applied event's ``supersedes`` marks those earlier artifacts replaced (at its seq); an
+    artifact cited again is current again; an event superseding an artifact the task never
+    cited, or the one it cites, is rejected and changes nothing. The view's ``artifacts`` are
+    the current ones only, in citation order, and ``replaced_artifacts`` the others: checked
+    after every event against a model of the rule kept beside the fold."""
+    task = Task()
+    cited: dict[str, None] = {}
+    replaced: dict[str, int] = {}
+    for e, seq in stream:
+        before = set(task.state.artifacts)
+        trace = task.consume(e, seq)
+        p = e.payload  # type: ignore[attr-defined]
+        refs = [p.artifact] if trace.kind == "artifact_registered" else getattr(p, "artifacts", [])
+        supersedes = getattr(p, "supersedes", [])
+        bad = [u for u in supersedes if u not in before or u in {r.uri for r in refs}]
+        if bad and trace.outcome != "duplicate":
+            assert trace.outcome == "rejected", (e, trace)
+        if trace.outcome == "applied" and trace.kind in ("artifact_registered", "step_succeeded"):
+            for r in refs:
+                cited[r.uri] = None
+                replaced.pop(r.uri, None)
+            for u in supersedes:
+                replaced.setdefault(u, seq)
+        v = view(task.state, [])
+        assert [a["uri"] for a in v["artifacts"]] == [u for u in task.state.artifacts if u not in replaced]
+        assert {a["uri"]: a["replaced_at"] for a in v["replaced_artifacts"]} == replaced
+        assert list(task.state.artifacts) == list(cited)  # replaced ones stay cited (checkpoints verify them)
 
 
 class LiveShell:

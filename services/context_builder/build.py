@@ -225,12 +225,13 @@ def _budget_units(state: WorkingMemory) -> list[Unit]:
 
 
 def _artifact_units(state: WorkingMemory) -> list[Unit]:
-    """Artifact references (uri + hash + schema), never the payload."""
+    """References (uri + hash + schema) of the current artifacts, never the payload: one a
+    newer artifact replaced (``supersedes``) would only put a second value of it in the context."""
     return [Unit(id=f"artifact:{name}", source="artifact",
                  text=f"artifact {name}: {ref.uri} (schema {ref.schema}, blake3 {ref.blake3})",
                  version=str(ref.version), relevance=0.3, verifiability=1.0, verbatim=True,
                  attrs=(("uri", ref.uri), ("blake3", ref.blake3), ("schema", ref.schema)))
-            for name, ref in sorted(state.artifacts.items())]
+            for name, ref in sorted(state.artifacts.items()) if name not in state.replaced_artifacts]
 
 
 def wm_units(state: WorkingMemory, variables: Mapping[str, Any]) -> list[Unit]:

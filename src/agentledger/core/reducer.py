@@ -259,19 +259,19 @@ def _running(state: WorkingMemory, step_id: str, plan_version: int, attempt: int
 
 def _step_succeeded(state: WorkingMemory, p: ev.StepSucceeded, seq: int, changes: Changes) -> None:
     st = _running(state, p.step_id, p.plan_version, p.attempt)
+    _check_supersedes(state, p.supersedes, p.artifacts)
     st.status, st.seq = "succeeded", seq
     for out in p.outputs:
         state.variables[out.name] = Variable(out.value, out.sealed, p.step_id, seq)
         changes.variables.add(out.name)
-    for art in p.artifacts:
-        state.artifacts[art.uri] = art
+    _cite(state, p.artifacts, p.supersedes, seq)
 
 
 def _step_failed(state: WorkingMemory, p: ev.StepFailed, seq: int, changes: Changes) -> None:
     st = _running(state, p.step_id, p.plan_version, p.attempt)
     st.status, st.error_code, st.seq = "failed", p.error_code, seq
     if p.evidence is not None:
-        state.artifacts[p.evidence.uri] = p.evidence
+        _cite(state, [p.evidence], [], seq)
 
 
 def _step_cancelled(state: WorkingMemory, p: ev.StepCancelled, seq: int, changes: Changes) -> None:
@@ -344,8 +344,29 @@ def _variable_set(state: WorkingMemory, p: ev.VariableSet, seq: int, changes: Ch
     changes.variables.add(p.name)
 
 
+def _check_supersedes(state: WorkingMemory, supersedes: list[str], cited: list[ev.ArtifactRef]) -> None:
+    """An event may replace only artifacts this task cited before, and not one it cites itself."""
+    own = {a.uri for a in cited}
+    for uri in supersedes:
+        if uri in own:
+            raise _Reject("invalid_supersedes", f"{uri} cannot supersede itself")
+        if uri not in state.artifacts:
+            raise _Reject("invalid_supersedes", f"{uri} is not an artifact of this task")
+
+
+def _cite(state: WorkingMemory, cited: list[ev.ArtifactRef], supersedes: list[str], seq: int) -> None:
+    """Add ``cited`` to the manifest (an artifact cited again is current again) and mark the
+    ones ``supersedes`` names replaced, at ``seq``."""
+    for art in cited:
+        state.artifacts[art.uri] = art
+        state.replaced_artifacts.pop(art.uri, None)
+    for uri in supersedes:
+        state.replaced_artifacts.setdefault(uri, seq)
+
+
 def _artifact_registered(state: WorkingMemory, p: ev.ArtifactRegistered, seq: int, changes: Changes) -> None:
-    state.artifacts[p.artifact.uri] = p.artifact
+    _check_supersedes(state, p.supersedes, [p.artifact])
+    _cite(state, [p.artifact], p.supersedes, seq)
 
 
 def _side_effect_recorded(state: WorkingMemory, p: ev.SideEffectRecorded, seq: int, changes: Changes) -> None:

@@ -157,6 +157,10 @@ class WorkingMemory(Struct):
     # Last attempt of each step a replan dropped: a step added back continues counting, so an
     # idempotency key built from (step, attempt) never repeats one of an earlier plan.
     retired_attempts: dict[str, int] = {}
+    # Artifacts a newer one replaced (an event's ``supersedes``), each with the ledger sequence
+    # of that event; they stay in ``artifacts`` (a checkpoint still verifies every one cited),
+    # but the view lists them apart and a context shows the current ones only.
+    replaced_artifacts: dict[str, int] = {}
 
 
 class Changes:
@@ -237,6 +241,11 @@ def variables_view(state: WorkingMemory) -> dict[str, Any]:
     return {name: msgspec.to_builtins(state.variables[name]) for name in sorted(state.variables)}
 
 
+def current_artifacts(state: WorkingMemory) -> list[ArtifactRef]:
+    """The artifact manifest without the artifacts a newer one replaced, in citation order."""
+    return [ref for uri, ref in state.artifacts.items() if uri not in state.replaced_artifacts]
+
+
 def core_view(state: WorkingMemory) -> dict[str, Any]:
     """The view without ``variables`` and ``transcript``, the parts stored as rows of their own."""
     status = {sid: st.status for sid, st in state.step_states.items()}
@@ -270,7 +279,9 @@ def core_view(state: WorkingMemory) -> dict[str, Any]:
         "failed": by("failed"),
         "cancelled": by("cancelled"),
         "next_ready": next_ready(state.steps, status) if state.status == "open" else [],
-        "artifacts": msgspec.to_builtins(list(state.artifacts.values())),
+        "artifacts": msgspec.to_builtins(current_artifacts(state)),
+        "replaced_artifacts": [{**msgspec.to_builtins(state.artifacts[uri]), "replaced_at": seq}
+                               for uri, seq in state.replaced_artifacts.items()],
         "budget": budget,
         "open_questions": {qid: msgspec.to_builtins(q) for qid, q in state.questions.items()
                            if q.status == "open"},

@@ -24,6 +24,7 @@ from agentledger import logs
 from agentledger.bench.common import PROFILES, ServiceProcess, bench_stack
 from agentledger.client import Client, connect
 from agentledger.config import Settings, from_env
+from agentledger.eval.corpus import generate
 from agentledger.eval.locomo import LocomoResult, evaluate_file
 from agentledger.eval.locomo import markdown as locomo_markdown
 from agentledger.eval.model import ModelExecutor
@@ -125,11 +126,22 @@ async def stack_client(settings: Settings, *, running: bool) -> AsyncIterator[tu
                 svc.stop()
 
 
+def _fits_the_quota(settings: Settings, scenarios: Sequence[Scenario]) -> None:
+    """Refuse up front a scale scenario whose memory records exceed the tenant's quota: the
+    memory-policy would refuse its last proposals after the rest were written, minutes in."""
+    for sc in scenarios:
+        if sc.options.noise_records and (n := len(generate(sc.options).memory)) > settings.tenant_max_memory_records:
+            raise SystemExit(f"{sc.name}: {n} memory records exceed the tenant quota of "
+                             f"{settings.tenant_max_memory_records}; raise AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS "
+                             "(for --running, on the stack too)")
+
+
 async def run_eval(settings: Settings, scenarios: Sequence[Scenario], strategies: Sequence[str], *,
                    running: bool = False, out: Path | None = None, quiet: bool = False,
                    model: ModelExecutor | None = None) -> list[ScenarioResult]:
     """Run ``scenarios`` (each in a fresh tenant) and write the report to ``out`` if given."""
     ensure_known(list(strategies))
+    _fits_the_quota(settings, scenarios)
     started = time.monotonic()
     total = len(scenarios) * (len([n for n in strategies if n != "off"]) + 2)
     done = [0]

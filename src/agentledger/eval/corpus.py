@@ -34,8 +34,6 @@ RESUME_QUERY = ("resume task no19 after the interruption: next_step, done_set, a
                 "artifact_report, page_style, schema_contract, privacy_rule, acceptance_rule, budget_left")
 REQUIRED_KEYS = ("next_step", "done_set", "artifact_patch", "artifact_report", "budget_left",
                  "page_style", "schema_contract", "privacy_rule", "acceptance_rule")
-# The keys a checkpoint resume must reconcile (cursor, completion, manifest, budget).
-CHECKPOINT_KEYS = ("next_step", "done_set", "artifact_patch", "artifact_report", "budget_left")
 STEPS = (("S1", "freeze the goal and acceptance"), ("S2", "define the memory schema"),
          ("S3", "write the No.19 corpus"), ("S4", "implement the deterministic runtime"),
          ("S5", "run the five-strategy core experiment"), ("S6", "wire the renderer and admin"),
@@ -266,7 +264,11 @@ def _ledger(hist: dict[str, list[Item]]) -> list[dict[str, Any]]:
     for n, (sid, _) in enumerate(STEPS[:5], 1):
         events.append({"kind": "step_started", "payload": {"plan_version": 3, "step_id": sid}})
         arts = ["patch@1"] if sid == "S3" else ["patch@2", "report@1"] if sid == "S5" else []
-        events.append({"kind": "step_succeeded", "payload": {"plan_version": 3, "step_id": sid}, "artifacts": arts})
+        event: dict[str, Any] = {"kind": "step_succeeded", "payload": {"plan_version": 3, "step_id": sid},
+                                 "artifacts": arts}
+        if sid == "S5":  # patch v2 replaces the draft S3 produced: Working Memory marks v1 replaced
+            event["supersedes"] = ["patch@1"]
+        events.append(event)
         if n < len(budget):
             events.append({"kind": "variable_set", "payload": {"name": "budget_left", "value": str(budget[n]),
                                                                "producer_step": sid}})

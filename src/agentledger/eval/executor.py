@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from agentledger.eval.corpus import ACCEPTANCE, CHECKPOINT_KEYS, REQUIRED_KEYS, Corpus, Item, items_in
+from agentledger.eval.corpus import ACCEPTANCE, REQUIRED_KEYS, Corpus, Item, items_in
 
 _BLOCK = re.compile(r'<data source="([a-z_]+)" id="([^"]*)"(?: version="([^"]*)")?[^>]*>\n(.*?)\n</data>', re.DOTALL)
 _STEP = re.compile(r"^current step: (S\d+)", re.MULTILINE)
@@ -22,6 +22,14 @@ _DONE = re.compile(r"^done:\n((?:- .*\n?)+)", re.MULTILINE)
 _ARTIFACT = re.compile(r"^artifact \S+: \S+ \(schema no19-(patch|test-report)/v\d+, blake3 ([0-9a-f]{64})\)$",
                        re.MULTILINE)
 _ARTIFACT_NAMES = {"patch": "artifact_patch", "test-report": "artifact_report"}
+ARTIFACT_KEYS = tuple(_ARTIFACT_NAMES.values())
+_SCHEMA = re.compile(r"^no19-(patch|test-report)/v\d+$")
+
+
+def artifact_key(schema: str) -> str | None:
+    """The required key an artifact of ``schema`` answers (None: not one of the task's)."""
+    m = _SCHEMA.match(schema)
+    return _ARTIFACT_NAMES[m.group(1)] if m else None
 
 
 def _unescape(text: str) -> str:
@@ -100,7 +108,6 @@ def act(context: str, secret_markers: tuple[str, ...] = ()) -> Actions:
 @dataclass(frozen=True)
 class Score:
     checks: dict[str, bool] = field(default_factory=dict)
-    resume_ok: bool = False
 
     @property
     def success(self) -> float:
@@ -108,7 +115,7 @@ class Score:
 
 
 def score(actions: Actions, corpus: Corpus) -> Score:
-    """The seed's 10 acceptance checks on ``actions``, and whether the checkpoint fields reconciled."""
+    """The seed's 10 acceptance checks on ``actions``."""
     truth = corpus.truth_by_key
     ok = {k: actions.resolved.get(k) == truth[k] for k in REQUIRED_KEYS}
     done_truth = truth["done_set"].value
@@ -124,4 +131,4 @@ def score(actions: Actions, corpus: Corpus) -> Score:
         ACCEPTANCE[8]: ok["budget_left"],
         ACCEPTANCE[9]: not actions.context_has,
     }
-    return Score(checks, all(ok[k] for k in CHECKPOINT_KEYS))
+    return Score(checks)

@@ -9,11 +9,12 @@ wrong". Recall ``|A∩G|/|G|`` compares whole items: a key read at another versi
 Stale use is the share of U that is stale (an older version or an expired record); a record a
 strategy retrieved and then gated is in its *candidates*, not in A, and so never in U.
 Contradiction: the keys of A with more than one value over the keys of A. Task success is the
-share of the 10 acceptance checks passed; resume success whether the checkpoint's fields
-(cursor, done set, both artifact hashes, budget) were all reconciled, N/A without an
-interruption; the task-success delta is taken against Memory Off of the same
-scenario (``with_delta``). Tokens are counted with the project's tokenizer (tiktoken,
-``agentledger.models.tokens``), as the context-builder counts them.
+share of the 10 acceptance checks passed; resume success whether the executor's actions
+reconcile with the checkpointer's real resume of the task (``resume.reconcile``: resumable,
+cursor, done set, both artifact hashes, budget), N/A without an interruption; the task-success
+delta is taken against Memory Off of the same scenario (``with_delta``). Tokens are counted
+with the project's tokenizer (tiktoken, ``agentledger.models.tokens``), as the context-builder
+counts them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from agentledger.errors import AgentLedgerError
 from agentledger.eval.corpus import EXPIRED, POISON, STALE, Corpus, Item
 from agentledger.eval.executor import Actions, act, read, score
+from agentledger.eval.resume import Resumed, reconcile
 from agentledger.models import tokens
 
 ENCODING = "cl100k_base"
@@ -79,6 +81,8 @@ class Scores:
     delta_vs_off: float | None = None
     # Items the executor acted on that its context does not hold (a model's guesses).
     unsupported: tuple[Item, ...] = ()
+    # What of its actions did not reconcile with the checkpointer's resume (``resume.reconcile``).
+    unreconciled: tuple[str, ...] = ()
 
     def row(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "task_success": self.task_success, "delta_vs_off": self.delta_vs_off,
@@ -124,10 +128,11 @@ def secret_markers(corpus: Corpus) -> tuple[str, ...]:
     return (corpus.secret_value,) if corpus.secret_value else ()
 
 
-def evaluate(result: StrategyResult, corpus: Corpus, actions: Actions | None = None,
-             executor: str = "") -> tuple[Scores, Actions]:
+def evaluate(result: StrategyResult, corpus: Corpus, actions: Actions | None = None, executor: str = "",
+             resumed: Resumed | None = None) -> tuple[Scores, Actions]:
     """Score one strategy's context (after the leak check), acted on by the deterministic
-    executor, or by ``actions`` another executor (``executor`` names it) took on the same context."""
+    executor, or by ``actions`` another executor (``executor`` names it) took on the same context.
+    ``resumed``: the checkpointer's resume of the task (None: no interruption, resume N/A)."""
     check_leak(result, corpus)
     if actions is None:
         actions = act(result.context, secret_markers(corpus))
@@ -140,6 +145,7 @@ def evaluate(result: StrategyResult, corpus: Corpus, actions: Actions | None = N
         values.setdefault(it.key, set()).add(f"{it.value}@v{it.version}")
     contradicted = tuple(sorted(k for k, v in values.items() if len(v) > 1))
     used = actions.used
+    unreconciled = reconcile(actions, resumed) if resumed is not None else None
     stale = tuple(it for it in used if corpus.label(it) in (STALE, EXPIRED))
     return Scores(
         strategy=f"{result.name}·{executor}" if executor else result.name,
@@ -153,7 +159,8 @@ def evaluate(result: StrategyResult, corpus: Corpus, actions: Actions | None = N
         poison_used=tuple(it for it in used if corpus.label(it) == POISON),
         contradiction=len(contradicted) / len(values) if values else None,
         contradicted_keys=contradicted,
-        resume_success=(1.0 if s.resume_ok else 0.0) if corpus.options.interrupted else None,
+        resume_success=None if unreconciled is None else 0.0 if unreconciled else 1.0,
+        unreconciled=tuple(unreconciled or ()),
         task_success=s.success,
         checks=s.checks,
         tokens=tokens.count(result.context, ENCODING) if result.context else 0,

@@ -6,7 +6,9 @@ turns), artifacts stored before the events that cite them, memory through ``memo
 from the source each record really has (a user, the project's rules, runtime evidence, a tool,
 an external document), documents through ``context.ingest``. Each write call is timed: the
 write latency. Then every strategy reads (timed: the read latency), the executor acts on each
-context, and ``metrics`` scores it.
+context, and ``metrics`` scores it. The runtime task is checkpointed at the interruption (after
+S5) and, once everything is written, resumed by the checkpointer (``resume``): its answer is
+what each strategy's resume success is reconciled with (``eval.resume``).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from agentledger.eval.corpus import (
 from agentledger.eval.executor import Actions
 from agentledger.eval.metrics import Scores, StrategyResult, evaluate, percentiles, secret_markers, with_delta
 from agentledger.eval.model import ModelExecutor
+from agentledger.eval.resume import Resumed
 from agentledger.eval.strategies import NAMES, STRATEGIES, Env, Knobs
 
 PRODUCER = "agentledger-eval"
+EXECUTOR = "agentledger-eval"  # the resume's lease holder
 NOISE_BATCH = 500
 DATA_SUBJECT = "no19-author"
 
@@ -70,6 +74,7 @@ class ScenarioResult:
     results: list[StrategyResult]
     actions: list[Actions]
     write_ms: dict[str, list[float]] = field(default_factory=dict)
+    resumed: Resumed | None = None  # the checkpointer's resume (None: no interruption)
 
     def table(self) -> list[dict[str, Any]]:
         return [s.row() for s in self.scores]
@@ -112,11 +117,17 @@ async def ingest(client: Client, tenant: str, corpus: Corpus) -> dict[str, list[
         payload = dict(e["payload"])
         if e.get("artifacts"):
             payload["artifacts"] = [refs[a] for a in e["artifacts"]]
+        if e.get("supersedes"):
+            payload["supersedes"] = [refs[a]["uri"] for a in e["supersedes"]]
         events.append(_event(e["kind"], tenant, TASK, f"rt-{n}", payload))
     events.append(_event("turn_appended", tenant, TASK, "resume", {"role": "user", "ordinal": 1,
                                                                     "content": RESUME_PROMPT}))
-    for e in events:  # one append each: the latency of one step event
-        await _timed(ms, "ledger.append", client.append(e))
+    last = 0
+    for e in events[:-1]:  # one append each: the latency of one step event
+        last = (await _timed(ms, "ledger.append", client.append(e))).seq
+    if corpus.options.interrupted:  # the interruption: a checkpoint after S5, then the resume turn
+        await _timed(ms, "checkpoint.save", interrupt(client, tenant, last))
+    await _timed(ms, "ledger.append", client.append(events[-1]))
     chat = [_created(tenant, CHAT)]
     chat += [_event("turn_appended", tenant, CHAT, f"turn-{t.ordinal}", {"role": t.role, "ordinal": t.ordinal,
                                                                         "content": t.text}) for t in corpus.turns]
@@ -147,6 +158,25 @@ async def ingest(client: Client, tenant: str, corpus: Corpus) -> dict[str, list[
     return ms
 
 
+async def interrupt(client: Client, tenant: str, last_seq: int) -> int:
+    """Checkpoint the runtime task at the interruption, once the projection holds ``last_seq``
+    (the checkpointer snapshots the projected state); the checkpoint's id."""
+    await client.working_memory(tenant, TASK, min_seq=last_seq, wait_ms=30_000)
+    reply = await client.save_checkpoint(tenant, TASK)
+    assert reply.checkpoint_id is not None
+    return reply.checkpoint_id
+
+
+async def resume_task(client: Client, tenant: str) -> Resumed:
+    """The checkpointer's resume of the runtime task for the evaluation's executor; the lease it
+    granted is released at once (the executor here only compares, it appends nothing)."""
+    reply = await client.resume(tenant, TASK, EXECUTOR)
+    if reply.lease is not None:
+        await client.release_lease(tenant, TASK, reply.lease)
+    return Resumed.from_reply(reply)
+
+
+
 async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] = NAMES,
                        progress: Callable[[str], None] | None = None,
                        model: ModelExecutor | None = None) -> ScenarioResult:
@@ -155,22 +185,24 @@ async def run_scenario(env: Env, scenario: Scenario, strategies: Sequence[str] =
     say = progress or (lambda _: None)
     say(f"{scenario.name}: writing the corpus ({len(corpus.turns)} turns, {len(corpus.memory)} memory proposals)")
     write_ms = await ingest(env.client, env.tenant, corpus)
+    resumed = await resume_task(env.client, env.tenant) if corpus.options.interrupted else None
     env = dataclasses.replace(env, chat_input=len(corpus.turns) + 1)
     names = ["off", *[n for n in strategies if n != "off"]]  # the delta needs Off of this scenario
     results, scores, actions = [], [], []
     for name in names:
         say(f"{scenario.name}: {name}")
         result = await STRATEGIES[name](env, scenario.knobs)
-        s, a = evaluate(result, corpus)
+        s, a = evaluate(result, corpus, resumed=resumed)
         results.append(result)
         scores.append(s)
         actions.append(a)
         if model is not None:  # the same context, answered by the model, scored the same way
-            ms, ma = evaluate(result, corpus, await model.act(result.context, secret_markers(corpus)), "model")
+            ms, ma = evaluate(result, corpus, await model.act(result.context, secret_markers(corpus)), "model",
+                              resumed)
             results.append(result)
             scores.append(ms)
             actions.append(ma)
-    return ScenarioResult(scenario, env.tenant, corpus, with_delta(scores), results, actions, write_ms)
+    return ScenarioResult(scenario, env.tenant, corpus, with_delta(scores), results, actions, write_ms, resumed)
 
 
 def latency_summary(res: ScenarioResult) -> dict[str, Any]:

@@ -60,6 +60,7 @@ FULL_WINDOW = 128_000
 SUMMARY_BUDGET = 260
 RECENT_TOKENS = 120
 VECTOR_K = 6
+STALL_S = 60  # the full-history read gives up when no ledger message arrived for this long
 
 
 def summary_overhead() -> int:
@@ -164,8 +165,14 @@ async def _ledger_lines(env: Env) -> list[str]:
 
     sub = await js.subscribe(wildcard, stream=s.stream, ordered_consumer=True, cb=on_msg)
     try:
-        if total:
-            await asyncio.wait_for(done.wait(), 60)
+        # A deadline on progress, not on the whole read: 10^5 records are 2·10^5 messages.
+        while total and not done.is_set():
+            before = seen
+            try:
+                await asyncio.wait_for(done.wait(), STALL_S)
+            except TimeoutError:
+                if seen == before:
+                    raise
     finally:
         await sub.unsubscribe()
     return [line for _, line in sorted(lines)]
