@@ -363,7 +363,8 @@ class Reader:
         if request.query.strip():
             query_vector = vector_text((await self._vectors.of([request.query]))[0])
         check = Checked(tenant, scopes, keys_of(self.settings).mac_key_of, request, now,
-                        reached=self._reach.reached, mark=self._reach.mark())
+                        reached=self._reach.reached, mark=self._reach.mark(),
+                        enabled=self.settings.integrity)
         async with self._pool.acquire() as conn:
             if request.key is not None:
                 for r in await conn.fetch(EXACT_SQL, *gate_args, normalise_key(request.key)):
@@ -585,8 +586,11 @@ class Checked:
     """The integrity check of one read's candidates (``_tampered``); what it refused, by id."""
 
     def __init__(self, tenant: str, scopes: Sequence[str], key_of: KeyOf, request: ReadRequest,
-                 now: datetime, *, reached: Callable[[int, str, str], int], mark: int) -> None:
+                 now: datetime, *, reached: Callable[[int, str, str], int], mark: int,
+                 enabled: bool = True) -> None:
         self.tenant, self.scopes, self.key_of, self.request, self.now = tenant, scopes, key_of, request, now
+        # Off (``AGENTLEDGER_INTEGRITY=false``) only to measure what the check costs a read.
+        self.enabled = enabled
         # ``reached(mark, tenant, record_id)``: the newest version committed before the read began.
         self.reached, self.mark = reached, mark
         self.refused: dict[str, str] = {}
@@ -599,7 +603,7 @@ class Checked:
         one record id do not change within a read unless the projection writes them)."""
         if c.record_id in self.refused:
             return False
-        if c.record_id in self._passed:
+        if not self.enabled or c.record_id in self._passed:
             return True
         why = _tampered(c.row, data, tag, tenant=self.tenant, scopes=self.scopes, key_of=self.key_of,
                         gates=c.gates, request=self.request, now=self.now)

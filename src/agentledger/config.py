@@ -134,8 +134,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # <kek_path>.integrity.
     integrity_key_file: Path | None = None
     # Chain every ledger message (core/ledger_chain.py) and check the chain on every read of
-    # the ledger. Off only to measure what it costs (`make bench`); a chained task's reads
-    # refuse unchained messages whatever this says.
+    # the ledger, and the tags of the memory records a read returns. Off only to measure what
+    # it costs (`make bench`); a chained task's reads refuse unchained messages whatever this
+    # says.
     integrity: bool = True
     # The witness of ledger heads (stores/witness.py); default beside the integrity keys. The
     # supervisor points a writer running as a user of its own at its home (service_users.py).

@@ -9,6 +9,9 @@ embeddings — no ledger in between), starts the memory-policy service, then mea
   (``memory_read_p50`` / ``_p99``), the same reads end to end through the service
   (``memory_read_e2e_p50`` / ``_p99``), and recall@10 of the vector statement under a filter
   (``memory_vector_recall_at_10``);
+* what the integrity check of the returned records costs a real read: ``memory.read`` end to
+  end with the service started with ``AGENTLEDGER_INTEGRITY`` on and off, the order
+  alternating between repeats (``memory_read_e2e_integrity_p50``);
 * the writes (``memory_writes``): decisions per second and propose latency against the raw
   ledger append of the same events (``memory_decisions_per_s``,
   ``memory_propose_latency_p50`` / ``_p99``), with the projection's lag.
@@ -26,9 +29,9 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from agentledger.bench.common import ServiceProcess, Stack
-from agentledger.bench.memory_corpus import load_records, sizes_of
-from agentledger.bench.memory_reads import POOL_SETTINGS, bench_reads, bench_recall
+from agentledger.bench.common import ServiceProcess, Stack, emit, median, pct
+from agentledger.bench.memory_corpus import Sizes, load_records, sizes_of
+from agentledger.bench.memory_reads import POOL_SETTINGS, bench_reads, bench_recall, e2e_read, make_queries, timed
 from agentledger.bench.memory_writes import Writes, writes_bulk, writes_single
 from agentledger.client import Client, connect
 from agentledger.models.embedding import WordLlamaEmbedder
@@ -37,6 +40,8 @@ from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Vectors
 
 SERVICE = "agentledger-memory-policy"
+# Repeats of the on/off pair; even, so that the service left running has integrity on.
+INTEGRITY_REPEATS = 4
 
 
 async def bench_memory(stack: Stack) -> None:
@@ -57,6 +62,8 @@ async def bench_memory(stack: Stack) -> None:
         service = await ServiceProcess.start(stack, "memory_policy", SERVICE)
         client = await connect(stack.settings, timeout=60)
         await bench_reads(conn, client, sizes, embedder=embedder, rng=rng, ctx=ctx)
+        service = await bench_read_integrity(stack, service, client, sizes=sizes, embedder=embedder,
+                                             rng=rng, ctx=ctx)
         await bench_recall(conn, sizes, embedder, rng, ctx)
         nc = await auth.connect(stack.settings, "memory-policy")  # appends as the service does
         try:
@@ -72,3 +79,30 @@ async def bench_memory(stack: Stack) -> None:
             service.stop()
         await poll.close()
         await conn.close()
+
+
+async def bench_read_integrity(stack: Stack, service: ServiceProcess, client: Client, *, sizes: Sizes,
+                               embedder: WordLlamaEmbedder, rng: random.Random,
+                               ctx: dict[str, object]) -> ServiceProcess:
+    """``memory.read`` p50 through the service with the record checks on, over the same reads
+    with them off (the service restarted per side, the first side alternating between repeats);
+    the ratio is the median of the repeats' off / on. Returns the service left running (on)."""
+    queries = make_queries(sizes.e2e_samples, sizes, embedder, rng)
+    ratios: list[float] = []
+    p50s: dict[bool, list[float]] = {True: [], False: []}
+    for repeat in range(INTEGRITY_REPEATS):
+        for on in ((True, False) if repeat % 2 == 0 else (False, True)):
+            service.stop()
+            service = await ServiceProcess.start(stack, "memory_policy", SERVICE,
+                                                 AGENTLEDGER_INTEGRITY="true" if on else "false")
+            for q in queries[:10]:  # warm: the pool, the prepared statements, the embedder
+                await e2e_read(client, q)
+            p50s[on].append(pct([await timed(e2e_read(client, q)) for q in queries], 0.5))
+        ratios.append(p50s[False][-1] / p50s[True][-1])
+    emit("memory_read_e2e_integrity_p50", median(p50s[True]), "ms", median(p50s[False]), median(ratios),
+         target=">= 0.95", **{**ctx, "samples": len(queries), "repeats": INTEGRITY_REPEATS,
+                              "on_p50s": [round(v, 3) for v in p50s[True]],
+                              "off_p50s": [round(v, 3) for v in p50s[False]],
+                              "baseline_is": "the same reads through the same service started with "
+                                             "AGENTLEDGER_INTEGRITY=false (no record check); ratio off/on"})
+    return service

@@ -148,7 +148,7 @@ async def ungated(conn: asyncpg.Connection, q: Query, limit: int) -> int:
     return len(text) + len(vector)
 
 
-async def _ms(coro: Any) -> float:
+async def timed(coro: Any) -> float:
     t = time.perf_counter()
     await coro
     return (time.perf_counter() - t) * 1000
@@ -225,12 +225,12 @@ async def bench_reads(conn: asyncpg.Connection, client: Client, sizes: Sizes, *,
     # End to end through the service, against the gated statements of the same reads.
     e2e_q = make_queries(sizes.e2e_samples, sizes, embedder, rng)
     for q in e2e_q[:10]:
-        await _read(client, q)
+        await e2e_read(client, q)
     e_ms: list[float] = []
     s_ms: list[float] = []
     for q in e2e_q:
-        e_ms.append(await _ms(_read(client, q)))
-        s_ms.append(await _ms(gated(conn, q, limit)))
+        e_ms.append(await timed(e2e_read(client, q)))
+        s_ms.append(await timed(gated(conn, q, limit)))
     e2e_ctx = {**ctx, "samples": len(e2e_q), "k": K, "caller": "operator",
                "value_is": "memory.read through the client: NATS hop, query embedding, gated statements, "
                            "score, merge, token budget, receipt INSERT",
@@ -241,7 +241,7 @@ async def bench_reads(conn: asyncpg.Connection, client: Client, sizes: Sizes, *,
              target="value <= 15 ms" if q_name == "p99" else None, **e2e_ctx)
 
 
-async def _read(client: Client, q: Query) -> None:
+async def e2e_read(client: Client, q: Query) -> None:
     reply = await client.memory_read(q.tenant, q.text, project_id=q.project, user_id=q.user, task_id=q.task,
                                      k=K)
     if not reply.ok:
