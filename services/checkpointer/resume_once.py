@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from agentledger.contracts.codec import encode
 from agentledger.contracts.resume import ResumeRequest
-from agentledger.errors import ContractError
+from agentledger.errors import ContractError, UnavailableError
 
 # Answers kept after they were sent (each holds a reply of at most a NATS message).
 MAX_KEPT = 10_000
@@ -94,10 +94,13 @@ class ResumeOnce:
             data, granted = await evaluate()
         except BaseException as exc:
             self._entries.pop(key, None)
-            if entry.waiters:
-                entry.answer.set_exception(exc)
-            else:
+            if not entry.waiters:
                 entry.answer.cancel()
+            elif isinstance(exc, asyncio.CancelledError):  # the process is stopping
+                entry.answer.set_exception(UnavailableError(
+                    "the checkpointer stopped while it answered this resume; retry"))
+            else:
+                entry.answer.set_exception(exc)
             raise
         entry.answer.set_result(data)
         if granted:
