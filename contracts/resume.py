@@ -46,8 +46,9 @@ Holder = Annotated[str, Meta(min_length=1, max_length=128,
 CheckpointId = Annotated[int, Meta(ge=1)]
 
 ResumeStatus = Literal["resumable", "needs_reconcile", "needs_accept", "rejected"]
-# The schema versions of ``ResumeRequest`` this checkpointer reads (2 added ``accept_erased``).
-RESUME_VERSIONS = (1, 2)
+# The schema versions of ``ResumeRequest`` this checkpointer reads (2 added ``accept_erased``,
+# 3 ``request_id``).
+RESUME_VERSIONS = (1, 2, 3)
 Severity = Literal["info", "reconcile", "reject"]
 
 
@@ -81,6 +82,11 @@ class ResumeRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     artifacts the executor accepts (only those: an artifact erased by a request not
     named here still stops the resume). A version 1 request with ``accept_erased``
     is ``unknown_field``, as any field its version does not have.
+
+    ``schema_version`` 3 is version 2 with ``request_id``: the caller's id of this resume,
+    the same on every retry of it. A retry is then answered with the first attempt's answer
+    (the same lease, secret included) instead of taking a second lease
+    (``services.checkpointer.resume_once``).
     """
 
     tenant: Token
@@ -90,6 +96,7 @@ class ResumeRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     checkpoint_id: CheckpointId | None = None
     schema_version: int = 1
     accept_erased: Annotated[list[Token], Meta(max_length=1000)] = []
+    request_id: Token | None = None
 
 
 def check_resume_version(req: ResumeRequest) -> None:
@@ -100,6 +107,9 @@ def check_resume_version(req: ResumeRequest) -> None:
     if req.schema_version < 2 and req.accept_erased:
         raise ContractError("accept_erased is a field of schema version 2 resume requests; send "
                             '"schema_version": 2', code="unknown_field", path="$.accept_erased")
+    if req.schema_version < 3 and req.request_id is not None:
+        raise ContractError("request_id is a field of schema version 3 resume requests; send "
+                            '"schema_version": 3', code="unknown_field", path="$.request_id")
 
 
 class Reason(Struct, frozen=True, omit_defaults=True):

@@ -20,17 +20,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from agentledger.cli.keys import retire, rotate
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.core.validate import goal_hash
+from agentledger.errors import IntegrityViolationError
 from agentledger.runtime import commands, hosting
 from agentledger.runtime.hosting import user_name
 from agentledger.runtime.service_users import NEEDS, service_of
 from agentledger.runtime.state import read_runtime, resolve_urls
 from agentledger.security import auth
+from agentledger.stores import witness
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the services users "
                                 "of their own; run by anyone else, they run as that user")
@@ -222,6 +225,63 @@ def test_the_stack_answers_with_services_on_their_own_key_copies(stack: Settings
         assert kek.read_bytes() == settings.kek_path.read_bytes()
         assert (kek.stat().st_uid, kek.stat().st_mode & 0o777) == (who[name].uid, 0o400)
     asyncio.run(append_and_read(settings, "t-answers"))
+
+
+async def _cut_tail_refused(settings: Settings, view: Path) -> None:
+    """Four events on a task, its last two deleted from the stream once the witness's view holds
+    its head: resume refuses the older state, and resumes a task whose ledger is whole."""
+    viewed = msgspec.structs.replace(settings, witness_file=view)
+    async with await connect(resolve_urls(settings), timeout=30) as client:
+        tasks = {}
+        for task in ("t-cut", "t-whole"):
+            goal = f"ship {task}"
+            tasks[task] = await client.append_batch([
+                event("task_created", task, {"goal": {"text": goal, "acceptance_criteria": [],
+                                                      "goal_hash": goal_hash(goal, [])}}),
+                *(event("variable_set", task, {"name": f"v{i}", "value": i}) for i in range(3))])
+
+        def witnessed() -> bool:
+            body = witness.read(viewed)
+            return body is not None and all(body.heads.get(f"{TENANT}/{t}", (0,))[0] >= 4 for t in tasks)
+
+        # The writer publishes every WITNESS_INTERVAL_S; a busy host may take a few rounds.
+        deadline = time.monotonic() + 12 * witness.WITNESS_INTERVAL_S
+        while not witnessed():
+            assert time.monotonic() < deadline, "the witness's view never held the tasks' heads"
+            await asyncio.sleep(0.5)
+        nc = await auth.connect(resolve_urls(settings), auth.OPERATOR_ROLE)
+        try:
+            for result in tasks["t-cut"][-2:]:
+                assert await nc.jetstream().delete_msg(settings.stream, result.seq)
+        finally:
+            await nc.close()
+        with pytest.raises(IntegrityViolationError) as info:
+            await client.resume(TENANT, "t-cut", "exec-cut")
+        assert "ends at index 2" in info.value.message and "witness saw index 4" in info.value.message
+        reply = await client.resume(TENANT, "t-whole", "exec-cut")
+        assert reply.status == "resumable", reply.reasons
+
+
+@needs_root
+@pytest.mark.timeout(300)
+def test_resume_compares_with_the_witness_through_its_read_only_view(stack: Settings) -> None:
+    """Protects resume's witness check when services run as their own users: the witness is the
+    writer's own file in its home, so the checkpointer reads the view the writer keeps of it
+    (its owner the writer, 0640, the checkpointer's group; no other service reads it), and a
+    tail cut off the ledger is refused by resume, not only by `up` and `verify`."""
+    settings = stack
+    who = identities(settings)
+    view = Path(who["checkpointer"].env["AGENTLEDGER_WITNESS_FILE"])
+    assert who["ledger-writer"].env["AGENTLEDGER_WITNESS_COPY_FILE"] == str(view)
+    assert who["checkpointer-2"].env["AGENTLEDGER_WITNESS_FILE"] == str(view)
+    asyncio.run(_cut_tail_refused(settings, view))
+    st = view.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (who["ledger-writer"].uid, who["checkpointer"].gid,
+                                                          0o640)
+    assert who["checkpointer"].reads(view)
+    for name in SERVICES:
+        if name not in ("ledger-writer", "checkpointer"):
+            assert not who[name].reads(view), name
 
 
 @needs_root

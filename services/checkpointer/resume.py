@@ -39,7 +39,9 @@ reason naming it, and nothing is written (no pointer moves, no lease is taken):
 6. lease: the writer's ``lease.acquire`` for the executor (a TTL of at most
    ten minutes, renewable); held by another executor: ``lease_held``. The grant
    is a ``lease_granted`` ledger event, which is folded too, so the reply's state
-   and watermark include it; the reply's lease carries the grant's secret.
+   and watermark include it; the reply's lease carries the grant's secret. A retry of a
+   version 3 request (same ``request_id``) is not evaluated again: it gets this answer
+   (``resume_once``), so a caller retrying after a timeout never takes a second grant.
 
 A rejected resume answers its status and reasons only: never the task's state,
 next-ready steps or watermark (whoever was refused learns nothing more).

@@ -19,7 +19,8 @@ Endpoints (NATS micro service ``agentledger-checkpointer``):
   (bounded) for the projection to reach the task's last ledger message, so the
   checkpoint covers everything appended before the request. When the active
   checkpoint already covers that sequence, it is returned (``created: false``).
-* ``<prefix>.resume``: the resume protocol of ``resume.py``.
+* ``<prefix>.resume``: the resume protocol of ``resume.py``; a retry of a version 3 request
+  (the same ``request_id``) gets the first attempt's answer (``resume_once.py``).
 
 Each request is handled in a task of its own, so a slow resume never holds up
 another one.
@@ -55,6 +56,7 @@ from agentledger.projection.catch_up import covering
 from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.security.integrity_keys import keys_of
 from agentledger.services.checkpointer.resume import Resumer
+from agentledger.services.checkpointer.resume_once import ResumeOnce
 from agentledger.services.checkpointer.store import CheckpointStore, migrate_checkpoints
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
@@ -122,6 +124,7 @@ class Checkpointer(Shell):
         # Highest projected seq evaluated per task, recent tasks only (tests use it to sync).
         self.evaluated: dict[Key, int] = {}
         self.saves = 0
+        self.once = ResumeOnce()
 
     async def open(self, parts: Parts) -> None:
         s = self.settings
@@ -359,11 +362,19 @@ class Checkpointer(Shell):
             raise PermissionDeniedError(
                 f"this connection is authenticated as agent {caller.agent!r}; an agent resumes "
                 "a task only as itself", code="holder_mismatch", path="$.executor")
-        assert self.resumer is not None
-        reply = await self.resumer.resume(body)
-        log.info("checkpointer.resume", status=reply.status, executor=body.executor,
-                 reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
-        return self._fitting(reply)
+        resumer = self.resumer
+        assert resumer is not None
+
+        async def evaluate() -> tuple[bytes, bool]:
+            reply = await resumer.resume(body)
+            log.info("checkpointer.resume", status=reply.status, executor=body.executor,
+                     reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
+            return self._fitting(reply), reply.lease is not None
+
+        data, shared = await self.once.answer(body, evaluate)
+        if shared:
+            log.info("checkpointer.resume_retried", executor=body.executor)
+        return data
 
     def _fitting(self, reply: ResumeReply) -> bytes:
         """The encoded reply, without its state when it would not fit in one NATS message.

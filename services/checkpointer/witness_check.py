@@ -6,9 +6,11 @@ far the writer saw the task committed; a ledger behind it was cut back or rolled
 resume refuses it with ``integrity_violation`` instead of serving the older state as current.
 
 The witness is read again only when its file changed (its signature is checked each time),
-so a resume costs a ``stat`` and a dict lookup. A checkpointer without a witness to read (a
-first start, or services run as separate OS users, where only the writer and ``up`` read the
-writer's file) compares nothing; ``up`` and ``agentledger verify`` still do.
+so a resume costs a ``stat`` and a dict lookup. When services run as users of their own the
+writer's file is out of the checkpointer's reach, and ``witness_file`` names the read-only view
+the writer keeps of it (``runtime.service_users.witness_view``), signed alike. A checkpointer
+without a witness to read (a first start) compares nothing; ``up`` and ``agentledger verify``
+still do.
 """
 
 from __future__ import annotations

@@ -141,6 +141,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # The witness of ledger heads (stores/witness.py); default beside the integrity keys. The
     # supervisor points a writer running as a user of its own at its home (service_users.py).
     witness_file: Path | None = None
+    # A read-only view of the witness the writer keeps in step with it (stores/witness.py), for
+    # readers that cannot read the writer's own file: the supervisor names one in a folder the
+    # checkpointer's group reads when services run as users of their own (service_users.py).
+    witness_copy_file: Path | None = None
     # The forget journal (stores/forget_journal.py): every accepted forget request, for a restore
     # to apply again; default beside the integrity keys. The supervisor points a fan-out running
     # as a user of its own at its home (service_users.py).
@@ -338,7 +342,7 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
                     raise ValueError(raw)
                 values[field] = raw.lower() in _TRUE
             elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file",
-                           "forget_journal_file", "server_root",
+                           "witness_copy_file", "forget_journal_file", "server_root",
                            "auth_dir", "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
                            "context_compactor_key_file", "context_signing_key_file"):
                 values[field] = Path(raw)

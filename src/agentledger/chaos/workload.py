@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import random
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -425,10 +426,14 @@ class Executor:
         """``client.resume`` until it grants the lease; None when the task is not resumable."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.work.profile.lease_ttl_s + 3 * self.work.profile.append_deadline_s
+        # One id for every retry of this resume: a retry after a timeout gets the first
+        # attempt's answer and lease, not a second grant superseding it.
+        request_id = uuid.uuid4().hex
         while loop.time() < deadline:
             try:
                 reply = await self.client.resume(TENANT, task_id, self.name,
-                                                 lease_ttl_s=self.work.profile.lease_ttl_s)
+                                                 lease_ttl_s=self.work.profile.lease_ttl_s,
+                                                 request_id=request_id)
             except AgentLedgerError as exc:
                 if is_definite(exc):
                     log.warning("chaos.resume_error", task=task_id, code=exc.code)

@@ -310,7 +310,8 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
 
     async def resume(self, tenant: str, task_id: str, executor: str, *, lease_ttl_s: float = 60.0,
                      checkpoint_id: int | None = None,
-                     accept_erased: Sequence[str] | None = None) -> ResumeReply:
+                     accept_erased: Sequence[str] | None = None,
+                     request_id: str | None = None) -> ResumeReply:
         """Resume the task for ``executor`` (see docs/checkpoints.md).
 
         Returns the reply whatever its status (read ``reasons`` when it is
@@ -323,11 +324,18 @@ class Client(MemoryMethods, ContextMethods, ForgetMethods):
         list in ``erased``, and resuming again with their request ids in ``accept_erased``
         continues without them. Left out, such a task is ``rejected``
         (``artifact_forgotten``), as for a version 1 caller.
+
+        ``request_id`` (letters, digits, ``_`` and ``-``; e.g. ``uuid4().hex``) names this
+        resume: pass the same one when retrying it after an ``unavailable`` (a timeout), and
+        the checkpointer answers the first attempt's answer, with its lease, instead of
+        granting another lease that supersedes the first. It makes a version 3 request,
+        which answers erasures as version 2 does (``needs_accept``).
         """
+        version = 3 if request_id is not None else 1 if accept_erased is None else 2
         body = msgspec.to_builtins(ResumeRequest(
             tenant=tenant, task_id=task_id, executor=executor, lease_ttl_s=lease_ttl_s,
-            checkpoint_id=checkpoint_id, schema_version=1 if accept_erased is None else 2,
-            accept_erased=list(accept_erased or ())))
+            checkpoint_id=checkpoint_id, schema_version=version,
+            accept_erased=list(accept_erased or ()), request_id=request_id))
         reply = _resume_reply.decode(await self._request("resume", body, "checkpointer"))
         if reply.error is not None:
             raise_error(reply.error)

@@ -21,6 +21,8 @@ that home exactly what the service reads, each file 0400 and its user's:
   file, outside the data folder; ``up`` reads it there, ``with_witness``), and for the
   tombstone-fanout the forget journal it appends to there (``forgets.journal``; ``restore``
   reads it there, ``with_journal``);
+* for the checkpointer, the witness's read-only view (``witness_view``): it cannot read the
+  writer's home, yet resume compares each task's head with the witness;
 
 and starts the service on those copies (``AGENTLEDGER_NATS_CREDS``, the URL's
 ``passfile``, ``AGENTLEDGER_KEK_FILE``, ...) with its home as data folder and
@@ -134,6 +136,66 @@ def hand_witness_to_writer(settings: Settings) -> None:
     for path in (home.dir / WITNESS_NAME, home.dir / f"{WITNESS_NAME}-lock"):
         with contextlib.suppress(FileNotFoundError):
             os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+
+WITNESS_VIEW_DIR = "witness"
+
+
+def witness_view(writer: ServiceHome, checkpointer: ServiceHome) -> Path:
+    """Prepare (root) the folder of the witness's read-only view; return the view's path.
+
+    The witness is the writer's own file in its home, which no other service may enter, but
+    resume must compare with it. Of the ways to let the checkpointer read it (the writer's file
+    or home opened to a group, the signed witness served on a NATS subject, a copy the writer
+    publishes), the copy is the one that opens nothing else: ``<server root>/<id>/witness``
+    (0750 and set-group-ID: the writer owns it, the checkpointer's group reads it) holds only
+    ``ledger.witness``, replaced by the writer with every witness it writes
+    (``Settings.witness_copy_file``, ``stores.witness.write_view``, 0640). The checkpointer
+    reads it as its ``witness_file`` and checks the writer's signature on it, so it can trust
+    the view as much as the original; it cannot write it, and the other services cannot read
+    it. The view starts as a copy of the writer's witness, so a restarted writer with nothing
+    new to publish still leaves resume something to compare with.
+    """
+    folder = writer.dir.parent / WITNESS_VIEW_DIR
+    uid = pwd.getpwnam(writer.user).pw_uid
+    gid = pwd.getpwnam(checkpointer.user).pw_gid
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(folder)
+        elif st.st_uid != uid:  # the writer's user was made again: nothing of the old one stays
+            shutil.rmtree(folder)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    os.chown(folder, uid, gid, follow_symlinks=False)
+    os.chmod(folder, 0o2750, follow_symlinks=False)  # noqa: S103 - read by one group, on purpose
+    view = folder / WITNESS_NAME
+    data = _regular_file(writer.dir / WITNESS_NAME)
+    if data is not None:
+        # As the writer would write it; under a random name no one else can have planted.
+        temporary = folder / f".{WITNESS_NAME}.{os.urandom(8).hex()}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                os.fchown(out.fileno(), uid, gid)
+                os.fchmod(out.fileno(), 0o640)
+                out.write(data)
+            os.replace(temporary, view)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    return view
+
+
+def _regular_file(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (never through a link the writer's user
+    may have put there for root to follow), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:  # none, or a link
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
 
 def service_of(name: str) -> str | None:
@@ -271,6 +333,9 @@ class ServiceUsers:
         self._homes = {service: ServiceHome(settings.data_dir, service, root) for service in services}
         for home in self._homes.values():
             home.prepare()
+        writer, checkpointer = self._homes.get("ledger-writer"), self._homes.get("checkpointer")
+        self._witness_view = (witness_view(writer, checkpointer)
+                              if writer is not None and checkpointer is not None else None)
         self._python, self._library_dir = install_python(root / instance_id(settings.data_dir))
 
     @classmethod
@@ -298,6 +363,10 @@ class ServiceUsers:
         """
         home = self._home(name)
         env = home.stage(self._settings, env)
+        if self._witness_view is not None and home.kind == "ledger-writer":
+            env["AGENTLEDGER_WITNESS_COPY_FILE"] = str(self._witness_view)
+        if self._witness_view is not None and home.kind == "checkpointer":
+            env["AGENTLEDGER_WITNESS_FILE"] = str(self._witness_view)
         if self._library_dir is not None:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(
                 [str(self._library_dir), *filter(None, [env.get("LD_LIBRARY_PATH")])])

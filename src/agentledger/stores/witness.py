@@ -8,7 +8,9 @@ The witness can: it holds, per task, the head (last index and tag) the writer sa
 and the highest stream sequence, signed with the writer's Ed25519 key (``integrity_keys``),
 in a file beside the keys (``Settings.witness_path``: default the integrity key file with
 suffix ``.witness``; 0600, replaced atomically), which the data folder's holder cannot write
-and a restore of the data folder does not touch.
+and a restore of the data folder does not touch. With ``Settings.witness_copy_file`` every
+write also replaces a read-only view of it (``write_view``): for the checkpointer, when the
+services run as users of their own and the original is the writer's alone.
 
 The writer publishes it every ``WITNESS_INTERVAL_S`` and when it stops (``publish``: merged
 under a file lock with what other writer processes published, a head only ever moving
@@ -30,8 +32,10 @@ import base64
 import contextlib
 import fcntl
 import os
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import nats.errors
@@ -121,7 +125,31 @@ def read(settings: Settings, keys: IntegrityKeys | None = None) -> Body | None:
 def _write(settings: Settings, keys: IntegrityKeys, body: Body) -> None:
     signature = keys.signer().sign(_signed(body))
     record = _File(body=body, epoch=keys.current, signature=base64.b64encode(signature).decode())
-    write_private(settings.witness_path, msgspec.json.encode(record).decode())
+    text = msgspec.json.encode(record).decode()
+    write_private(settings.witness_path, text)
+    if settings.witness_copy_file is not None:
+        write_view(settings.witness_copy_file, text.encode())
+
+
+# Mode of the witness's read-only view: the writer replaces it, its folder's group reads it.
+VIEW_MODE = 0o640
+
+
+def write_view(path: Path, data: bytes) -> None:
+    """Replace the witness's read-only view at ``path`` (``Settings.witness_copy_file``) whole:
+    a reader sees the old copy or the new one. Its group is the folder's (the supervisor makes
+    the folder set-group-ID, with the checkpointer's group), so the checkpointer reads it and
+    verifies the writer's signature as it would on the writer's own file; nobody else reads it
+    and only the writer, the folder's owner, can replace it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), VIEW_MODE)
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -158,7 +186,8 @@ def publish(settings: Settings, heads: dict[str, Head], last_seq: int) -> None:
         body = Body(version=_VERSION, stream=settings.stream,
                     last_seq=max(last_seq, old.last_seq if old is not None else 0), written_at=_now(),
                     heads=merged, accepted=list(old.accepted) if old is not None else [])
-        if old is not None and body.heads == old.heads and body.last_seq == old.last_seq:
+        if old is not None and body.heads == old.heads and body.last_seq == old.last_seq and (
+                settings.witness_copy_file is None or settings.witness_copy_file.exists()):
             return
         _write(settings, keys, body)
 
