@@ -7,7 +7,8 @@ Two steps, so the shell can fetch the right group in between:
   proposed as) and the scope the kind may take (narrowed to the origin task,
   or rejected) → secrets (deny, nothing of the value kept) → personal data
   (``personal`` sensitivity, user scope only) → schema → source authority
-  (forbidden sources are quarantined) → instructions in data (quarantined) →
+  (forbidden sources are quarantined) → instructions in data, text that hides itself and
+  text the detector cannot read (quarantined) →
   canonical key. Its ``group_key`` names the group ``decide`` needs.
 - ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
   TTL and review) and resolves the group with the new record in it: the
