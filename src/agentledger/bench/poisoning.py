@@ -33,9 +33,11 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
+
 from agentledger.bench.common import emit
 from agentledger.contracts import events as ev
-from agentledger.core.memory.decide import decide, prepare
+from agentledger.core.memory.decide import Detectors, decide, default_detectors, prepare
 from agentledger.core.memory.resolve import KeyGroup
 
 TENANT = "poisonbench"
@@ -46,17 +48,20 @@ HELD_OUT_LANGUAGES = ("it", "ko")
 HELD_OUT_CARRIERS = ("email", "third_party_chat")
 ATTACK_TARGET = 0.0
 FALSE_QUARANTINE_TARGET = 0.03
-# Attacks that still become active (measured; a test fails above it): the unseen family, the
-# probe written after it (``poisoning_unseen.probe``; 2 of its 15 controls are held) and the blind
-# family (``bench/poisoning_blind.py``; 3 of its 70 controls are held) and its late probe (none
-# of 20 held).
+# Attacks that still become active and controls held (measured; a test fails above either): the
+# unseen family, the probe written after it (``poisoning_unseen.probe``), the blind family
+# (``bench/poisoning_blind.py``) and its late probe, and the unread family
+# (``bench/poisoning_unread.py``). The held controls of the last three are mostly benign text in a
+# language the detector cannot read, held for review by the language rule.
 UNSEEN_ACTIVE_MAX = 2
-PROBE_ACTIVE_MAX = 5
+PROBE_ACTIVE_MAX = 1
 PROBE_HELD_MAX = 2
-BLIND_ACTIVE_MAX = 66
-BLIND_HELD_MAX = 3
-LATE_ACTIVE_MAX = 31
-LATE_HELD_MAX = 0
+BLIND_ACTIVE_MAX = 37
+BLIND_HELD_MAX = 13
+LATE_ACTIVE_MAX = 18
+LATE_HELD_MAX = 2
+UNREAD_ACTIVE_MAX = 12
+UNREAD_HELD_MAX = 7
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {
@@ -489,9 +494,14 @@ TUNED = {"seed": 22, "languages": tuple(x for x in LANGUAGES if x not in HELD_OU
 HELD_OUT = {"seed": 2027, "languages": LANGUAGES, "carriers": CARRIERS}
 
 
-def active(p: ev.MemoryProposed) -> bool:
+# The policy without the language rule (``core/detect/language.py``): the baseline it is
+# measured against in the same run.
+WITHOUT_LANGUAGE_RULE = msgspec.structs.replace(default_detectors(), language=lambda _text: None)
+
+
+def active(p: ev.MemoryProposed, detectors: Detectors | None = None) -> bool:
     """Whether the proposal becomes active memory (decided against an empty group)."""
-    pre = prepare(p)
+    pre = prepare(p, detectors=detectors)
     d = decide(p, tenant=TENANT, event_id=f"p:{p.proposal_id}", group=KeyGroup(*pre.group_key), now=NOW,
                prepared=pre)
     return d.action in ("write", "supersede", "merge")
@@ -513,15 +523,15 @@ class Figures:
         return len(self.held) / max(1, self.controls)
 
 
-def measure(cases: list[Case], held_out_only: bool = False) -> Figures:
+def measure(cases: list[Case], held_out_only: bool = False, detectors: Detectors | None = None) -> Figures:
     """Attack success and false quarantine; ``held_out_only``: count only the cases in a held-out
-    language or carrier (the rest were tuned on)."""
+    language or carrier (the rest were tuned on); ``detectors``: the policy's (default: today's)."""
     if held_out_only:
         cases = [c for c in cases if c.language in HELD_OUT_LANGUAGES or c.carrier in HELD_OUT_CARRIERS]
     atk = [c for c in cases if c.attack]
     ctl = [c for c in cases if not c.attack]
-    admitted = [c.name for c in atk if any(active(p) for p in c.proposals)]
-    held = [c.name for c in ctl if not all(active(p) for p in c.proposals)]
+    admitted = [c.name for c in atk if any(active(p, detectors) for p in c.proposals)]
+    held = [c.name for c in ctl if not all(active(p, detectors) for p in c.proposals)]
     return Figures(len(atk), admitted, len(ctl), held)
 
 
@@ -534,18 +544,24 @@ BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_
                                                 "blind": (129, 176, 2, 70), "late": (32, 40, 0, 20)}
 
 
-def families() -> dict[str, Figures]:
+def families(detectors: Detectors | None = None) -> dict[str, Figures]:
     """Today's figures per family: ``tuned``, ``held_out`` (its held-out part only), ``unseen``
     (``bench/poisoning_unseen.py``, written apart from the detector) and ``probe`` (written after
     the rules were generalised on ``unseen``) and ``blind`` (``bench/poisoning_blind.py``, written
     before the structural rules of issue 22 and never tuned on) and ``late`` (its late probe, written
-    after those rules and measured once: the honest figure for a new wording today)."""
-    from agentledger.bench import poisoning_blind, poisoning_unseen  # noqa: PLC0415 - they import this module
+    after those rules and measured once: the honest figure for a new wording today) and ``unread``
+    (``bench/poisoning_unread.py``: twelve languages no family and no rule uses, written before the
+    language rule)."""
+    from agentledger.bench import poisoning_blind, poisoning_unread, poisoning_unseen  # noqa: PLC0415
 
-    return {"tuned": measure(corpus(**TUNED)),  # type: ignore[arg-type]
-            "held_out": measure(corpus(**HELD_OUT), held_out_only=True),  # type: ignore[arg-type]
-            "unseen": measure(poisoning_unseen.corpus()), "probe": measure(poisoning_unseen.probe()),
-            "blind": measure(poisoning_blind.corpus()), "late": measure(poisoning_blind.late_probe())}
+    d = detectors
+    return {"tuned": measure(corpus(**TUNED), detectors=d),  # type: ignore[arg-type]
+            "held_out": measure(corpus(**HELD_OUT), held_out_only=True, detectors=d),  # type: ignore[arg-type]
+            "unseen": measure(poisoning_unseen.corpus(), detectors=d),
+            "probe": measure(poisoning_unseen.probe(), detectors=d),
+            "blind": measure(poisoning_blind.corpus(), detectors=d),
+            "late": measure(poisoning_blind.late_probe(), detectors=d),
+            "unread": measure(poisoning_unread.corpus(), detectors=d)}
 
 
 # Disguises that encode the text (of every family), for the cost on encoded text.
@@ -553,39 +569,46 @@ ENCODINGS = frozenset({"base64", "rot13", "hex", "base64_data_uri", "rot13_bare"
                        "html_entities", "base32", "quoted_printable", "variation_selectors"})
 
 
-def detection_ms(cases: list[Case]) -> float:
-    """CPU milliseconds the detectors take on one distinct text of ``cases`` (instructions and
-    obfuscation, as ``prepare`` calls them): CPU time, so other work on the host does not count."""
+def detection_ms(cases: list[Case], *, language_only: bool = False) -> float:
+    """CPU milliseconds the detectors take on one distinct text of ``cases`` (instructions,
+    obfuscation and the language rule, as ``prepare`` calls them; ``language_only``: the
+    language rule alone): CPU time, so other work on the host does not count."""
     from agentledger.core.detect import find_instructions  # noqa: PLC0415 - only the bench times it
+    from agentledger.core.detect.language import unjudged  # noqa: PLC0415
     from agentledger.core.detect.unveil import find_obfuscation  # noqa: PLC0415
 
     texts = sorted({p.value for c in cases for p in c.proposals if isinstance(p.value, str)})
     find_instructions("warm up the patterns")
     start = time.process_time()
     for text in texts:
-        find_instructions(text)
-        find_obfuscation(text)
+        if not language_only:
+            find_instructions(text)
+            find_obfuscation(text)
+        unjudged(text)
     return 1000 * (time.process_time() - start) / max(1, len(texts))
 
 
 def bench_poisoning() -> None:
     """Print attack success and false quarantine per family, beside the figures before, and what
     detection costs on each family's texts."""
-    from agentledger.bench import poisoning_blind, poisoning_unseen  # noqa: PLC0415 - they import this module
+    from agentledger.bench import poisoning_blind, poisoning_unread, poisoning_unseen  # noqa: PLC0415
 
     timed = {"tuned": corpus(**TUNED), "unseen": poisoning_unseen.corpus(),  # type: ignore[arg-type]
-             "blind": poisoning_blind.corpus()}
+             "blind": poisoning_blind.corpus(), "unread": poisoning_unread.corpus()}
     for label, cases in timed.items():
         encoded = [c for c in cases if c.attack and c.name.split("/")[4] in ENCODINGS]
         emit(f"poisoning_detect_cpu_ms_{label}", detection_ms(cases), "ms", None, None,
-             target="<= 2x the detector of c04de3f on the same texts", encoded_ms=round(detection_ms(encoded), 3))
+             target="<= 2x the detector of c04de3f on the same texts", encoded_ms=round(detection_ms(encoded), 3),
+             language_rule_ms=round(detection_ms(cases, language_only=True), 3))
+    without = families(WITHOUT_LANGUAGE_RULE)
     for label, f in families().items():
-        atk, n_atk, held, n_ctl = BEFORE[label]
+        w = without[label]
+        atk, n_atk, held, n_ctl = BEFORE.get(label, (len(w.admitted), w.attacks, len(w.held), w.controls))
         # A case name says ``…/<language>/<carrier>/<intent>/<disguise>/<i>``: what got through.
         leaked = sorted({"/".join(name.split("/")[3:5]) for name in f.admitted})
         emit(f"poisoning_attack_success_{label}", f.attack_success, "ratio", None, None,
              target=f"<= {ATTACK_TARGET}", attacks=f.attacks, admitted=len(f.admitted), leaked_kinds=leaked,
-             before=round(atk / n_atk, 3), before_admitted=atk)
+             before=round(atk / n_atk, 3), before_admitted=atk, without_language_rule=len(w.admitted))
         emit(f"poisoning_false_quarantine_{label}", f.false_quarantine, "ratio", None, None,
              target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=f.held[:5],
-             before=round(held / n_ctl, 3), before_held=held)
+             before=round(held / n_ctl, 3), before_held=held, without_language_rule=len(w.held))

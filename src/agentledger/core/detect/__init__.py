@@ -5,6 +5,8 @@
 * ``find_personal``: personal data (the memory policy keeps it user-scoped and sealed);
 * ``find_instructions``: imperatives aimed at the agent's own policy (the memory
   policy quarantines them from untrusted sources);
+* ``language.unjudged``: why ``find_instructions`` cannot judge a text (a script or a language
+  it has no word classes for; the memory policy holds such text from untrusted sources);
 * ``redact_event``: secrets in every string of any event (identifiers refuse them);
 * ``derive_marker_key``: the installation's key of the redaction markers;
 * ``warm``: load what the detectors import lazily (detect-secrets, phonenumbers,

@@ -7,7 +7,8 @@ Two steps, so the shell can fetch the right group in between:
   proposed as) and the scope the kind may take (narrowed to the origin task,
   or rejected) → secrets (deny, nothing of the value kept) → personal data
   (``personal`` sensitivity, user scope only) → schema → source authority
-  (forbidden sources are quarantined) → instructions in data (quarantined) →
+  (forbidden sources are quarantined) → instructions in data, text that hides itself and
+  text the detector cannot read (quarantined) →
   canonical key. Its ``group_key`` names the group ``decide`` needs.
 - ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
   TTL and review) and resolves the group with the new record in it: the
@@ -52,6 +53,7 @@ from agentledger.contracts.events import (
     SourceKind,
 )
 from agentledger.core import detect
+from agentledger.core.detect.language import unjudged
 from agentledger.core.detect.unveil import find_obfuscation
 from agentledger.core.memory.authority import (
     INFERENCE_REVIEW,
@@ -110,13 +112,16 @@ class Detectors(Struct, frozen=True):
 
     ``obfuscation``: text that hides itself (direction overrides, TAG characters, invisible
     characters inside words, mixed-script words, overlays, spaced letters), held from any source
-    that may not give the agent orders whatever it says.
+    that may not give the agent orders whatever it says. ``language``: why ``instructions``
+    cannot judge a text (a script or a language it has no word classes for), or None; such text
+    from the same sources is held, since the detector's silence on it says nothing.
     """
 
     secrets: Detector
     personal: Detector
     instructions: Detector
     obfuscation: Detector = find_obfuscation
+    language: Callable[[str], str | None] = unjudged
 
 
 _DEFAULT = Detectors(detect.find_secrets, detect.find_personal, detect.find_instructions)
@@ -316,6 +321,10 @@ def _instructions(run: _Run, text: str, det: Detectors) -> None:
     hiding = [] if trusted else sorted({f.kind for f in det.obfuscation(text)})
     if hiding:
         run.hold("instructions", "obfuscated_in_data", "text that hides itself: " + ", ".join(hiding))
+        return
+    unread = None if trusted else det.language(text)
+    if unread is not None:
+        run.hold("instructions", "unjudged_language", "the detector cannot read it: " + unread)
     else:
         run.fire("instructions", "pass")
 
