@@ -50,6 +50,13 @@ _mark_decoder = msgspec.json.Decoder(FeedbackMark)
 EMBED_CACHE_BYTES = 8 << 20
 
 
+# The derivation ``search_text`` implements, stored with each row's index (``index_version``).
+# Raise it whenever ``search_text`` would give a stored record another text: rows of an older
+# derivation are derived again when the projection starts (``reindex``). 1: the key's words and
+# the value's text; 2: the value's text alone when the key only repeats its words.
+INDEX_TEXT_VERSION = 2
+
+
 def search_text(row: RecordRow) -> str | None:
     """What full-text and vector search see of a record: its key's words and its value's text,
     the value's text alone when every word of the key is one of its words (a key derived from
@@ -130,7 +137,7 @@ async def record_writes(rows: Iterable[RecordRow], vectors: Vectors) -> list[Rec
     texts = [search_text(r) for r in listed]
     wanted = [t for t in texts if t is not None]
     embedded = iter(await vectors.of(wanted)) if wanted else iter(())
-    return [RecordWrite(r, t, next(embedded) if t is not None else None)
+    return [RecordWrite(r, t, next(embedded) if t is not None else None, INDEX_TEXT_VERSION)
             for r, t in zip(listed, texts, strict=True)]
 
 

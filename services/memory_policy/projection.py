@@ -32,6 +32,7 @@ from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
 from agentledger.services.memory_policy.record_reach import RecordReach
+from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 
 DURABLE = "memory-policy"
@@ -52,7 +53,7 @@ class MemoryFold(SubjectFold[MemoryStore]):
         Rows("memory_records", "record", ("record_id",), (
             ("", ("scope_key", "key", "kind", "status", "authority", "sensitivity_rank", "schema_version",
                   "subject_version", "observed_at", "expires_at", "ledger_seq", "row")),
-            ("full-text vector", ("tsv", "doc_len")), ("embedding", ("embedding",)),
+            ("full-text vector", ("tsv", "doc_len", "index_version")), ("embedding", ("embedding",)),
             ("data subject", ("data_subject",))),
             vectors=frozenset({"embedding"})),
         Rows("memory_groups", "group", ("scope_key", "key"), (("", ("promoted_id", "seq", "state", "key_digest")),)),
@@ -97,8 +98,10 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         self.reach = RecordReach()
 
     async def _initialize(self) -> None:
+        """The base's, then the index of rows an older version wrote derived again (``reindex``)."""
         self.reach.clear()  # the projection may have been rebuilt
         await super()._initialize()
+        await reindex_old_rows(await self._writer.get(), self.store, self.memory_fold.vectors)
 
     async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
         """The base's transaction; the records it left behind noted once it committed."""

@@ -11,7 +11,8 @@ The projection of the ``_memory`` subjects (rebuilt by replay):
   rendered (``row``, msgspec JSON) and, for the gates in SQL, its scope key,
   status, authority, sensitivity rank, versions and expiry; the ``simple``
   full-text vector and the 256-dimension embedding of its text, both NULL for
-  a personal (sealed) record, so no index holds a personal value; and
+  a personal (sealed) record, so no index holds a personal value; which
+  derivation of the index text made them (``index_version``, see ``reindex``); and
   ``data_subject``, the subject a personal record's value is sealed under (so a
   forget request finds a subject's records). A forgotten record is a tombstone
   row: status ``forgotten``, no value, no index entry, no data subject.
@@ -56,11 +57,13 @@ GroupKey = tuple[str, str]
 
 
 class RecordWrite(NamedTuple):
-    """A record row as written: the reducer's row, its search text and embedding (None: personal)."""
+    """A record row as written: the reducer's row, its search text and embedding (None: personal),
+    and the version of the derivation that made them (``fold.INDEX_TEXT_VERSION``)."""
 
     row: RecordRow
     text: str | None
     embedding: list[float] | None
+    index_version: int
 
 
 class HistoryRow(NamedTuple):
@@ -150,13 +153,14 @@ class MemoryStore(WatermarkRow):
         self._put_records = q(
             "INSERT INTO {s}.memory_records(tenant, record_id, scope_key, key, kind, status, authority,"
             " sensitivity_rank, schema_version, subject_version, observed_at, expires_at, ledger_seq,"
-            " row, tsv, doc_len, embedding, data_subject, mac)"
+            " row, tsv, doc_len, embedding, data_subject, mac, index_version)"
             " SELECT $1, r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, t.tsv,"
-            " {doc_len}, em::vector, ds, mc"
+            " {doc_len}, em::vector, ds, mc, iv"
             " FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::smallint[],"
             " $8::smallint[], $9::smallint[], $10::int[], $11::timestamptz[], $12::timestamptz[],"
-            " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[], $18::text[])"
-            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds, mc)"
+            " $13::bigint[], $14::bytea[], $15::text[], $16::text[], $17::text[], $18::text[],"
+            " $19::smallint[])"
+            " AS u(r, sk, k, kd, st, au, sr, sv, subv, oa, ea, ls, rw, tx, em, ds, mc, iv)"
             " CROSS JOIN LATERAL (SELECT CASE WHEN tx IS NULL THEN NULL"
             " ELSE to_tsvector('simple', tx) END AS tsv) AS t"
             " ON CONFLICT (tenant, record_id) DO UPDATE SET scope_key = excluded.scope_key,"
@@ -165,7 +169,20 @@ class MemoryStore(WatermarkRow):
             " schema_version = excluded.schema_version, subject_version = excluded.subject_version,"
             " observed_at = excluded.observed_at, expires_at = excluded.expires_at,"
             " ledger_seq = excluded.ledger_seq, row = excluded.row, tsv = excluded.tsv, doc_len = excluded.doc_len,"
-            " embedding = excluded.embedding, data_subject = excluded.data_subject, mac = excluded.mac"
+            " embedding = excluded.embedding, data_subject = excluded.data_subject, mac = excluded.mac,"
+            " index_version = excluded.index_version"
+            .replace("{doc_len}", MEMORY_DOC_LEN.format(tsv="t.tsv")))
+        # Rows whose index a derivation older than $3 made, after ($1, $2) in key order.
+        self._old_index = q(
+            "SELECT tenant, record_id, row FROM {s}.memory_records WHERE (tenant, record_id) > ($1, $2)"
+            " AND index_version < $3 ORDER BY tenant, record_id LIMIT $4 FOR UPDATE")
+        self._put_index = q(
+            "UPDATE {s}.memory_records m SET tsv = t.tsv, doc_len = {doc_len}, embedding = u.em::vector,"
+            " index_version = u.iv"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::smallint[]) AS u(tn, r, tx, em, iv)"
+            " CROSS JOIN LATERAL (SELECT CASE WHEN u.tx IS NULL THEN NULL"
+            " ELSE to_tsvector('simple', u.tx) END AS tsv) AS t"
+            " WHERE m.tenant = u.tn AND m.record_id = u.r"
             .replace("{doc_len}", MEMORY_DOC_LEN.format(tsv="t.tsv")))
         self._drop_records = q("DELETE FROM {s}.memory_records WHERE tenant = $1"
                               " AND record_id = ANY($2::text[])")
@@ -252,7 +269,7 @@ class MemoryStore(WatermarkRow):
         """Write record rows, each tagged over its tenant and bytes (``record_tag``)."""
         if not records:
             return
-        cols: list[list[Any]] = [[] for _ in range(17)]
+        cols: list[list[Any]] = [[] for _ in range(18)]
         for w in records:
             row, body = w.row, w.row.body
             data = _encode(row)
@@ -260,10 +277,23 @@ class MemoryStore(WatermarkRow):
                       SENSITIVITY_RANK[body.sensitivity], body.schema_version, body.subject_version,
                       body.observed_at, body.expires_at, row.ledger_seq, data, w.text,
                       vector_text(w.embedding), data_subject_of(row),
-                      record_tag(keys.current, keys.mac_key, tenant, data))
+                      record_tag(keys.current, keys.mac_key, tenant, data), w.index_version)
             for col, value in zip(cols, values, strict=True):
                 col.append(value)
         await conn.execute(self._put_records, tenant, *cols)
+
+    async def old_index(self, conn: asyncpg.Connection, after: tuple[str, str], version: int,
+                        limit: int) -> list[tuple[str, str, bytes]]:
+        """Up to ``limit`` rows (tenant, record id, row bytes) after ``after`` whose index an older
+        derivation than ``version`` made, row-locked until the end of the transaction."""
+        return [(r[0], r[1], bytes(r[2])) for r in await conn.fetch(self._old_index, *after, version, limit)]
+
+    async def put_index(self, conn: asyncpg.Connection, rows: Sequence[tuple[str, RecordWrite]]) -> None:
+        """Replace the full-text vector, length and embedding of existing rows (tenant, write)."""
+        if rows:
+            await conn.execute(self._put_index, [t for t, _ in rows], [w.row.record_id for _, w in rows],
+                               [w.text for _, w in rows], [vector_text(w.embedding) for _, w in rows],
+                               [w.index_version for _, w in rows])
 
     async def drop_records(self, conn: asyncpg.Connection, tenant: str, record_ids: Sequence[str]) -> None:
         if record_ids:

@@ -442,6 +442,14 @@ _MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS doc_len int;
         UPDATE {s}.memory_records SET doc_len = {doc_len} WHERE tsv IS NOT NULL AND doc_len IS NULL;
     """.replace("{doc_len}", MEMORY_DOC_LEN.format(tsv="tsv"))),
+    # Which derivation of a memory record's index text (``fold.search_text``) its full-text vector,
+    # length and embedding were made by (``fold.INDEX_TEXT_VERSION``). Rows written before say
+    # nothing and are taken as the first; the memory projection derives them again as it starts
+    # (services/memory_policy/reindex.py), so ``replay --verify`` after an upgrade compares like
+    # with like.
+    (14, """
+        ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS index_version smallint NOT NULL DEFAULT 1;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
