@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentledger.core.memory.read import score, time_fits
-from agentledger.core.memory.when import When, fit, when_of
+from agentledger.core.memory.when import When, fit, usable, when_of
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 DAYS = [T0, T0 + timedelta(days=40), T0 + timedelta(days=80), T0 + timedelta(days=120)]
@@ -88,3 +88,17 @@ def test_the_fit_takes_freshness_place_only_when_a_time_is_named() -> None:
     assert sorted(scores, key=lambda r: -scores[r]) == ["0", "1", "2", "3"]
     plain = {str(i): score(0.5, 6, d, "fact", now) for i, d in enumerate(DAYS)}
     assert sorted(plain, key=lambda r: -plain[r]) == ["3", "2", "1", "0"]  # freshness: newest first
+
+
+def test_a_pivot_no_candidate_holds_names_no_time() -> None:
+    """Protects the token budget of reads that mention an event nothing was said about: "resume
+    after the interruption" parsed as a pivot put a date before every line (7 tokens each) and
+    pushed two rules out of a 700-token context in the eval's budget preset."""
+    query = "resume the task after the interruption: next step and budget"
+    assert when_of(query) == When(pivot="after", pivot_words=("interruption",))
+    assert usable(when_of(query), ["next step is S6", "budget_left 120"]) is None
+    said = ["there was an interruption of the deploy", "next step is S6"]
+    assert usable(when_of(query), said) == when_of(query)
+    # What else the query names stays: an order, or a request for dates.
+    assert usable(when_of("what is her latest job, after pottery?"), ["job nurse"]) == When(order="newest")
+    assert usable(when_of("when did she move, after pottery?"), ["moved to Lyon"]) == When(asks=True)

@@ -95,7 +95,7 @@ from agentledger.core.context.render import system_segment, tools_segment
 from agentledger.core.dag import next_ready
 from agentledger.core.memory.keys import key_repeats_value
 from agentledger.core.memory.read import Bindings, allowed_scopes
-from agentledger.core.memory.when import when_of
+from agentledger.core.memory.when import usable, when_of
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
 from agentledger.security.bindings import BindingRegistry
@@ -780,7 +780,9 @@ class Builder:
         # A user-scoped personal record is about its user, whatever else the projection says.
         subjects |= {scope.rsplit("/", 1)[-1] for item in opened
                      if (scope := item.scope).startswith("user/") and not scope.endswith("/")}
-        return memory_units(reply, dated=when_of(request.memory_query) is not None), ids, subjects
+        said = [f"{item.key} {_json(item.value)}" for item in reply.items if not item.erased]
+        when = usable(when_of(request.memory_query), said)
+        return memory_units(reply, dated=when is not None), ids, subjects
 
     async def _documents(self, request: BuildRequest, budget_tokens: int) -> list[Unit]:
         if request.document_query is None or self.documents is None:

@@ -68,7 +68,7 @@ from agentledger.core.memory.read import (
 )
 from agentledger.core.memory.state import RecordRow
 from agentledger.core.memory.tags import KeyOf, check_receipt, receipt_tag, record_matches
-from agentledger.core.memory.when import when_of
+from agentledger.core.memory.when import usable, when_of
 from agentledger.errors import ContractError, IntegrityViolationError
 from agentledger.models import tokens
 from agentledger.security.bindings import BindingRegistry
@@ -415,7 +415,7 @@ class Reader:
         read instead of one per candidate."""
         passed = [c for c in found if c.passed]
         last_read = dict(await conn.fetch(LAST_READ_SQL, request.tenant, [c.record_id for c in passed]))
-        when = when_of(request.query)
+        when = usable(when_of(request.query), [search_text(c.row) or "" for c in passed])
         fits = time_fits(when, passed, lambda c: search_text(c.row) or "")
         for c in passed:
             body = c.row.body

@@ -16,7 +16,9 @@ words; other languages name none here and are ranked as before):
   memory last heard, which is now for a memory in use, and the end of a conversation for
   one that is replayed);
 - a **pivot**: ``before X`` / ``after X`` (``since`` / ``until``), where X is whatever
-  candidate holds most of X's words; "before or after X" names no side and orders nothing;
+  candidate holds most of X's words; "before or after X" names no side and orders nothing,
+  and a pivot no candidate holds names no time for that read (``usable``: "resume after the
+  interruption" when nothing said was about an interruption);
 - ``when`` (``what date``, ``how long ago``) asks *for* a time: it orders nothing, but the
   reader needs the dates shown (``dated``).
 
@@ -33,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
@@ -54,7 +57,7 @@ _NEWEST = re.compile(r"\b(?:now|currently|current|at the moment|these days|nowad
 _OLDEST = re.compile(r"\b(?:first|originally|initially|earliest|used to|at first|previously|in the beginning"
                      r"|before(?=\s*[?.!]*$))\b", re.IGNORECASE)
 _ASKS = re.compile(r"\b(?:when|what date|which date|what day|how long ago|what time)\b", re.IGNORECASE)
-_PIVOT = re.compile(r"\b(before|after|since|until|till|prior to)\s+(.{1,60}?)(?:[?.!,;]|$)", re.IGNORECASE)
+_PIVOT = re.compile(r"\b(before|after|since|until|till|prior to)\s+(.{1,60}?)(?:[?.!,;:]|$)", re.IGNORECASE)
 _WORD = re.compile(r"[^\W_]+")
 # Words that name no event (what a pivot phrase is matched on are its other words).
 _FILLER = frozenset(("the", "a", "an", "to", "of", "in", "on", "at", "his", "her", "their", "my", "our", "your",
@@ -140,6 +143,19 @@ def when_of(query: str) -> When | None:
     when = When(order=order, start=window[0] if window else None, end=window[1] if window else None, back=back,
                 back_to=back_to, pivot=pivot, pivot_words=words, asks=asks)
     return when if when.orders or asks else None
+
+
+def usable(when: When | None, texts: Sequence[str]) -> When | None:
+    """``when`` as a read of candidates with words ``texts`` can use it: a pivot none of them
+    holds a word of is dropped (it names no moment here, so it neither orders nor asks for
+    dates to be shown); None when nothing is left of it."""
+    if when is None or when.pivot is None:
+        return when
+    words = set(when.pivot_words)
+    if any(words & set(_WORD.findall(text.lower())) for text in texts):
+        return when
+    rest = replace(when, pivot=None, pivot_words=())
+    return rest if rest.orders or rest.asks else None
 
 
 def fit(when: When, observed: Sequence[datetime], texts: Sequence[str]) -> list[float]:
