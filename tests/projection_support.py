@@ -10,8 +10,12 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
+from nats.js.errors import NotFoundError
 
 from agentledger.config import Settings
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import CHAIN, GENESIS
+from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.projector.service import Projector
 from agentledger.stores.ledger import MSG_ID, ledger_subject, msg_id
@@ -35,6 +39,29 @@ async def raw_publish(ledger: Ledger, tenant: str, task: str, body: bytes, event
     """Store ``body`` on a task's ledger subject as it is (the writer's user may); its sequence."""
     ack = await ledger.js.publish(ledger_subject(ledger.settings.prefix, tenant, task), body,
                                   headers={MSG_ID: msg_id(tenant, task, event_id)})
+    return int(ack.seq)
+
+
+async def chained_publish(ledger: Ledger, tenant: str, task: str, body: bytes, event_id: str) -> int:
+    """Store ``body`` on a task's ledger subject with a valid chain link after the subject's last
+    message (signed with the real key, as a writer whose checks let it through would); its
+    sequence. The last message must carry a valid tag (or there is none)."""
+    settings = ledger.settings
+    subject = ledger_subject(settings.prefix, tenant, task)
+    keys = keys_of(settings)
+    try:
+        last = await ledger.js.get_last_msg(settings.stream, subject)
+    except NotFoundError:
+        head, expected = GENESIS, 0
+    else:
+        head = ledger_chain.own_head(keys.mac_key_of, tenant=tenant, task=task, seq=int(last.seq or 0),
+                                     body=last.data or b"", headers=last.headers or {}) or GENESIS
+        expected = int(last.seq or 0)
+    headers = {MSG_ID: msg_id(tenant, task, event_id)}
+    headers[CHAIN] = ledger_chain.link(keys.current, keys.mac_key, head, tenant=tenant, task=task, body=body,
+                                       headers=headers)[0]
+    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
+    ack = await ledger.js.publish(subject, body, headers=headers)
     return int(ack.seq)
 
 

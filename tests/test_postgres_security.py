@@ -354,7 +354,7 @@ def test_up_keeps_server_homes_outside_the_data_folder_and_passwords_out_of_its_
     """
     migrated: list[str] = []
 
-    async def prepare(settings: Settings, *, accept_rollback: bool = False) -> None:
+    async def prepare(settings: Settings, *, accept_rollback: bool = False, serve_tenants: bool = True) -> None:
         await db.migrate(settings.database_url)
         migrated.append(settings.database_url)
 

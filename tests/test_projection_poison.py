@@ -36,7 +36,7 @@ from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.memory_policy.projection import DURABLE as MEMORY
 from agentledger.services.tombstone_fanout.saga import DURABLE as FORGET
 from ckpt_support import Stack, created, running
-from projection_support import raw_publish
+from projection_support import chained_publish, raw_publish
 from raw_ledger import Ledger
 from test_memory_service import proposal
 
@@ -50,12 +50,13 @@ async def stack(settings: Settings) -> AsyncIterator[Stack]:
 
 
 async def republish(ledger: Ledger, seq: int, edit: Any, event_id: str) -> int:
-    """The event stored at ``seq`` published again as a new message, changed by ``edit(doc)``."""
+    """The event stored at ``seq`` published again as a new message, changed by ``edit(doc)``, with
+    a valid chain link (as a writer whose checks let it through would store it)."""
     stored = await ledger.js.get_msg(ledger.settings.stream, seq)
     doc = json.loads(stored.data)
     doc["event_id"] = event_id
     edit(doc)
-    return await raw_publish(ledger, doc["tenant"], doc["task_id"], json.dumps(doc).encode(), event_id)
+    return await chained_publish(ledger, doc["tenant"], doc["task_id"], json.dumps(doc).encode(), event_id)
 
 
 def deep(depth: int) -> str:
@@ -101,13 +102,22 @@ async def test_poisoned_reserved_messages_stop_no_tenant(settings: Settings, sta
         (MEMORY, "invalid_text"): await republish(ledger, decided.seq, nul_value, "poison-m1"),
         (DOCUMENTS, "invalid_text"): await republish(ledger, ingested.seq, nul_chunk, "poison-d1"),
         (FORGET, "invalid_text"): await republish(ledger, forget_seq, nul_reason, "poison-f1"),
-        (MEMORY, "too_deep"): await raw_publish(
+        (MEMORY, "too_deep"): await chained_publish(
             ledger, "acme", ev.MEMORY_TASK,
             b'{"kind": "memory_proposed", "payload": {"value": ' + deep(10_000).encode() + b"}}", "poison-m2"),
-        (MEMORY, "undecodable"): await raw_publish(ledger, "acme", ev.MEMORY_TASK, b'{"kind": "mem\xff\xfe', "m3"),
-        (DOCUMENTS, "undecodable"): await raw_publish(ledger, "acme", ev.DOCUMENTS_TASK, b"[1, 2, 3]", "d2"),
-        (FORGET, "undecodable"): await raw_publish(ledger, "acme", ev.FORGET_TASK, b"\x00\x01 not json", "f2"),
+        (MEMORY, "undecodable"): await chained_publish(ledger, "acme", ev.MEMORY_TASK, b'{"kind": "mem\xff\xfe', "m3"),
+        (DOCUMENTS, "undecodable"): await chained_publish(ledger, "acme", ev.DOCUMENTS_TASK, b"[1, 2, 3]", "d2"),
+        (FORGET, "undecodable"): await chained_publish(ledger, "acme", ev.FORGET_TASK, b"\x00\x01 not json", "f2"),
+        # Put there without the key: refused for its chain before anything decodes it.
+        (MEMORY, "integrity_violation"): await raw_publish(
+            ledger, "acme", ev.MEMORY_TASK, b'{"kind": "memory_proposed"}', "m4"),
     }
+    # The same tenant's memory goes on after them: the writer links past the message that
+    # fails its chain to the head the fold kept.
+    after = (await c.memory_propose("acme", [proposal("p9", "the build uses bazel", key="ci system")])).decisions[0]
+    assert after.action == "write", after
+    read = await c.memory_read("acme", "which ci system", key="ci system", project_id="p1")
+    assert after.record_id in {i.record_id for i in read.items}
 
     # Another tenant, after the poison: every path that waits on these projections answers.
     other = (await c.memory_propose("globex", [proposal("g1", "globex ships on Fridays", key="ship day")])).decisions[0]

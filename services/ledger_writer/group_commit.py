@@ -74,7 +74,7 @@ from nats.nuid import NUID
 
 from agentledger.contracts.api import AppendResult
 from agentledger.contracts.codec import encode
-from agentledger.contracts.events import EventBase
+from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK, EventBase
 from agentledger.core import ledger_chain
 from agentledger.core.ledger_chain import CHAIN, GENESIS, Head
 from agentledger.errors import (
@@ -94,6 +94,10 @@ from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
 log = structlog.get_logger()
 
 ERR_WRONG_LAST_SEQUENCE = 10071
+# A tenant's service ledgers: their readers pass over a message whose chain fails (see
+# ``_good_head``), so the writer links past one too, looking back at most this many messages.
+SERVICE_LEDGERS = frozenset({MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK})
+WALK_BACK = 256
 ERR_BATCH_DUPLICATE_ID = 10201
 # "maximum bytes / messages exceeded": the stream is at a limit and discards new messages.
 ERR_STREAM_LIMIT = 10077
@@ -635,9 +639,57 @@ class GroupCommitter:
         if msg.subject != unit.subject or not msg.seq:
             return GENESIS  # another task's message: the expectation refuses the unit
         assert self._keys is not None
+        if unit.task_id in SERVICE_LEDGERS:
+            return await self._good_head(unit, int(msg.seq), msg.data or b"", msg.headers or {})
         head = ledger_chain.own_head(self._keys.mac_key_of, tenant=unit.tenant, task=unit.task_id,
                                      seq=int(msg.seq), body=msg.data or b"", headers=msg.headers or {})
         return head if head is not None else GENESIS
+
+    async def _good_head(self, unit: Unit, seq: int, data: bytes, headers: dict[str, str]) -> Head:
+        """A service ledger's head to link to: the last of the subject's messages, at ``seq`` or
+        before it, whose own tag holds.
+
+        The folds of ``_memory``, ``_documents`` and ``_forget`` pass over a message put there
+        outside the services (no tag, or one that fails) and keep the head before it
+        (``projection.chain_gate``), so the next message links to that head too: one inserted
+        message must not stop a tenant's memory, documents and forgets for good. (A task's own
+        ledger is refused instead, see ``own_head`` in ``_head_at``: its events are the task.)
+        Looked for back through at most ``WALK_BACK`` messages, one direct get each; GENESIS
+        when the subject has no chained message (legacy messages only).
+        """
+        assert self._keys is not None
+        for _ in range(WALK_BACK):
+            try:
+                head = ledger_chain.own_head(self._keys.mac_key_of, tenant=unit.tenant, task=unit.task_id,
+                                             seq=seq, body=data, headers=headers)
+            except IntegrityViolationError:
+                head = None
+            if head is not None:
+                return head
+            before = await self._before(unit.subject, seq)
+            if before is None:
+                return GENESIS
+            seq, data, headers = before
+        raise IntegrityViolationError(
+            f"the last {WALK_BACK} messages of tenant {unit.tenant!r} ledger {unit.task_id!r} all fail their "
+            "chain: they were put there outside the services", where="ledger")
+
+    async def _before(self, subject: str, seq: int) -> tuple[int, bytes, dict[str, str]] | None:
+        """The last message of ``subject`` stored before ``seq`` (sequence, body, headers), or
+        None: a direct get of the subject's last message up to ``seq - 1`` (nats-server 2.11+;
+        an older server answers with a status, read here as none)."""
+        if seq <= 1:
+            return None
+        request = json.dumps({"multi_last": [subject], "up_to_seq": seq - 1, "batch": 1}).encode()
+        try:
+            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self._stream}", request, timeout=5)
+        except (NatsTimeout, NoRespondersError) as exc:
+            raise UnavailableError("the ledger did not answer a get of the task's earlier message") from exc
+        headers = dict(reply.headers or {})
+        if "Status" in headers or headers.get("Nats-Subject") != subject:
+            return None
+        found = int(headers.get("Nats-Sequence", "0"))
+        return (found, reply.data or b"", headers) if 0 < found < seq else None
 
     async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """A publish that waits for JetStream's ack; raise on an error ack or no ack."""
