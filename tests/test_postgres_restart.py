@@ -51,7 +51,10 @@ for _ in range(1000):
     time.sleep(0.01)
 try:
     again = EmbeddedPostgres(data, server_root=root).start()
-    result = {"zombie": state, "started": True, "kept": psql(again.url, "SELECT x FROM kept").strip()}
+    result = {"zombie": state, "started": True, "kept": psql(again.url, "SELECT x FROM kept").strip(),
+              "recovery": psql(again.url, "SELECT string_agg(setting, ' ' ORDER BY name) FROM pg_settings "
+                               "WHERE name IN ('checkpoint_timeout', 'max_wal_size', "
+                               "'recovery_init_sync_method')").strip()}
     again.stop()
 except AgentLedgerError as exc:
     result = {"zombie": state, "started": False, "error": str(exc)[:300]}
@@ -69,3 +72,6 @@ def test_a_killed_postgres_starts_again_while_its_postmaster_is_still_a_zombie(
     assert result["zombie"] == "Z"  # the condition the restart must get through
     assert result["started"], result.get("error")
     assert result["kept"] == "42"  # the same cluster, its data recovered
+    # What bounds the crash recovery it went through: a checkpoint at least every 30 s or 128 MB
+    # of WAL (the WAL replayed after a kill), and one syncfs of the data folder.
+    assert result["recovery"] == "30 128 syncfs", result["recovery"]

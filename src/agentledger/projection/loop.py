@@ -47,8 +47,9 @@ FETCH_TIMEOUT = 1.0
 # The loop turns at least once per fetch timeout; not turning for this long means it is stuck
 # (an await that never returns, e.g. on a PostgreSQL that stopped answering): not alive.
 LOOP_STALL_S = 30.0
-# While PostgreSQL or NATS is away the loop retries this often, without counting failures.
-OUTAGE_RETRY_S = 0.5
+# While PostgreSQL or NATS is away the loop retries this often, without counting failures: a
+# try costs one refused connection, and a server back is used within this long of answering.
+OUTAGE_RETRY_S = 0.1
 MAX_FAILURES = 30
 # How long ``stop`` lets a batch in flight finish.
 STOP_WAIT_S = 15.0

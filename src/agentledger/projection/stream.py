@@ -38,7 +38,7 @@ MAX_ACK_PENDING = 100_000
 # How long a consumer create, info or delete waits for JetStream's answer. nats-py's default
 # (5 s) was waited out once per call while the meta group elected a leader after a node kill
 # (4 to 9 s without one): the three calls of a re-creation stalled Working Memory ~18 s. A call
-# that times out is an outage the projection loop retries 0.5 s later (every call here is
+# that times out is an outage the projection loop retries 0.1 s later (every call here is
 # idempotent), so the consumer is back within about a second of the new meta leader.
 CONSUMER_API_TIMEOUT_S = 1.0
 # A rebuild that sees no message for this long while it expects more gives up.
