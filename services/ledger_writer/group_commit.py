@@ -675,9 +675,14 @@ class GroupCommitter:
             "chain: they were put there outside the services", where="ledger")
 
     async def _before(self, subject: str, seq: int) -> tuple[int, bytes, dict[str, str]] | None:
-        """The last message of ``subject`` stored before ``seq`` (sequence, body, headers), or
-        None: a direct get of the subject's last message up to ``seq - 1`` (nats-server 2.11+;
-        an older server answers with a status, read here as none)."""
+        """The last message of ``subject`` stored before ``seq`` (sequence, body, headers), or None.
+
+        A direct get of the subject's last message up to ``seq - 1`` finds it (nats-server 2.11+;
+        an older server answers with a status other than "no results", read here as none). Any
+        replica may answer a direct get, and one that lags may name an older message or none, so
+        the leader is asked what follows it on the subject (``next_by_subj``) until that is the
+        message at ``seq``: at most a replica's lag of messages, and one get when none lags.
+        """
         if seq <= 1:
             return None
         request = json.dumps({"multi_last": [subject], "up_to_seq": seq - 1, "batch": 1}).encode()
@@ -686,10 +691,26 @@ class GroupCommitter:
         except (NatsTimeout, NoRespondersError) as exc:
             raise UnavailableError("the ledger did not answer a get of the task's earlier message") from exc
         headers = dict(reply.headers or {})
-        if "Status" in headers or headers.get("Nats-Subject") != subject:
-            return None
-        found = int(headers.get("Nats-Sequence", "0"))
-        return (found, reply.data or b"", headers) if 0 < found < seq else None
+        status = headers.get("Status")
+        found: tuple[int, bytes, dict[str, str]] | None = None
+        if status is None and headers.get("Nats-Subject") == subject:
+            at = int(headers.get("Nats-Sequence", "0"))
+            found = (at, reply.data or b"", headers) if 0 < at < seq else None
+        elif status != "404":
+            return None  # a server without the batch form of direct get
+        js = self._nc.jetstream()
+        for _ in range(WALK_BACK):
+            try:
+                following = await js.get_msg(self._stream, seq=(found[0] if found else 0) + 1, subject=subject,
+                                             next=True)
+            except nats.js.errors.NotFoundError:
+                return found
+            except (NatsTimeout, NoRespondersError, nats.js.errors.ServiceUnavailableError) as exc:
+                raise UnavailableError("the ledger did not answer a get of the task's earlier message") from exc
+            if not following.seq or int(following.seq) >= seq:
+                return found
+            found = (int(following.seq), following.data or b"", dict(following.headers or {}))
+        raise UnavailableError("the ledger's replicas lag too far behind to find the task's earlier message")
 
     async def _request(self, subject: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
         """A publish that waits for JetStream's ack; raise on an error ack or no ack."""
