@@ -134,7 +134,8 @@ class MemoryState(Struct):
     ``events``: event id → seq; ``proposals``: proposal id → seq of its
     ``memory_proposed``; ``decisions``: proposal id → its decision;
     ``record_groups``: record id (promoted ids included) → group;
-    ``pending``: feedback for records not seen yet; ``rows``: the rendered rows.
+    ``pending``: feedback for records not seen yet (a set kept sorted, as a group's, so the
+    order it arrived in changes nothing); ``rows``: the rendered rows.
     """
 
     events: dict[str, int] = {}
@@ -282,6 +283,7 @@ def _bury(state: MemoryState, group: KeyGroup) -> GroupKey:
     for rid, marks in group.feedback.items():
         held = state.pending.setdefault(rid, [])
         held.extend(m for m in marks if m not in held)
+        held.sort()
     group.feedback.clear()
     _move(state, group, to)
     return to
@@ -350,6 +352,7 @@ def _feedback(state: MemoryState, feedback: ev.MemoryFeedback, seq: int) -> set[
         held = state.pending.setdefault(feedback.record_id, [])
         if mark not in held:
             held.append(mark)
+            held.sort()  # a set, in one order whatever the order it came in (as a group's)
         return set()
     group = state.groups[gk]
     if not group.add_feedback(feedback.record_id, mark):
