@@ -20,7 +20,11 @@ from agentledger.contracts import events as ev
 from agentledger.core.ledger_chain import CHAIN, parse
 from agentledger.core.memory.authority import record_id_for, scope_key
 from agentledger.errors import IntegrityViolationError
+from agentledger.security import auth
+from agentledger.services.memory_policy.reach_seed import seed_reach
+from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.replay import verify_memory
+from agentledger.services.memory_policy.service import MemoryPolicy
 from ledger_tamper import Stored, append_raw, messages
 from test_memory_service import TENANT, Mem, proposal
 
@@ -154,6 +158,80 @@ async def test_an_old_version_put_back_is_not_read(mem: Mem) -> None:
     ok = await mem.c.memory_read(TENANT, "release train", key="release train", project_id="p1")
     assert [i.record_id for i in ok.items] == [b]  # the untouched record is still served
     await audit_names(mem, a)
+
+
+async def committed_seqs(mem: Mem) -> dict[tuple[str, str], int]:
+    assert mem.stack.db is not None
+    return {(r[0], r[1]): int(r[2]) for r in await mem.stack.db.fetch(
+        "SELECT tenant, record_id, ledger_seq FROM memory_records")}
+
+
+async def test_an_old_version_put_back_is_not_read_after_a_restart(mem: Mem) -> None:
+    """The reference of the put-back check survives a restart: the new process folds the
+    ``_memory`` ledger at start (``reach_seed``) and knows each record at the ledger sequence
+    its committed row holds, every row of a history with a supersede and a revoke. A row put
+    back to the version before the revoke, once the service was restarted, is refused."""
+    c = mem.c
+    reply = await c.memory_propose(TENANT, [
+        proposal("a", "the release branch is rel-7", key="release branch"),
+        proposal("b", "the release train leaves on fridays", key="release train"),
+        proposal("c", "the deploy target is staging-eu", key="deploy target", source="model_inference")])
+    a, b, _ = (d.record_id for d in reply.decisions)
+    await c.memory_propose(TENANT, [proposal("d", "the deploy target is prod-eu", key="deploy target")])
+    assert mem.stack.db is not None
+    old = await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+    await c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
+    await c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")  # read-your-writes
+    await mem.service.stop()
+    service = MemoryPolicy(mem.stack.settings)
+    await service.start()
+    try:
+        assert service.projection is not None and service.projection.seeding is not None
+        seeded = await service.projection.seeding
+        reach = service.projection.reach
+        committed = await committed_seqs(mem)
+        assert seeded == len(committed) >= 4
+        mark = reach.mark()
+        assert {k: reach.reached(mark, *k) for k in committed} == committed
+        await put_back(mem, a, old)
+        read = await c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+        assert a not in {i.record_id for i in read.items}, "the revoked record's old row was served"
+        assert integrity_dropped(read, a), read.receipt.candidates
+        with pytest.raises(IntegrityViolationError):
+            await c.memory_get(TENANT, "release branch", "project", "p1")
+        ok = await c.memory_read(TENANT, "release train", key="release train", project_id="p1")
+        assert b in [i.record_id for i in ok.items]  # the untouched record is still served
+    finally:
+        await service.stop()
+
+
+async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> None:
+    """A seed bounded before the ledger's end (``max_messages``) knows older versions only: at
+    or below every committed row (a current row is never refused), below the revoked one."""
+    reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch"),
+                                                proposal("b", "builds are cached", key="build cache")])
+    a = reply.decisions[0].record_id
+    await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
+    await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert mem.service.projection is not None
+    committed = await committed_seqs(mem)
+    reach = RecordReach()
+    assert mem.stack.db is not None
+    nc = await auth.connect(mem.stack.settings, auth.OPERATOR_ROLE)
+    try:
+        assert await seed_reach(nc, mem.stack.settings, mem.stack.db, mem.service.projection.memory_fold, reach,
+                                max_messages=2) > 0
+    finally:
+        await nc.close()
+    mark = reach.mark()
+    known = {k: reach.reached(mark, *k) for k in committed}
+    assert all(known[k] <= committed[k] for k in committed), (known, committed)
+    assert 0 < known[(TENANT, a)] < committed[(TENANT, a)]
+    # A clear meanwhile (the projection initialised again) drops a seed folded before it.
+    stale = RecordReach()
+    generation = stale.generation
+    stale.clear()
+    assert stale.seed([((TENANT, a), 1)], generation) == 0 and stale.reached(stale.mark(), TENANT, a) == 0
 
 
 async def test_an_edited_receipt_is_refused(mem: Mem) -> None:

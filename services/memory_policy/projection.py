@@ -18,10 +18,13 @@ decision waits until the projection holds the decisions appended before it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings
@@ -31,11 +34,14 @@ from agentledger.projection.spec import Rows, SubjectFold
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
+from agentledger.services.memory_policy.reach_seed import seed_reach
 from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 
 DURABLE = "memory-policy"
+
+log = structlog.get_logger()
 
 
 class MemoryFold(SubjectFold[MemoryStore]):
@@ -96,12 +102,45 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         super().__init__(settings, nc, pool, self.memory_fold)
         # What the reads compare a record's ``ledger_seq`` with: the versions committed here.
         self.reach = RecordReach()
+        # The fold of the ledger that gives ``reach`` the records not folded here (``reach_seed``);
+        # its result is how many records it seeded.
+        self.seeding: asyncio.Task[int] | None = None
+
+    async def start(self) -> None:
+        """The base's; a standby (never initialised) seeds ``reach`` too."""
+        await super().start()
+        if self.seeding is None:
+            self._seed()
+
+    async def stop(self) -> None:
+        if self.seeding is not None:
+            self.seeding.cancel()
+            with contextlib.suppress(BaseException):
+                await self.seeding
+        await super().stop()
 
     async def _initialize(self) -> None:
-        """The base's, then the index of rows an older version wrote derived again (``reindex``)."""
+        """The base's, then the index of rows an older version wrote derived again (``reindex``),
+        and ``reach`` seeded again from the ledger."""
         self.reach.clear()  # the projection may have been rebuilt
         await super()._initialize()
         await reindex_old_rows(await self._writer.get(), self.store, self.memory_fold.vectors)
+        self._seed()
+
+    def _seed(self) -> None:
+        if self.seeding is not None:
+            self.seeding.cancel()
+        self.seeding = asyncio.create_task(self._seed_once(), name="memory-reach-seed")
+
+    async def _seed_once(self) -> int:
+        """The seed; a failure (NATS or PostgreSQL away) leaves ``reach`` as it was, logged."""
+        try:
+            return await seed_reach(self._nc, self.settings, self._pool, self.memory_fold, self.reach)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the seed only adds checks; the service runs without it
+            log.warning("memory.reach_seed_failed", error=type(exc).__name__)
+            return 0
 
     async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
         """The base's transaction; the records it left behind noted once it committed."""

@@ -11,8 +11,10 @@ A read's statements may see the tables from before a commit this process noted w
 ran, so each read takes a ``mark`` first and compares with what was committed by then only
 (each entry keeps the version before its newest one for that).
 
-What stays open: a record this process has not folded since it started (after a restart, or
-when another instance folds the tenant) has no reference here; ``verify_memory`` names it.
+A record this process has not folded since it started (after a restart, or on a standby
+while another instance folds) gets its reference from a fold of the ledger at start
+(``reach_seed``); on a standby, versions the other instance commits later are not noted
+here (``verify_memory`` names a row put back to one of those).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class RecordReach:
         # key -> (seq, stamp, previous seq, previous stamp)
         self._seen: dict[Key, tuple[int, int, int, int]] = {}
         self._stamp = 0
+        # Moves at each ``clear``: a seed folded before it is dropped (``seed``).
+        self.generation = 0
 
     def mark(self) -> int:
         """Taken by a read before its first statement."""
@@ -48,6 +52,21 @@ class RecordReach:
             elif seq > old[0]:
                 self._seen[key] = (seq, self._stamp, old[0], old[1])
 
+    def seed(self, rows: Iterable[tuple[Key, int]], generation: int) -> int:
+        """A fold of the ledger's committed versions (``reach_seed``), for the records not
+        noted since, as one more committed batch: a read that took its mark before it may see
+        tables from before the watermark the fold read, so it does not use these. Nothing if
+        ``clear`` ran since the fold began at ``generation``; how many records were seeded."""
+        if generation != self.generation:
+            return 0
+        self._stamp += 1
+        n = 0
+        for key, seq in rows:
+            if key not in self._seen and len(self._seen) < MAX_RECORDS:
+                self._seen[key] = (seq, self._stamp, 0, 0)
+                n += 1
+        return n
+
     def reached(self, mark: int, tenant: str, record_id: str) -> int:
         """The newest ledger sequence of the record committed by ``mark`` (0: none known)."""
         seen = self._seen.get((tenant, record_id))
@@ -61,6 +80,7 @@ class RecordReach:
     def clear(self) -> None:
         """The projection was rebuilt or switched."""
         self._seen.clear()
+        self.generation += 1
 
 
 PUT_BACK = "an older version than the one this service committed: its row was put back outside the services"
