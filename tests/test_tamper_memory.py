@@ -205,6 +205,25 @@ async def test_an_old_version_put_back_is_not_read_after_a_restart(mem: Mem) -> 
         await service.stop()
 
 
+async def test_a_standby_instance_seeds_the_same_reference(mem: Mem) -> None:
+    """A second memory-policy instance beside the leading one never folds (it waits for the
+    leadership lock) and serves reads: it seeds its reference from the ledger at start too."""
+    reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch")])
+    await mem.c.memory_feedback(TENANT, reply.decisions[0].record_id, "revoke", "fb-1", reason="wrong")
+    await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    standby = MemoryPolicy(mem.stack.settings)
+    await standby.start()
+    try:
+        assert standby.projection is not None and not standby.projection.leader
+        assert standby.projection.seeding is not None
+        await standby.projection.seeding
+        reach, committed = standby.projection.reach, await committed_seqs(mem)
+        mark = reach.mark()
+        assert committed and {k: reach.reached(mark, *k) for k in committed} == committed
+    finally:
+        await standby.stop()
+
+
 async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> None:
     """A seed bounded before the ledger's end (``max_messages``) knows older versions only: at
     or below every committed row (a current row is never refused), below the revoked one."""
