@@ -32,6 +32,7 @@ import pytest
 
 from agentledger.client import connect
 from agentledger.config import Settings, from_env, nats_servers
+from agentledger.contracts import events as ev
 from agentledger.errors import ContractError, NotFoundError, RuntimeStateError, UnavailableError
 from agentledger.runtime import commands
 from agentledger.runtime.embedded import (
@@ -51,7 +52,10 @@ from agentledger.services.projector.store import Store
 from agentledger.stores.ledger import MSG_ID, ensure_stream, ledger_wildcard
 from ckpt_support import created, event
 from helpers import assert_eventually
+from projection_support import raw_publish
+from raw_ledger import Ledger
 from test_deploy import _self_signed
+from test_memory_service import proposal
 
 TENANT = "acme"
 PREFIX = "clustertest"
@@ -587,6 +591,31 @@ async def test_two_instances_of_every_service_serve_and_a_forget_completes(stack
         with pytest.raises(NotFoundError):
             await client.working_memory(TENANT, "forget-me")
     finally:
+        await client.close()
+
+
+@pytest.mark.timeout(120)
+async def test_memory_goes_on_past_a_message_put_onto_its_ledger_outside_the_services(stack: Settings) -> None:
+    """Protects the writer's walk back on the cluster: a message stored on the tenant's
+    ``_memory`` subject without the key fails its chain and the memory fold keeps the head
+    before it; the writer's next memory message links to that head (its direct get answered by
+    any replica, confirmed with the leader), so the tenant's memory goes on. Before, the next
+    decision linked to the refused message, failed too, and no memory write of the tenant was
+    folded again."""
+    client = await connect(stack, timeout=10)
+    nc = await auth.connect(stack, auth.WRITER)
+    try:
+        first = (await client.memory_propose(TENANT, [proposal("c1", "the build uses make", key="build tool")]))
+        assert first.decisions[0].action == "write", first.decisions
+        await raw_publish(Ledger(stack, nc), TENANT, ev.MEMORY_TASK, b'{"kind": "memory_proposed"}', "cluster-m4")
+        for n in range(3):  # each links past the refused message, one after another
+            after = (await client.memory_propose(TENANT, [proposal(f"c{n + 2}", f"the ci system is ci-{n}",
+                                                                   key=f"ci system {n}")])).decisions[0]
+            assert after.action == "write", after
+            read = await client.memory_read(TENANT, f"ci system {n}", key=f"ci system {n}", project_id="p1")
+            assert after.record_id in {i.record_id for i in read.items}
+    finally:
+        await nc.close()
         await client.close()
 
 
