@@ -17,14 +17,17 @@ import msgspec
 import pytest
 
 from agentledger.contracts import events as ev
+from agentledger.contracts import memory_api as api
 from agentledger.core.ledger_chain import CHAIN, parse
 from agentledger.core.memory.authority import record_id_for, scope_key
 from agentledger.errors import IntegrityViolationError
 from agentledger.security import auth
+from agentledger.security.identity import Caller
 from agentledger.services.memory_policy.reach_seed import seed_reach
 from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.replay import verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
+from helpers import assert_eventually
 from ledger_tamper import Stored, append_raw, messages
 from test_memory_service import TENANT, Mem, proposal
 
@@ -222,6 +225,67 @@ async def test_a_standby_instance_seeds_the_same_reference(mem: Mem) -> None:
         assert committed and {k: reach.reached(mark, *k) for k in committed} == committed
     finally:
         await standby.stop()
+
+
+async def test_a_standby_follows_the_versions_the_leader_commits_after_its_start(mem: Mem) -> None:
+    """A standby started before a record was revoked knows the revoked version (the leading
+    instance publishes what each batch committed, ``reach_notes``), so the record's row put back
+    to the version before the revoke is refused by the standby's own read and get, not only by
+    the leader's. Its start-up fold alone knew the older version: the put-back row matched it."""
+    reply = await mem.c.memory_propose(TENANT, [
+        proposal("a", "the release branch is rel-7", key="release branch"),
+        proposal("b", "the release train leaves on fridays", key="release train")])
+    a, b = (d.record_id for d in reply.decisions)
+    assert mem.stack.db is not None
+    old = await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+    standby = MemoryPolicy(mem.stack.settings)
+    await standby.start()
+    try:
+        assert standby.projection is not None and not standby.projection.leader
+        assert standby.projection.seeding is not None
+        await standby.projection.seeding
+        reach = standby.projection.reach
+        assert reach.reached(reach.mark(), TENANT, a) == old["ledger_seq"]
+        await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
+        await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")  # committed
+        committed = await committed_seqs(mem)
+        assert committed[(TENANT, a)] > old["ledger_seq"]
+
+        async def followed() -> bool:
+            mark = reach.mark()
+            return {k: reach.reached(mark, *k) for k in committed} == committed
+
+        await assert_eventually(followed, timeout=30, message="the standby never noted the leader's commit")
+        await put_back(mem, a, old)
+        assert standby.reader is not None
+        read = await standby.reader.read(Caller(), api.ReadRequest(
+            tenant=TENANT, query="release branch", key="release branch", project_id="p1"))
+        assert a not in {i.record_id for i in read.items}, "the standby served the revoked record's old row"
+        assert integrity_dropped(read, a), read.receipt.candidates
+        with pytest.raises(IntegrityViolationError):
+            await standby.reader.get(Caller(), api.KeyRequest(
+                tenant=TENANT, key="release branch", scope=api.ScopeRef(level="project", id="p1")))
+        ok = await standby.reader.read(Caller(), api.ReadRequest(
+            tenant=TENANT, query="release train", key="release train", project_id="p1"))
+        assert b in [i.record_id for i in ok.items]  # the untouched record is still served
+    finally:
+        await standby.stop()
+
+
+def test_a_note_of_another_projection_starts_the_reference_over() -> None:
+    """A rebuild switched in another projection: what was noted of the old one is dropped, and
+    a seed folded from the old one after a note of the new one is not used (its versions may
+    not be the new projection's)."""
+    reach = RecordReach()
+    generation = reach.generation
+    reach.projection = 7
+    reach.note([((TENANT, "r1"), 40)])
+    assert reach.seed([((TENANT, "r2"), 30)], generation, projection=6) == 0  # folded from the old one
+    assert reach.reached(reach.mark(), TENANT, "r2") == 0
+    assert reach.seed([((TENANT, "r2"), 30)], generation, projection=7) == 1
+    assert reach.reached(reach.mark(), TENANT, "r2") == 30
+    reach.clear()
+    assert reach.projection is None and reach.reached(reach.mark(), TENANT, "r1") == 0
 
 
 async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> None:

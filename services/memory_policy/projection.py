@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 import structlog
 from nats.aio.client import Client
+from nats.aio.subscription import Subscription
 
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
@@ -33,6 +34,7 @@ from agentledger.projection.live import SubjectProjection
 from agentledger.projection.spec import Rows, SubjectFold
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
+from agentledger.services.memory_policy import reach_notes
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
 from agentledger.services.memory_policy.reach_seed import seed_reach
 from agentledger.services.memory_policy.record_reach import RecordReach
@@ -100,19 +102,26 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
         self.memory_fold = MemoryFold(vectors, keys_of(settings), marker_key_of(settings))
         super().__init__(settings, nc, pool, self.memory_fold)
-        # What the reads compare a record's ``ledger_seq`` with: the versions committed here.
+        # What the reads compare a record's ``ledger_seq`` with: the versions committed here, or
+        # (on a standby) by the leading instance (``reach_notes``).
         self.reach = RecordReach()
         # The fold of the ledger that gives ``reach`` the records not folded here (``reach_seed``);
         # its result is how many records it seeded.
         self.seeding: asyncio.Task[int] | None = None
+        self._notes: Subscription | None = None
 
     async def start(self) -> None:
-        """The base's; a standby (never initialised) seeds ``reach`` too."""
+        """The leader's notes listened to, then the base's; a standby (never initialised) seeds
+        ``reach`` too."""
+        self._notes = await reach_notes.listen(self._nc, self.settings.prefix, self._noted)
         await super().start()
         if self.seeding is None:
             self._seed()
 
     async def stop(self) -> None:
+        if self._notes is not None:
+            with contextlib.suppress(Exception):
+                await self._notes.unsubscribe()
         if self.seeding is not None:
             self.seeding.cancel()
             with contextlib.suppress(BaseException):
@@ -124,6 +133,7 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         and ``reach`` seeded again from the ledger."""
         self.reach.clear()  # the projection may have been rebuilt
         await super()._initialize()
+        self.reach.projection = self._projection
         await reindex_old_rows(await self._writer.get(), self.store, self.memory_fold.vectors)
         self._seed()
 
@@ -142,11 +152,31 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
             log.warning("memory.reach_seed_failed", error=type(exc).__name__)
             return 0
 
+    def _noted(self, projection: int, rows: list[reach_notes.Row]) -> None:
+        """A batch the leading instance committed: noted here as this process's own commits are
+        (a leader notes its own as it commits, and takes no one else's). A note of another
+        projection than the one ``reach`` knows (a rebuild switched in) starts it over."""
+        if self.leader:
+            return
+        if self.reach.projection is not None and self.reach.projection != projection:
+            log.info("memory.reach_projection_changed", was=self.reach.projection, now=projection)
+            self.reach.clear()
+            self._seed()
+        self.reach.projection = projection
+        self.reach.note(rows)
+
     async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
-        """The base's transaction; the records it left behind noted once it committed."""
+        """The base's transaction; the records it left behind noted once it committed, and
+        published to the other instances (``reach_notes``)."""
         self.memory_fold.folded = []
         try:
             await super()._write(items, poison)
-            self.reach.note(self.memory_fold.folded)
+            folded = self.memory_fold.folded
+            self.reach.note(folded)
         finally:
             self.memory_fold.folded = []
+        if folded and self._projection is not None:
+            try:
+                await reach_notes.publish(self._nc, self.settings.prefix, self._projection, folded)
+            except Exception as exc:  # noqa: BLE001 - a lost note costs a standby one check, never the commit
+                log.warning("memory.reach_note_unsent", error=type(exc).__name__)

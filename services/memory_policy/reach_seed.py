@@ -55,10 +55,11 @@ async def seed_reach(nc: Client, settings: Settings, pool: asyncpg.Pool, memory:
     seed ``reach`` with each record's ``ledger_seq``; how many records were seeded."""
     generation = reach.generation
     async with pool.acquire() as conn:
-        upto = await memory.store().watermark(conn) or 0
+        position = await memory.store().position(conn)
         skip = await passed_over(conn, memory.durable)
-    if upto <= 0:
+    if position is None or position[0] <= 0:
         return 0
+    upto, projection = position
     prefix = settings.prefix
     chain = ChainGate(chain_key_of(settings), prefix, start=GENESIS)
     states: dict[str, MemoryState] = {}
@@ -88,7 +89,7 @@ async def seed_reach(nc: Client, settings: Settings, pool: asyncpg.Pool, memory:
         complete = False
     rows = [((tenant, rid), row.ledger_seq) for tenant, state in states.items()
             for group in state.rows.values() for rid, row in group.items()]
-    seeded = reach.seed(rows[:MAX_RECORDS], generation)
+    seeded = reach.seed(rows[:MAX_RECORDS], generation, projection)
     log.info("memory.reach_seeded", records=seeded, messages=folded[0], upto=folded[1] if not complete else upto,
              complete=complete)
     return seeded

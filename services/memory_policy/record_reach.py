@@ -13,8 +13,8 @@ ran, so each read takes a ``mark`` first and compares with what was committed by
 
 A record this process has not folded since it started (after a restart, or on a standby
 while another instance folds) gets its reference from a fold of the ledger at start
-(``reach_seed``); on a standby, versions the other instance commits later are not noted
-here (``verify_memory`` names a row put back to one of those).
+(``reach_seed``); on a standby, the versions the leading instance commits later are noted as
+it publishes them (``reach_notes``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class RecordReach:
         self._stamp = 0
         # Moves at each ``clear``: a seed folded before it is dropped (``seed``).
         self.generation = 0
+        # The projection (its watermark table's id) whose versions these are; None: not known yet.
+        self.projection: int | None = None
 
     def mark(self) -> int:
         """Taken by a read before its first statement."""
@@ -52,13 +54,18 @@ class RecordReach:
             elif seq > old[0]:
                 self._seen[key] = (seq, self._stamp, old[0], old[1])
 
-    def seed(self, rows: Iterable[tuple[Key, int]], generation: int) -> int:
-        """A fold of the ledger's committed versions (``reach_seed``), for the records not
-        noted since, as one more committed batch: a read that took its mark before it may see
-        tables from before the watermark the fold read, so it does not use these. Nothing if
-        ``clear`` ran since the fold began at ``generation``; how many records were seeded."""
+    def seed(self, rows: Iterable[tuple[Key, int]], generation: int, projection: int | None = None) -> int:
+        """A fold of the ledger's committed versions (``reach_seed``) into ``projection``, for
+        the records not noted since, as one more committed batch: a read that took its mark
+        before it may see tables from before the watermark the fold read, so it does not use
+        these. Nothing if ``clear`` ran since the fold began at ``generation``, or if what was
+        noted since is of another projection; how many records were seeded."""
         if generation != self.generation:
             return 0
+        if projection is not None:
+            if self.projection is not None and self.projection != projection:
+                return 0
+            self.projection = projection
         self._stamp += 1
         n = 0
         for key, seq in rows:
@@ -81,6 +88,7 @@ class RecordReach:
         """The projection was rebuilt or switched."""
         self._seen.clear()
         self.generation += 1
+        self.projection = None
 
 
 PUT_BACK = "an older version than the one this service committed: its row was put back outside the services"

@@ -71,7 +71,8 @@ class WatermarkRow:
         self.schema = s = check_schema(schema)
         self._name = name
         self._get_wm = f"SELECT seq FROM {s}.{table} WHERE name = $1"  # noqa: S608 - checked names
-        self._lock_wm = f"SELECT seq, tableoid::bigint FROM {s}.{table} WHERE name = $1 FOR UPDATE"  # noqa: S608
+        self._position = f"SELECT seq, tableoid::bigint FROM {s}.{table} WHERE name = $1"  # noqa: S608
+        self._lock_wm = f"{self._position} FOR UPDATE"
         self._set_wm = (f"INSERT INTO {s}.{table}(name, seq) VALUES ($1, $2)"  # noqa: S608
                         " ON CONFLICT (name) DO UPDATE SET seq = excluded.seq")
 
@@ -86,6 +87,11 @@ class WatermarkRow:
     async def lock_watermark(self, conn: asyncpg.Connection) -> tuple[int, int] | None:
         """(seq, oid of the watermark table), row-locked until the end of the transaction."""
         row = await conn.fetchrow(self._lock_wm, self._name)
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    async def position(self, conn: Any) -> tuple[int, int] | None:
+        """(seq, oid of the watermark table) as committed, without a lock (a reader's)."""
+        row = await conn.fetchrow(self._position, self._name)
         return None if row is None else (int(row[0]), int(row[1]))
 
     async def set_watermark(self, conn: asyncpg.Connection, seq: int) -> None:
