@@ -42,6 +42,7 @@ from agentledger.runtime.postgres import (
 from agentledger.security import auth
 from agentledger.security.auth import AuthStore
 from agentledger.stores.ledger import ensure_stream
+from hang_watch import HangWatch
 from raw_ledger import Ledger
 
 # Key-encryption keys live outside the data folders, by default under $XDG_CONFIG_HOME: the
@@ -49,6 +50,18 @@ from raw_ledger import Ledger
 # session (it holds keys).
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="agentledger-test-config-")
 atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
+
+_hang_watch = HangWatch()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test under the hang watch (``hang_watch``: its pending tasks dumped before a timeout)."""
+    _hang_watch.begin(item)
+    try:
+        yield
+    finally:
+        _hang_watch.end()
 
 
 @pytest.fixture(scope="session")
