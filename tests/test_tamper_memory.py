@@ -331,6 +331,39 @@ async def test_an_edited_receipt_is_refused(mem: Mem) -> None:
 
 
 
+async def test_an_edited_moved_or_forged_history_row_is_refused(mem: Mem) -> None:
+    """``memory.history`` serves rows of ``memory_history``, each with its tag (tenant and every
+    column): a decision's reason rewritten, another key's row moved in, or a row forged with a
+    copied tag is refused; an untouched key's history is served."""
+    reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch"),
+                                                proposal("b", "builds are cached", key="build cache")])
+    a, b = (d.record_id for d in reply.decisions)
+    history = await mem.c.memory_history(TENANT, "release branch", "project", "p1")
+    assert [e.event for e in history.history] == ["memory_proposed", "memory_decided"]
+    assert mem.stack.db is not None
+    db = mem.stack.db
+    await db.execute("UPDATE memory_history SET reason = 'confirmed by the user' WHERE record_id = $1", a)
+    with pytest.raises(IntegrityViolationError):
+        await mem.c.memory_history(TENANT, "release branch", "project", "p1")
+    assert len((await mem.c.memory_history(TENANT, "build cache", "project", "p1")).history) == 2
+    assert mem.service.reader is not None and mem.service.reader.integrity_violations >= 1
+
+    forged = ("INSERT INTO memory_history (tenant, event_id, seq, event, proposal_id, record_id, scope_key, key,"
+              " action, reason, trace, at, mac) SELECT tenant, 'forged', seq + 1000, event, NULL, record_id,"
+              " scope_key, key, 'write', reason, trace, at, mac FROM memory_history WHERE record_id = $1"
+              " AND event = 'memory_decided'")
+    await db.execute(forged, b)
+    with pytest.raises(IntegrityViolationError):
+        await mem.c.memory_history(TENANT, "build cache", "project", "p1")
+    await db.execute("DELETE FROM memory_history WHERE event_id = 'forged'")
+    assert len((await mem.c.memory_history(TENANT, "build cache", "project", "p1")).history) == 2
+
+    await db.execute("DELETE FROM memory_history WHERE record_id = $1", a)
+    await db.execute("UPDATE memory_history SET record_id = $2 WHERE record_id = $1", b, a)
+    with pytest.raises(IntegrityViolationError):
+        await mem.c.memory_history(TENANT, "release branch", "project", "p1")
+
+
 async def test_an_edited_record_does_not_keep_out_the_one_it_would_override(mem: Mem) -> None:
     """Only the winners a read is about to return are checked, so a tampered record must not win
     the merge silently: the project's record of a key overrides the tenant's; its value edited

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from agentledger.config import Settings
+from agentledger.contracts.api import WorkingMemoryReply
 from agentledger.core.state import core_hash, decode_state, encode_core
 from agentledger.core.validate import goal_hash
 from agentledger.services.projector import rebuild as replay
@@ -229,3 +230,39 @@ async def test_turn_edits_are_refused_on_whole_and_tail_reads(
                        TENANT)
     await refused(ledger)
     await audit_names(settings, "t1", "task_turns.turn")
+
+
+async def rejections_page(ledger: Ledger, task: str) -> WorkingMemoryReply:
+    return await wm_get(ledger, msgspec.json.encode({"tenant": TENANT, "task_id": task,
+                                                     "rejections": {"after_seq": 0, "limit": 10}}))
+
+
+async def page_refused(ledger: Ledger, task: str) -> None:
+    reply = await rejections_page(ledger, task)
+    assert not reply.ok and reply.error is not None, "the edited rejection trace was served"
+    assert reply.error.code == "integrity_violation", reply.error
+
+
+async def test_the_rejection_trace_edited_moved_or_forged_is_refused(
+        settings: Settings, ledger: Ledger, projector: Projector, conn: asyncpg.Connection) -> None:
+    """The rejections page of ``wm.get`` serves rows of the ``rejections`` table, each with its
+    tag (tenant, task, seq and every column shown): a reason rewritten, another task's row moved
+    in, or a row forged with a copied tag is refused; an untouched task's trace is served."""
+    await seed(ledger, settings)
+    for task in ("t1", "t2"):
+        page = await rejections_page(ledger, task)
+        assert page.ok and page.rejections is not None, page.error
+        assert [i.code for i in page.rejections.items] == ["dependencies_not_done"]
+    await conn.execute("UPDATE rejections SET reason = 'approved by the operator' WHERE task_id = 't1'")
+    await page_refused(ledger, "t1")
+    assert (await rejections_page(ledger, "t2")).ok
+    assert projector.integrity_violations >= 1
+
+    await conn.execute("DELETE FROM rejections WHERE task_id = 't1'")
+    await conn.execute("UPDATE rejections SET task_id = 't1' WHERE task_id = 't2'")
+    await page_refused(ledger, "t1")
+
+    await conn.execute("INSERT INTO rejections (tenant, task_id, seq, event_id, kind, code, reason, mac)"
+                       " SELECT tenant, 't2', seq + 1000, event_id, kind, code, reason, mac FROM rejections"
+                       " WHERE task_id = 't1'")
+    await page_refused(ledger, "t2")

@@ -272,7 +272,7 @@ async def write_loaded(conn: Any, store: MemoryStore, tenant: str, loaded: Loade
     Returns the number of record rows written.
     """
     state = loaded.state
-    await store.put_history(conn, tenant, folded.history)
+    await store.put_history(conn, tenant, folded.history, keys)
     await store.drop_history(conn, tenant, folded.forgotten, folded.forgotten_proposals)
     touched = sorted(folded.groups | folded.changed)
     await store.drop_groups(conn, tenant, [gk for gk in touched if gk not in state.groups])

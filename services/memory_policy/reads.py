@@ -67,7 +67,7 @@ from agentledger.core.memory.read import (
     time_fits,
 )
 from agentledger.core.memory.state import RecordRow
-from agentledger.core.memory.tags import KeyOf, check_receipt, receipt_tag, record_matches
+from agentledger.core.memory.tags import KeyOf, check_history, check_receipt, receipt_tag, record_matches
 from agentledger.core.memory.when import usable, when_of
 from agentledger.errors import ContractError, IntegrityViolationError
 from agentledger.models import tokens
@@ -167,7 +167,8 @@ KEYS_HELD_SQL = (
     " UNION SELECT key FROM memory_history WHERE tenant = $1 AND scope_key = $2"
     " AND key = ANY($3::text[])")
 HISTORY_SQL = (
-    "SELECT seq, event, proposal_id, record_id, action, reason, trace, at FROM memory_history h"
+    "SELECT event_id, seq, event, proposal_id, record_id, scope_key, key, action, reason, trace, at, mac"
+    " FROM memory_history h"
     " WHERE tenant = $1 AND ((scope_key = $2 AND key = ANY($3::text[]))"
     " OR proposal_id IN (SELECT proposal_id FROM memory_history WHERE tenant = $1 AND scope_key = $2"
     " AND key = ANY($3::text[]) AND proposal_id IS NOT NULL)"
@@ -519,10 +520,18 @@ class Reader:
 
     async def history(self, caller: Caller, request: KeyRequest) -> KeyReply:
         skey, key = await self._key_scope(caller, request)
-        entries = [HistoryEntry(seq=int(r[0]), event=r[1], proposal_id=r[2], record_id=r[3], action=r[4],
-                                reason=r[5] or "", trace=decode_trace(r[6]), at=r[7])
-                   for r in await self._pool.fetch(HISTORY_SQL, request.tenant, skey,
-                                                   self._with_digest(skey, key))]
+        key_of = keys_of(self.settings).mac_key_of
+        entries = []
+        for r in await self._pool.fetch(HISTORY_SQL, request.tenant, skey, self._with_digest(skey, key)):
+            row = tuple(r[:11])
+            try:  # a row edited, forged or moved from another tenant is refused, not served
+                check_history(key_of, request.tenant, row, r[11])
+            except IntegrityViolationError:
+                log.error("memory.integrity_violation", where="history", seq=r[1])
+                self.integrity_violations += 1
+                raise
+            entries.append(HistoryEntry(seq=int(r[1]), event=r[2], proposal_id=r[3], record_id=r[4], action=r[7],
+                                        reason=r[8] or "", trace=decode_trace(r[9]), at=r[10]))
         return KeyReply(ok=True, history=entries)
 
     def _with_digest(self, skey: str, key: str) -> list[str]:

@@ -40,7 +40,7 @@ import msgspec
 from agentledger.contracts.events import RuleFired
 from agentledger.core.memory.authority import SENSITIVITY_RANK
 from agentledger.core.memory.state import RecordRow
-from agentledger.core.memory.tags import record_tag
+from agentledger.core.memory.tags import history_tag, record_tag
 from agentledger.projection.spec import WatermarkRow
 from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.stores.db import MEMORY_DOC_LEN, columns
@@ -188,9 +188,10 @@ class MemoryStore(WatermarkRow):
                               " AND record_id = ANY($2::text[])")
         self._put_history = q(
             "INSERT INTO {s}.memory_history(tenant, event_id, seq, event, proposal_id, record_id,"
-            " scope_key, key, action, reason, trace, at)"
+            " scope_key, key, action, reason, trace, at, mac)"
             " SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],"
-            " $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::timestamptz[])"
+            " $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::timestamptz[],"
+            " $13::text[])"
             " ON CONFLICT (tenant, event_id) DO NOTHING")
         # The rows of a forgotten record's events (its decision and feedback, its proposal's
         # ``memory_proposed``), never a ``memory_forgotten`` row.
@@ -313,12 +314,14 @@ class MemoryStore(WatermarkRow):
         return {r[0] for r in await conn.fetch(self._forgotten, tenant, list(record_ids))}
 
     async def put_history(self, conn: asyncpg.Connection, tenant: str,
-                          rows: Sequence[HistoryRow]) -> None:
+                          rows: Sequence[HistoryRow], keys: IntegrityKeys) -> None:
+        """Write history rows, each tagged over its tenant and every column (``history_tag``)."""
         if not rows:
             return
         prepared = [(*r[:8], r.reason, _encode(r.trace) if r.trace is not None else None, r.at)
                     for r in rows]
-        await conn.execute(self._put_history, tenant, *columns(prepared, 11))
+        tagged = [(*row, history_tag(keys.current, keys.mac_key, tenant, row)) for row in prepared]
+        await conn.execute(self._put_history, tenant, *columns(tagged, 12))
 
     async def replace_held(self, conn: asyncpg.Connection, tenant: str,
                            held: dict[str, list[bytes]], touched: Iterable[str]) -> None:

@@ -113,6 +113,7 @@ from agentledger.services.projector.store import (
     TurnRow,
     VariableRow,
     check_loaded,
+    tag_rejections,
     task_row,
     turn_row,
 )
@@ -418,7 +419,7 @@ class Lane(ProjectionLoop[TaskRow]):
             await self.store.write_batch(
                 conn, name=self.name, expected=wm, projection=projection, watermark=fresh[-1][0],
                 claims=[(*k, seq) for k, seq in first.items()], tasks=rows, variables=variables,
-                turns=turns, rejections=rejections)
+                turns=turns, rejections=tag_rejections(keys_of(self.settings), rejections))
         except asyncpg.PostgresError as exc:
             if exc.sqlstate != REFUSED:
                 raise
@@ -440,7 +441,7 @@ class Lane(ProjectionLoop[TaskRow]):
             if seq <= wm:
                 return
             await self._check_contiguous(wm, [seq])
-            await self.store.insert_rejections(conn, [row])
+            await self.store.insert_rejections(conn, tag_rejections(keys_of(self.settings), [row]))
             await self.store.set_watermark(conn, seq, self.name)
         self._committed = seq
         task = subject_key(self.settings.prefix, msg.subject)
@@ -467,7 +468,8 @@ class Lane(ProjectionLoop[TaskRow]):
         rows, variables, turns = self._fold(events, first, rejections)
         await self.store.upsert_tasks(conn, rows)
         # The variable, turn and rejection rows and the watermark: one statement, one round trip.
-        await self.store.write_rest(conn, variables, turns, rejections, fresh[-1][0], name=self.name)
+        await self.store.write_rest(conn, variables, turns, tag_rejections(keys_of(self.settings), rejections),
+                                    fresh[-1][0], name=self.name)
         return rows
 
     def _fold(self, events: list[tuple[int, Key, AnyEvent]], first: dict[tuple[str, str, str], int],

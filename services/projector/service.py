@@ -50,6 +50,7 @@ from agentledger.contracts.api import (
     WorkingMemoryReply,
 )
 from agentledger.contracts.codec import decode_task_ref, encode
+from agentledger.core.projection_tags import check_rejection
 from agentledger.core.state import WorkingMemory, core_view
 from agentledger.erasure import evict
 from agentledger.errors import (
@@ -576,7 +577,14 @@ class Projector(Shell):
                                                      query.after_seq, query.limit + 1)
         room = self._reply_budget() - REPLY_ENVELOPE
         items: list[RejectionItem] = []
+        key_of = keys_of(self.settings).mac_key_of
         for r in rows[:query.limit]:
+            try:  # a row edited, forged or moved from another task is refused, not served
+                check_rejection(key_of, (ref.tenant, ref.task_id, *r[:5]), r[5])
+            except IntegrityViolationError:
+                log.error("projector.integrity_violation", seq=r[0], where="rejections")
+                self.integrity_violations += 1
+                raise
             item = RejectionItem(seq=r[0], event_id=r[1], kind=r[2], code=r[3], reason=r[4])
             room -= len(_view_encoder.encode(item)) + 1
             if room < 0 and items:

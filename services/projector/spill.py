@@ -25,7 +25,15 @@ from agentledger.projection.stream import Progress, read_ordered
 from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import Fold, Key, SubjectKeys, decode_message, fold_event, fold_message
-from agentledger.services.projector.store import Store, TaskRow, TurnRow, VariableRow, task_row, turn_row
+from agentledger.services.projector.store import (
+    Store,
+    TaskRow,
+    TurnRow,
+    VariableRow,
+    tag_rejections,
+    task_row,
+    turn_row,
+)
 
 # Bytes a folded event is counted for beyond its body: its entry in the fold's index of
 # consumed ids and the dict slots around it (measured: ~100 bytes an event on a bench stream,
@@ -179,7 +187,7 @@ class SpillingFold(Fold):
             await store.copy_applied(conn, (
                 (key[0], key[1], event_id, seq)
                 for key, applied in self.applied.items() for event_id, seq in applied.items()))
-            await store.copy_rejections(conn, self.rejections)
+            await store.copy_rejections(conn, tag_rejections(keys, self.rejections))
         self.tasks += len(fresh)
         self.rejected += len(self.rejections)
         self.spills += 1

@@ -25,6 +25,7 @@ from agentledger.core.projection_tags import (
     KeyOf,
     check_task,
     check_turns,
+    rejection_tag,
     task_tag,
     turn_tag,
     variables_digest,
@@ -55,12 +56,14 @@ TurnRow = tuple[str, str, int, int, bytes, str]
 AppliedRow = tuple[str, str, str, int]
 # (tenant, task_id, seq, event_id, kind, code, reason)
 RejectionRow = tuple[str, str, int, str, str, str, str]
+# A rejection row as stored: with its tag (``tag_rejections``).
+TaggedRejection = tuple[str, str, int, str, str, str, str, str]
 
 TASK_COLUMNS = ("tenant", "task_id", "seq", "state", "state_hash", "mac")
 VARIABLE_COLUMNS = ("tenant", "task_id", "name", "seq", "value")
 TURN_COLUMNS = ("tenant", "task_id", "ordinal", "seq", "turn", "mac")
 APPLIED_COLUMNS = ("tenant", "task_id", "event_id", "seq")
-REJECTION_COLUMNS = ("tenant", "task_id", "seq", "event_id", "kind", "code", "reason")
+REJECTION_COLUMNS = ("tenant", "task_id", "seq", "event_id", "kind", "code", "reason", "mac")
 
 
 class Position(NamedTuple):
@@ -134,6 +137,11 @@ def task_row(keys: IntegrityKeys, tenant: str, task_id: str, seq: int, state: Wo
     digest = variables_digest(variables_input(variables))
     return (tenant, task_id, seq, core, core_hash(core),
             task_tag(keys.current, keys.mac_key, tenant, task_id, seq=seq, core=core, digest=digest))
+
+
+def tag_rejections(keys: IntegrityKeys, rows: Iterable[RejectionRow]) -> list[TaggedRejection]:
+    """Rejection rows as stored, each with its tag (``rejection_tag``)."""
+    return [(*row, rejection_tag(keys.current, keys.mac_key, row)) for row in rows]
 
 
 def turn_row(keys: IntegrityKeys, tenant: str, task_id: str, turn: Turn) -> TurnRow:
@@ -223,9 +231,9 @@ _UPSERT = ("INSERT INTO {s}.task_state AS t (tenant, task_id, seq, state, state_
            " ON CONFLICT (tenant, task_id) DO UPDATE SET seq = excluded.seq,"
            " state = excluded.state, state_hash = excluded.state_hash, mac = excluded.mac,"
            " updated_at = now()")
-_REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, code, reason)"
+_REJECT = ("INSERT INTO {s}.rejections (tenant, task_id, seq, event_id, kind, code, reason, mac)"
            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
-           " $5::text[], $6::text[], $7::text[]) ON CONFLICT DO NOTHING")
+           " $5::text[], $6::text[], $7::text[], $8::text[]) ON CONFLICT DO NOTHING")
 # The live projector's batch as one statement (one round trip, one implicit transaction): the
 # partition's watermark moves on from the seq the lane committed last, in the projection it
 # knows (the watermark table's oid), and only then are the batch's event ids claimed and its
@@ -238,7 +246,7 @@ _MOVE_WM = ("UPDATE {s}.projector_watermark SET seq = $1 WHERE name = $2 AND seq
             " AND tableoid = $4::oid RETURNING 1")
 _REFUSE_UNLESS = (" SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM wm)"
                   " THEN {s}.projector_refuse('the watermark is not where this projector left it')"
-                  " WHEN (SELECT count(*) FROM claimed) <> $33"
+                  " WHEN (SELECT count(*) FROM claimed) <> $34"
                   " THEN {s}.projector_refuse('an event id of the batch was consumed before') ELSE 0 END")
 
 
@@ -273,7 +281,7 @@ _GET_TASK_TAIL = ("SELECT t.seq, t.state, t.mac, {variables}, tu.turns, tu.ordin
                   " WHERE t.tenant = $1 AND t.task_id = $2"
                   ).replace("{variables}", _VARIABLES_JSON).replace("{turns}", _TURN_ARRAYS
                             ).replace("{broken}", _BROKEN_AT)
-_REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason FROM {s}.rejections"
+_REJECTIONS_AFTER = ("SELECT seq, event_id, kind, code, reason, mac FROM {s}.rejections"
                      " WHERE tenant = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
 _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
 # Keys of tasks whose rows in one part differ between two schemas ({s}: this one, {o}: other),
@@ -434,17 +442,17 @@ class Store:
             await conn.execute(self._upsert, *columns(rows, 6))
 
     async def write_rest(self, conn: asyncpg.Connection, variables: Sequence[VariableRow],
-                         turns: Sequence[TurnRow], rejections: Sequence[RejectionRow],
+                         turns: Sequence[TurnRow], rejections: Sequence[TaggedRejection],
                          watermark: int, *, name: str = WATERMARK_NAME) -> None:
         """``write_parts``, ``insert_rejections`` and ``set_watermark`` in one statement (one
         round trip instead of four, in the caller's transaction): the live projector's batch."""
         await conn.execute(self._write_rest, *columns(variables, 5), *columns(turns, 6),
-                           *columns(rejections, 7), name, watermark)
+                           *columns(rejections, 8), name, watermark)
 
     async def write_batch(self, conn: asyncpg.Connection, *, name: str, expected: int,
                           projection: int, watermark: int, claims: Sequence[AppliedRow],
                           tasks: Sequence[TaskRow], variables: Sequence[VariableRow],
-                          turns: Sequence[TurnRow], rejections: Sequence[RejectionRow]) -> None:
+                          turns: Sequence[TurnRow], rejections: Sequence[TaggedRejection]) -> None:
         """The live projector's whole batch in one statement (``_batch_statement``): the watermark
         row ``name`` moves from ``expected`` (in ``projection``) to ``watermark``, the ids are
         claimed, the rows written. ``asyncpg.PostgresError`` with sqlstate ``REFUSED`` when the
@@ -452,7 +460,7 @@ class Store:
         try:
             await conn.execute(self._write_batch, watermark, name, expected, projection,
                                *columns(claims, 4), *columns(tasks, 6), *columns(variables, 5),
-                               *columns(turns, 6), *columns(rejections, 7), len(claims))
+                               *columns(turns, 6), *columns(rejections, 8), len(claims))
         except asyncpg.UndefinedTableError as exc:
             raise ProjectionMissingError("the projection tables are missing") from exc
 
@@ -501,9 +509,9 @@ class Store:
         return turns
 
     async def insert_rejections(self, conn: asyncpg.Connection,
-                                rows: Sequence[RejectionRow]) -> None:
+                                rows: Sequence[TaggedRejection]) -> None:
         if rows:
-            await conn.execute(self._reject, *columns(rows, 7))
+            await conn.execute(self._reject, *columns(rows, 8))
 
     async def get_task(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str, task_id: str,
                        transcript_tail: int | None = None) -> asyncpg.Record | None:
@@ -531,8 +539,9 @@ class Store:
 
     async def rejections_after(self, conn: asyncpg.Connection | asyncpg.Pool, tenant: str,
                                task_id: str, after_seq: int, limit: int) -> list[asyncpg.Record]:
-        """(seq, event_id, kind, code, reason) of the task's rejections after ``after_seq``, in
-        ledger order, at most ``limit`` (the primary key makes it one index range scan)."""
+        """(seq, event_id, kind, code, reason, mac) of the task's rejections after ``after_seq``, in
+        ledger order, at most ``limit`` (the primary key makes it one index range scan); the
+        caller checks each tag (``check_rejection``) before it serves the row."""
         rows: list[asyncpg.Record] = await conn.fetch(self._rejections_after, tenant, task_id,
                                                       after_seq, limit)
         return rows
@@ -556,7 +565,7 @@ class Store:
     async def copy_applied(self, conn: asyncpg.Connection, rows: Iterable[AppliedRow]) -> None:
         await self._copy(conn, "applied_events", APPLIED_COLUMNS, rows)
 
-    async def copy_rejections(self, conn: asyncpg.Connection, rows: Iterable[RejectionRow]) -> None:
+    async def copy_rejections(self, conn: asyncpg.Connection, rows: Iterable[TaggedRejection]) -> None:
         await self._copy(conn, "rejections", REJECTION_COLUMNS, rows)
 
     async def _copy(self, conn: asyncpg.Connection, table: str, names: Sequence[str],
@@ -631,12 +640,12 @@ def _combined(*statements: str, final: str) -> str:
 
 def _batch_statement() -> str:
     """``_MOVE_WM`` as CTE ``wm``, the claim and the row writes gated on it, and
-    ``_REFUSE_UNLESS`` (its ``$33``: how many ids the batch claims)."""
+    ``_REFUSE_UNLESS`` (its ``$34``: how many ids the batch claims)."""
     gated = [(name, sql.replace(" ON CONFLICT", " WHERE EXISTS (SELECT 1 FROM wm) ON CONFLICT", 1))
              for name, sql in (("claimed", _CLAIM), ("tasks", _UPSERT), ("variables", _PUT_VARIABLES),
                                ("turns", _PUT_TURNS), ("rejected", _REJECT))]
     ctes, offset = _ctes([("wm", _MOVE_WM), *gated])
-    assert offset == 32
+    assert offset == 33
     return f"WITH {ctes}{_REFUSE_UNLESS}"
 
 

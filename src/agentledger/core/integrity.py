@@ -29,6 +29,7 @@ MAC_BYTES = 32
 LEDGER_LINK = b"agentledger/ledger-link/v1"
 WORKING_MEMORY = b"agentledger/working-memory/v1"
 MEMORY_RECORD = b"agentledger/memory-record/v1"
+MEMORY_HISTORY = b"agentledger/memory-history/v1"
 CHECKPOINT = b"agentledger/checkpoint/v1"
 GENERATION = b"agentledger/generation/v1"
 RECEIPT = b"agentledger/receipt/v1"

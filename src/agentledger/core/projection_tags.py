@@ -10,6 +10,8 @@ already holds, with a handful of hash calls whatever the task's size:
   blake3 over the rows' names and bytes, in name order, as one statement reads them). A
   variable row edited, deleted, forged, copied from another task or put back at an old
   version changes that digest, so the task tag fails;
+* a **rejection tag** (on each row of the task's rejection trace) binds tenant, task, ledger
+  sequence and every column the trace shows (event id, kind, code, reason);
 * a **turn tag** (on each turn row) binds tenant, task, ordinal and the turn's bytes; the
   core's ``turns`` (the last ordinal, under the task tag) says how many there must be, so a
   read checks that the ordinals it got are the contiguous run ending there: a turn deleted,
@@ -60,6 +62,17 @@ def task_tag(epoch: int, key: bytes, tenant: str, task_id: str, *, seq: int, cor
 def turn_tag(epoch: int, key: bytes, tenant: str, task_id: str, *, ordinal: int, turn: bytes) -> str:
     """A turn row's tag."""
     return integrity.tag(epoch, key, WORKING_MEMORY, ("turn", tenant, task_id, ordinal, turn))
+
+
+def rejection_tag(epoch: int, key: bytes, row: Sequence[str | int]) -> str:
+    """A rejection row's tag; ``row``: (tenant, task, seq, event id, kind, code, reason)."""
+    return integrity.tag(epoch, key, WORKING_MEMORY, ("rejection", *row))
+
+
+def check_rejection(key_of: KeyOf, row: Sequence[str | int], tag: str | None) -> None:
+    """Raise ``IntegrityViolationError`` unless ``tag`` is the rejection row's tag."""
+    integrity.check(tag, key_of, WORKING_MEMORY, ("rejection", *row), where="working_memory",
+                    what=f"the rejection of {row[0]}/{row[1]} at seq {row[2]}")
 
 
 def check_task(key_of: KeyOf, tenant: str, task_id: str, *, seq: int, core: bytes, digest: bytes,

@@ -450,6 +450,20 @@ _MIGRATIONS: list[tuple[int, str]] = [
     (14, """
         ALTER TABLE {s}.memory_records ADD COLUMN IF NOT EXISTS index_version smallint NOT NULL DEFAULT 1;
     """),
+    # The traces a read serves carry integrity tags too: a Working Memory task's rejection rows
+    # (``wm.get``'s rejections page) and the memory history (``memory.history``). Rows made
+    # before have none and would be refused as tampered; as for version 11, both projections
+    # are refolded from the ledger (the watermarks go back to 0; the services rebuild them as
+    # they start), so no row is tagged as it stands (it may have been edited meanwhile).
+    (15, """
+        ALTER TABLE {s}.rejections ADD COLUMN IF NOT EXISTS mac text;
+        ALTER TABLE {s}.memory_history ADD COLUMN IF NOT EXISTS mac text;
+        TRUNCATE {s}.task_state, {s}.rejections, {s}.task_variables, {s}.task_turns,
+            {s}.applied_events;
+        UPDATE {s}.projector_watermark SET seq = 0;
+        TRUNCATE {s}.memory_groups, {s}.memory_records, {s}.memory_history, {s}.memory_held;
+        UPDATE {s}.memory_watermark SET seq = 0;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
