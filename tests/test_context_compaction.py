@@ -18,6 +18,8 @@ import pytest
 from agentledger.config import Settings
 from agentledger.contracts.context_api import CommitReply, Generation
 from agentledger.core.context import turn_tokens
+from agentledger.core.state import core_hash, decode_state, encode_core
+from agentledger.errors import IntegrityViolationError
 from agentledger.models import tokens
 from agentledger.services.context_builder.compactors import PlainTurn
 from ckpt_support import Stack, created
@@ -175,6 +177,34 @@ async def test_commit_refused_when_the_transcript_moved_on(stack: Stack) -> None
                                    "moved") is None
     # The refusal is final: asked again, the same answer.
     assert (await commit(stack, gen, 11)).reason == "transcript_moved_on"
+
+
+async def test_commit_refuses_a_core_row_edited_to_pass_its_check(stack: Stack) -> None:
+    """The CAS judges by the task's core row (transcript revision, epoch, lineage base). That row
+    edited outside the services to say the transcript ends at the answer (a turn came after it)
+    would let the stale candidate in: the commit answers ``integrity_violation`` and the pointer
+    does not move. The catch-up before the CAS reads the state checked, and so does the locked
+    read the CAS compares (``ContextStore.head``), so an edit between the two is refused too."""
+    gen = await staged(stack, "edited")
+    await stack.append([turn(11, "answer", "assistant", "edited"), turn(12, "and one more thing", task="edited")])
+    await stack.projected()
+    assert stack.db is not None
+    row = await stack.db.fetchrow("SELECT state FROM task_state WHERE task_id = 'edited'")
+    state = decode_state(bytes(row[0]))
+    assert state.turns == 12
+    state.turns = 11
+    core = encode_core(state)
+    await stack.db.execute("UPDATE task_state SET state = $1, state_hash = $2 WHERE task_id = 'edited'",
+                           core, core_hash(core))
+    reply = _commit.decode(await call(stack.c, "commit", {"tenant": TENANT, "generation_id": gen.generation_id,
+                                                          "answer_ordinal": 11}))
+    assert not reply.ok and reply.error is not None and reply.error.code == "integrity_violation", reply
+    assert await stack.db.fetchval("SELECT active_checkpoint_id FROM context_conversations WHERE task_id = $1",
+                                   "edited") is None
+    assert stack.context is not None
+    async with stack.db.acquire() as conn, conn.transaction():
+        with pytest.raises(IntegrityViolationError):
+            await stack.context.store.head(conn, TENANT, "edited")
 
 
 async def test_commit_refused_after_history_was_cleared(stack: Stack) -> None:

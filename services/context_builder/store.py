@@ -36,13 +36,13 @@ import msgspec
 from agentledger.config import Settings
 from agentledger.contracts.context_api import CompactionCheckpoint
 from agentledger.core import generation_tags as gen_tags
-from agentledger.core.projection_tags import check_turns
+from agentledger.core.projection_tags import check_task, check_turns, variables_digest
 from agentledger.core.state import Turn, WorkingMemory, decode_state, decode_turn
 from agentledger.errors import IntegrityViolationError
 from agentledger.security.integrity_keys import keys_of
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
+from agentledger.services.projector.store import VARIABLES_INPUT, check_loaded
 from agentledger.services.projector.store import Store as ProjectionStore
-from agentledger.services.projector.store import check_loaded
 
 _checkpoint = msgspec.json.Decoder(CompactionCheckpoint)
 
@@ -143,8 +143,10 @@ _MEMORY_SUBJECTS = ("SELECT DISTINCT data_subject FROM memory_records WHERE tena
                     " AND record_id = ANY($2::text[]) AND data_subject IS NOT NULL")
 _TURNS = ("SELECT turn, ordinal, mac FROM {s}.task_turns WHERE tenant = $1 AND task_id = $2 AND ordinal > $3"
           " AND ordinal <= $4 ORDER BY ordinal")
-# FOR SHARE: the projector cannot move the task on between the CAS's check and its commit.
-_HEAD = "SELECT state FROM {s}.task_state WHERE tenant = $1 AND task_id = $2 FOR SHARE"
+# FOR SHARE: the projector cannot move the task on between the CAS's check and its commit. With
+# what the task tag is checked over (the core row's seq, bytes and tag, its variable rows).
+_HEAD = ("SELECT t.seq, t.state, t.mac, {variables_input} FROM {s}.task_state t"
+         " WHERE t.tenant = $1 AND t.task_id = $2 FOR SHARE OF t").replace("{variables_input}", VARIABLES_INPUT)
 
 
 class ContextStore:
@@ -182,10 +184,15 @@ class ContextStore:
         return [decode_turn(t) for t in turns]
 
     async def head(self, conn: asyncpg.Connection, tenant: str, task_id: str) -> TaskHead | None:
-        data = await conn.fetchval(self._head, tenant, task_id)
-        if data is None:
+        """What a commit's compare-and-swap compares, from the task's core row once its tag holds
+        (``IntegrityViolationError`` otherwise: never judge a commit by an edited row)."""
+        row = await conn.fetchrow(self._head, tenant, task_id)
+        if row is None:
             return None
-        state = decode_state(bytes(data))
+        core = bytes(row["state"])
+        check_task(keys_of(self.settings).mac_key_of, tenant, task_id, seq=row["seq"], core=core,
+                   digest=variables_digest(row["variables_input"]), tag=row["mac"])
+        state = decode_state(core)
         return TaskHead(state.turns, state.epoch, state.lineage_base)
 
     # ---- generations --------------------------------------------------------------------------

@@ -256,12 +256,14 @@ _REFUSE_UNLESS = (" SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM wm)"
 # (``core.projection_tags.variables_input``), and the turns (every one, or the newest
 # ``$3``) with their ordinals and tags, oldest first. Names sort by code point ("C"), as
 # ``core.state.variables_view`` sorts them.
-_VARIABLES_JSON = ("(SELECT string_agg(convert_to(to_json(v.name)::text, 'UTF8') || '\\x3a'::bytea"
-                   " || v.value, '\\x2c'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
-                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables,"
-                   " (SELECT string_agg(convert_to(v.name, 'UTF8') || '\\x00'::bytea || v.value,"
+# The task tag's digest input of the task row ``t`` (``core.projection_tags.variables_input``).
+VARIABLES_INPUT = ("(SELECT string_agg(convert_to(v.name, 'UTF8') || '\\x00'::bytea || v.value,"
                    " '\\x00'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
                    " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables_input")
+_VARIABLES_JSON = ("(SELECT string_agg(convert_to(to_json(v.name)::text, 'UTF8') || '\\x3a'::bytea"
+                   " || v.value, '\\x2c'::bytea ORDER BY v.name COLLATE \"C\") FROM {s}.task_variables v"
+                   " WHERE v.tenant = t.tenant AND v.task_id = t.task_id) AS variables, {variables_input}"
+                   ).replace("{variables_input}", VARIABLES_INPUT)
 _TURN_ARRAYS = (" array_agg(x.turn ORDER BY x.ordinal) AS turns, array_agg(x.ordinal ORDER BY x.ordinal)"
                 " AS ordinals, array_agg(x.mac ORDER BY x.ordinal) AS turn_macs")
 # ``broken_at``: the first ledger sequence of the task whose chain check failed (the projector's
