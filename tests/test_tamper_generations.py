@@ -15,6 +15,7 @@ import pytest
 from agentledger.config import Settings
 from agentledger.errors import IntegrityViolationError
 from ckpt_support import Stack, created, running
+from helpers import assert_eventually
 from test_context_service import TASK, TENANT, build, some_turns
 
 
@@ -67,3 +68,33 @@ async def test_a_generation_put_back_to_its_unfinished_row_is_refused(stack: Sta
     with pytest.raises(IntegrityViolationError):
         await stack.c.get_generation(TENANT, first.generation_id)
     assert await stack.c.get_generation(TENANT, second.generation_id) == second
+
+
+async def test_every_instance_refuses_a_generation_another_one_finished_put_back(stack: Stack) -> None:
+    """Two context-builder instances: whichever finished a build tells the other
+    (``finished_notes``), so each refuses the row put back to its frozen version, not only the
+    one that finished it. Before, the other instance served the frozen input as the answer."""
+    from agentledger.services.context_builder.service import ContextBuilder  # noqa: PLC0415
+
+    other = ContextBuilder(stack.settings)
+    await other.start()
+    try:
+        await stack.append([created(TASK), *some_turns(1, 5)])
+        builds = [(await build(stack.c, input_ordinal=n, window_tokens=4096))[0] for n in (3, 4, 5)]
+        assert stack.context is not None and stack.context.store is not None and other.store is not None
+        stores = (stack.context.store, other.store)
+
+        async def known_everywhere() -> bool:
+            return all(s.is_finished(TENANT, g.generation_id) for s in stores for g in builds)
+
+        await assert_eventually(known_everywhere, timeout=30, message="an instance never learnt a finished build")
+        assert stack.db is not None
+        for gen in builds:
+            await stack.db.execute("UPDATE context_generations SET digest = frozen_digest, artifact_uri = NULL,"
+                                   " staged_checkpoint_id = NULL, finish_mac = NULL WHERE generation_id = $1",
+                                   gen.generation_id)
+            for store in stores:
+                with pytest.raises(IntegrityViolationError):
+                    await store.generation(TENANT, gen.generation_id)
+    finally:
+        await other.stop()

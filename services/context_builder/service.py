@@ -36,6 +36,7 @@ from agentledger.contracts import context_api as api
 from agentledger.erasure import evict
 from agentledger.models import tokens
 from agentledger.models.embedding import WordLlamaEmbedder
+from agentledger.services.context_builder import finished_notes
 from agentledger.services.context_builder.build import Builder
 from agentledger.services.context_builder.commit import Committer
 from agentledger.services.context_builder.documents import DocumentIndex
@@ -76,6 +77,10 @@ class ContextBuilder(Shell):
         assert self._nc is not None and self._pool is not None
         key = self._key = load_signing_key(s.context_key_path)
         self.store = ContextStore(self._pool, self.settings)
+        nc = self._nc
+        # Every instance refuses a generation another one finished, put back to unfinished.
+        self.store.announce = lambda tenant, gid, finished: finished_notes.publish(nc, s.prefix, tenant, gid, finished)
+        await finished_notes.listen(nc, s.prefix, self.store.noted)
         store = await artifacts.open(self._nc, s)
         self.documents = await parts.projection(DocumentIndex(s, self._nc, self._pool))
         # Loaded once the endpoints answer (Parts.warm): builds count tokens, queries embed.

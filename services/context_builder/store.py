@@ -26,12 +26,13 @@ directly, never written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 import asyncpg
 import msgspec
+import structlog
 
 from agentledger.config import Settings
 from agentledger.contracts.context_api import CompactionCheckpoint
@@ -40,9 +41,12 @@ from agentledger.core.projection_tags import check_task, check_turns, variables_
 from agentledger.core.state import Turn, WorkingMemory, decode_state, decode_turn
 from agentledger.errors import IntegrityViolationError
 from agentledger.security.integrity_keys import keys_of
+from agentledger.services.context_builder.finished_notes import FinishedNote
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import VARIABLES_INPUT, check_loaded
 from agentledger.services.projector.store import Store as ProjectionStore
+
+log = structlog.get_logger()
 
 _checkpoint = msgspec.json.Decoder(CompactionCheckpoint)
 
@@ -159,8 +163,11 @@ class ContextStore:
         quoted = f'"{schema}"'
         self._turns = _TURNS.replace("{s}", quoted)
         self._head = _HEAD.replace("{s}", quoted)
-        # (tenant, generation id) this process finished: its row put back to unfinished is refused.
+        # (tenant, generation id) this process, or another instance (``finished_notes``), finished:
+        # its row put back to unfinished is refused.
         self._finished: set[tuple[str, str]] = set()
+        # Tells the other instances (``finished_notes.publish``); None: a process of its own.
+        self.announce: Callable[[str, str, bool], Awaitable[None]] | None = None
 
     # ---- the Working Memory projection --------------------------------------------------------
 
@@ -220,18 +227,42 @@ class ContextStore:
         fresh = bool(status.endswith(" 1"))
         if fresh:  # frozen anew (a forget request deleted the one finished before): unfinished is honest
             self._finished.discard((tenant, generation_id))
+            await self._announce(tenant, generation_id, finished=False)
         return fresh
 
     async def finish(self, tenant: str, generation_id: str, *, digest: str, uri: str,
                      staged: str | None) -> None:
         await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged, tenant,
                                 self._finish_tag(tenant, generation_id, digest, uri, staged))
-        self._finished_here(tenant, generation_id)
+        await self._finished_here(tenant, generation_id)
 
-    def _finished_here(self, tenant: str, generation_id: str) -> None:
+    async def _finished_here(self, tenant: str, generation_id: str) -> None:
+        self._remember(tenant, generation_id)
+        await self._announce(tenant, generation_id, finished=True)
+
+    def _remember(self, tenant: str, generation_id: str) -> None:
         if len(self._finished) >= MAX_FINISHED:
             self._finished.clear()
         self._finished.add((tenant, generation_id))
+
+    async def _announce(self, tenant: str, generation_id: str, *, finished: bool) -> None:
+        if self.announce is None:
+            return
+        try:
+            await self.announce(tenant, generation_id, finished)
+        except Exception as exc:  # noqa: BLE001 - a lost note costs another instance one check, never the build
+            log.warning("context.finished_note_unsent", error=type(exc).__name__)
+
+    def is_finished(self, tenant: str, generation_id: str) -> bool:
+        """Whether this process knows the generation was finished (here or by another instance)."""
+        return (tenant, generation_id) in self._finished
+
+    def noted(self, note: FinishedNote) -> None:
+        """Another instance's (or this one's own) note: the generation finished, or frozen anew."""
+        if note.finished:
+            self._remember(note.tenant, note.generation_id)
+        else:
+            self._finished.discard((note.tenant, note.generation_id))
 
     def _finish_tag(self, tenant: str, generation_id: str, digest: str, uri: str, staged: str | None) -> str:
         keys = keys_of(self.settings)
@@ -262,7 +293,7 @@ class ContextStore:
             staged_id = staged.checkpoint_id if staged is not None else None
             await conn.execute(_FINISH_GEN, generation_id, digest, uri, staged_id, tenant,
                                self._finish_tag(tenant, generation_id, digest, uri, staged_id))
-        self._finished_here(tenant, generation_id)
+        await self._finished_here(tenant, generation_id)
         return True
 
     async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:

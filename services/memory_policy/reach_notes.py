@@ -3,12 +3,9 @@ that a standby's put-back reference (``record_reach``) follows the ledger after 
 
 A standby never folds (it waits for the projection's leadership lock) but serves reads, and
 its start-up fold (``reach_seed``) knows only the versions committed before it. So after each
-committed batch the leader publishes, on ``<prefix>.reach.memory`` (core NATS, no queue
-group: every instance receives it), each record the batch left and the ledger sequence its
-row is at now, with the projection's id; a standby notes them as its own commits would be
-noted. The subject lives in the services' account and matches none of its exports, so no
-tenant can publish to it, and the tamper model's attacker (who writes PostgreSQL rows or the
-stores' files) cannot either.
+committed batch the leader publishes (``agentledger.shell.peer_notes``, on
+``<prefix>.reach.memory``) each record the batch left and the ledger sequence its row is at
+now, with the projection's id; a standby notes them as its own commits would be noted.
 
 Published after the commit, so a standby's read that takes its ``mark`` after a note finds
 the committed row. A note that is lost (a reconnect) leaves that record's reference at its
@@ -23,12 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import msgspec
-import structlog
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-log = structlog.get_logger()
+from agentledger.shell import peer_notes
 
 # Records per note: a bulk batch stays well inside the server's payload limit.
 ROWS_PER_NOTE = 2000
@@ -44,10 +39,6 @@ class ReachNote(msgspec.Struct, frozen=True, array_like=True):
     rows: list[tuple[str, str, int]]
 
 
-_decode = msgspec.msgpack.Decoder(ReachNote).decode
-_encode = msgspec.msgpack.Encoder().encode
-
-
 def reach_subject(prefix: str) -> str:
     return f"{prefix}.reach.memory"
 
@@ -56,18 +47,10 @@ async def publish(nc: Client, prefix: str, projection: int, rows: Sequence[Row])
     """The leader's: the records a committed batch left (nothing when it left none)."""
     for i in range(0, len(rows), ROWS_PER_NOTE):
         part = [(tenant, rid, seq) for (tenant, rid), seq in rows[i:i + ROWS_PER_NOTE]]
-        await nc.publish(reach_subject(prefix), _encode(ReachNote(projection=projection, rows=part)))
+        await peer_notes.publish(nc, reach_subject(prefix), ReachNote(projection=projection, rows=part))
 
 
 async def listen(nc: Client, prefix: str, on_note: Callable[[int, list[Row]], None]) -> Subscription:
-    """Every instance's: ``on_note(projection, rows)`` for each note that decodes."""
-
-    async def on_msg(msg: Msg) -> None:
-        try:
-            note = _decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("memory.reach_note_undecodable", size=len(msg.data))
-            return
-        on_note(note.projection, [((tenant, rid), seq) for tenant, rid, seq in note.rows])
-
-    return await nc.subscribe(reach_subject(prefix), cb=on_msg)
+    """Every instance's: ``on_note(projection, rows)`` for each note."""
+    return await peer_notes.listen(nc, reach_subject(prefix), ReachNote, lambda note: on_note(
+        note.projection, [((tenant, rid), seq) for tenant, rid, seq in note.rows]))
