@@ -440,6 +440,8 @@ class DocumentIngested(Strict, frozen=True):
 # ---- forgetting -------------------------------------------------------------
 
 ForgetKind = Literal["record", "key", "subject", "task", "tenant"]
+# A forgotten key's keyed digest (``core.memory.keys.tombstone_key``): 128 bits of HMAC-SHA256.
+KeyDigest = Annotated[str, Meta(pattern=r"^forgotten:[0-9a-f]{32}$")]
 IndexStatus = Literal["done", "not_applicable"]
 
 
@@ -451,6 +453,11 @@ class ForgetSelector(Strict, frozen=True):
     narrows it); ``subject``: everything about a pseudonymous data subject
     (``subject``); ``task``: a task (``task_id``); ``tenant``: the whole tenant.
     The field the kind names is required and no other is allowed.
+
+    A request names a key by its words (``key``); the service stores, appends and
+    answers the selector with ``key_digests`` instead (keyed digests of the key and of
+    its canonical form, ``core.forget.stored_selector``), since a key is often made of
+    its value's words. A request may not set ``key_digests``.
     """
 
     kind: ForgetKind
@@ -459,6 +466,7 @@ class ForgetSelector(Strict, frozen=True):
     scope: Scope | None = None
     subject: Token | None = None
     task_id: Token | None = None
+    key_digests: Annotated[list[KeyDigest], Meta(max_length=2)] = []
 
 
 class ForgetRequested(Strict, frozen=True):

@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentledger.contracts import events as ev
-from agentledger.core.forget import check_may_forget, check_selector, make_receipt, verify_receipt
+from agentledger.core.forget import (
+    check_may_forget,
+    check_selector,
+    make_receipt,
+    selector_key_digest,
+    stored_selector,
+    verify_receipt,
+)
+from agentledger.core.memory.keys import normalise_key
 from agentledger.errors import ContractError, PermissionDeniedError
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -25,6 +33,8 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
      "invalid_value", "$.selector.scope.tenant"),
     ({"kind": "record", "record_id": "r1", "scope": {"level": "tenant", "tenant": "acme"}},
      "unknown_field", "$.selector.scope"),
+    ({"kind": "key", "key": "k", "key_digests": ["forgotten:" + "0" * 32]}, "unknown_field",
+     "$.selector.key_digests"),
 ])
 def test_a_selector_names_exactly_what_its_kind_needs(selector: dict[str, object], code: str, path: str) -> None:
     with pytest.raises(ContractError) as info:
@@ -38,6 +48,21 @@ def test_well_formed_selectors_pass() -> None:
                      {"kind": "subject", "subject": "s1"}, {"kind": "task", "task_id": "t1"},
                      {"kind": "tenant"}):
         check_selector(msgspec.convert(selector, ev.ForgetSelector), "acme")
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_a_stored_key_selector_holds_digests_not_words(key: str) -> None:
+    """What the service keeps of a key selector: no words, a digest of the key and of its
+    canonical form (what the memory step matches), the same again when stored twice."""
+    secret = b"m" * 32
+    request = ev.ForgetSelector(kind="key", key=key, scope=ev.Scope(level="project", tenant="acme", id="p1"))
+    stored = stored_selector(request, secret)
+    assert stored.key is None and stored.scope == request.scope
+    assert stored.key_digests == list(dict.fromkeys(
+        selector_key_digest(k, secret) for k in (key, normalise_key(key))))
+    assert stored_selector(stored, secret) == stored
+    assert stored_selector(ev.ForgetSelector(kind="subject", subject="s1"), secret).subject == "s1"
+    assert stored_selector(request, b"n" * 32).key_digests != stored.key_digests  # keyed
 
 
 def test_only_an_operator_forgets_a_whole_tenant() -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import nats.js.errors
 import pytest
 
 from agentledger.client import Client, connect
@@ -232,3 +233,49 @@ async def test_forgetting_a_task_while_others_keep_writing_changes_nothing_of_th
     finally:
         await fanout.stop()
 
+
+
+async def stream_bodies(settings: Settings) -> list[bytes]:
+    """Every body and header value still in the ledger stream (erased messages are gone)."""
+    nc = await auth.connect(settings, auth.WRITER)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(settings.stream)
+        out = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else []:
+            try:
+                msg = await js.get_msg(settings.stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            out.append(msg.data + b"".join(v.encode() for v in (msg.headers or {}).values()))
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_a_key_forget_keeps_no_word_of_the_key(settings: Settings, stack: Stack) -> None:
+    """A memory key is often made of its value's words. The request names the key, but what the
+    service appends to the ``_forget`` ledger, keeps in ``forget_requests`` and answers in the
+    receipt holds keyed digests of it, never its words; the key's records are forgotten all the
+    same, and the same request again is a duplicate, not a conflict."""
+    fanout = Fanout(settings)
+    await fanout.start(stack.c.nc)
+    try:
+        c = stack.c
+        key = "vault hint heronsong"
+        await c.memory_propose("acme", [proposal("k1", "the vault hint is the grey bird", key=key)])
+        assert [r.status for r in (await c.memory_get("acme", key, "project", "p1")).records] == ["active"]
+        body = {"kind": "key", "key": key}
+        reply = await c.forget("acme", body, request_id="fg-key-1", reason="asked", legal_basis="consent")
+        done = await c.forget_wait("acme", reply.request_id, timeout_s=120)
+        assert done.receipt is not None and done.selector.key is None and len(done.selector.key_digests) == 2
+        assert not [r for r in (await c.memory_get("acme", key, "project", "p1")).records if r.status == "active"]
+        again = await c.forget("acme", body, request_id="fg-key-1", reason="asked", legal_basis="consent")
+        assert again.duplicate
+        assert b"heronsong" not in msgspec.json.encode(done)
+        assert not [b for b in await stream_bodies(settings) if b"heronsong" in b]
+        assert stack.db is not None
+        rows = await stack.db.fetch("SELECT request, receipt FROM forget_requests WHERE tenant = 'acme'")
+        assert rows and not [r for r in rows if b"heronsong" in bytes(r[0]) + bytes(r[1] or b"")]
+    finally:
+        await fanout.stop()

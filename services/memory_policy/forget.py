@@ -41,6 +41,7 @@ import nats.js.errors
 
 from agentledger.contracts import events as ev
 from agentledger.contracts.memory_api import ReadReceipt
+from agentledger.core.forget import selector_key_digest
 from agentledger.core.memory.authority import parse_scope_key
 from agentledger.core.memory.keys import normalise_key, tombstone_key
 from agentledger.core.memory.state import FORGET_PRODUCER
@@ -64,7 +65,7 @@ _SELECT = ("SELECT record_id, scope_key, key, kind, status FROM memory_records W
            " AND status <> 'forgotten' AND ")
 _BY_KIND = {
     "record": _SELECT + "record_id = $2 ORDER BY record_id",
-    "key": _SELECT + "(key = $2 OR key = $3) AND ($4::text IS NULL OR scope_key = $4) ORDER BY record_id",
+    "key": _SELECT + "key = ANY($2::text[]) AND ($3::text IS NULL OR scope_key = $3) ORDER BY record_id",
     "subject": _SELECT + "data_subject = $2 ORDER BY record_id",
     # A task's records: those it produced (their origin task) and those scoped to it.
     "task": _SELECT + ("(convert_from(row, 'UTF8')::jsonb #>> '{body,origin_task}' = $2 OR scope_key = $3)"
@@ -76,6 +77,8 @@ _HISTORY_SEQS = (
     "SELECT DISTINCT seq FROM memory_history WHERE tenant = $1 AND event <> 'memory_forgotten'"
     " AND (record_id = ANY($2::text[]) OR proposal_id IN (SELECT proposal_id FROM memory_history"
     " WHERE tenant = $1 AND record_id = ANY($2::text[]) AND proposal_id IS NOT NULL)) ORDER BY seq")
+# Every key of the tenant's records (in a scope), for a key selector's digests to pick from.
+_KEYS = "SELECT DISTINCT key FROM memory_records WHERE tenant = $1 AND ($2::text IS NULL OR scope_key = $2)"
 _COUNT = {t: f"SELECT count(*) FROM {t} WHERE tenant = $1" for t in PROJECTION_TABLES}  # noqa: S608 - names
 _DELETE = {t: f"DELETE FROM {t} WHERE tenant = $1" for t in PROJECTION_TABLES}  # noqa: S608 - names
 
@@ -150,6 +153,16 @@ async def delivered_committed(ctx: ForgetContext) -> None:
     await ctx.wait_watermark(DURABLE, WATERMARK_TABLE, WATERMARK)
 
 
+async def _keys_of(ctx: ForgetContext, sel: ev.ForgetSelector, scope: str | None) -> list[str]:
+    """The stored keys a key selector names: those whose keyed digest it holds (a request
+    appended before selectors kept digests names the key and its canonical form itself)."""
+    if sel.key is not None:
+        return sorted({sel.key, normalise_key(sel.key)})
+    secret = marker_key_of(ctx.settings)
+    wanted = set(sel.key_digests)
+    return [k for (k,) in await ctx.pool.fetch(_KEYS, ctx.tenant, scope) if selector_key_digest(k, secret) in wanted]
+
+
 class MemoryHandler:
     """The memory projection's tables; see the module docstring."""
 
@@ -167,11 +180,10 @@ class MemoryHandler:
         if sel.kind == "record":
             args: tuple[Any, ...] = (sel.record_id,)
         elif sel.kind == "key":
-            assert sel.key is not None
             scope = None
             if sel.scope is not None:
                 scope = f"{sel.scope.level}/{tenant}/{sel.scope.id or ''}"
-            args = (sel.key, normalise_key(sel.key), scope)
+            args = (await _keys_of(ctx, sel, scope), scope)
         elif sel.kind == "subject":
             args = (sel.subject,)
         else:

@@ -37,7 +37,7 @@ from agentledger.contracts.forget_api import (
     ReceiptRequest,
     RequestProgress,
 )
-from agentledger.core.forget import check_may_forget, check_selector
+from agentledger.core.forget import check_may_forget, check_selector, stored_selector
 from agentledger.errors import ConflictError, ContractError, NotFoundError
 from agentledger.security.identity import Caller
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of
@@ -97,6 +97,8 @@ class TombstoneFanout(Shell):
         check_selector(body.selector, tenant)
         await self._check_may_forget(caller, body)
         request_id = body.request_id or f"fg-{secrets.token_hex(10)}"
+        # A key selector's words never reach the ledger, the request's row or the receipt.
+        selector = stored_selector(body.selector, marker_key_of(self.settings))
         existing = await self.log.store.request(self._pool, tenant, request_id)
         if existing is None:
             now = datetime.now(UTC)
@@ -107,7 +109,7 @@ class TombstoneFanout(Shell):
             event = ev.ForgetRequestedEvent(
                 event_id=f"forget-{request_id}", tenant=tenant, task_id=ev.FORGET_TASK,
                 producer="tombstone-fanout", occurred_at=now, schema_version=1,
-                payload=ev.ForgetRequested(request_id=request_id, selector=body.selector,
+                payload=ev.ForgetRequested(request_id=request_id, selector=selector,
                                            requested_by=requested_by(caller), operator=caller.is_operator,
                                            reason=body.reason, legal_basis=body.legal_basis))
             seqs = await self.saga.append([event])
@@ -117,7 +119,7 @@ class TombstoneFanout(Shell):
             duplicate = stored.seq != max(seqs)
         else:
             stored, duplicate = existing, True
-        if stored.request.selector != body.selector:
+        if stored.request.selector != selector:
             raise ConflictError(f"request {request_id!r} was made with another selector",
                                 path="$.request_id")
         if not duplicate:

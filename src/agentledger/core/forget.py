@@ -13,11 +13,14 @@ import msgspec
 from blake3 import blake3
 
 from agentledger.contracts import events as ev
+from agentledger.core.memory.keys import normalise_key, tombstone_key
 from agentledger.errors import ContractError, PermissionDeniedError
 
 # The one field each selector kind needs; every other selector field must be empty.
 _NEEDS = {"record": "record_id", "key": "key", "subject": "subject", "task": "task_id", "tenant": None}
 _FIELDS = ("record_id", "key", "scope", "subject", "task_id")
+# What the stored selector's key digests are keyed under (the scope part of ``tombstone_key``).
+SELECTOR_KEY_SCOPE = "forget-selector"
 
 
 def check_selector(selector: ev.ForgetSelector, tenant: str, path: str = "$.selector") -> None:
@@ -32,12 +35,32 @@ def check_selector(selector: ev.ForgetSelector, tenant: str, path: str = "$.sele
         if name not in allowed and value is not None:
             raise ContractError(f"a {selector.kind} selector takes no {name}", code="unknown_field",
                                 path=f"{path}.{name}")
+    if selector.key_digests:
+        raise ContractError("key_digests is the service's: a request names its key", code="unknown_field",
+                            path=f"{path}.key_digests")
     if selector.scope is not None and selector.scope.tenant != tenant:
         raise ContractError("the scope's tenant must be the request's tenant", code="invalid_value",
                             path=f"{path}.scope.tenant")
     if selector.task_id is not None and selector.task_id.startswith(ev.RESERVED_TASK_PREFIX):
         raise ContractError("the runtime's own ledgers are forgotten by record, key, subject or tenant",
                             code="reserved_task", path=f"{path}.task_id")
+
+
+def selector_key_digest(key: str, secret: bytes) -> str:
+    """The keyed digest a key selector stores for ``key`` (``secret``: the marker key)."""
+    return tombstone_key(SELECTOR_KEY_SCOPE, key, secret)
+
+
+def stored_selector(selector: ev.ForgetSelector, secret: bytes) -> ev.ForgetSelector:
+    """The selector as the service appends, stores and answers it: a key selector's words
+    replaced by the keyed digests of the key and of its canonical form (the two a forget of
+    the key matches), so neither the ``_forget`` ledger, the request's row nor the receipt
+    holds them; any other selector as it is. Idempotent."""
+    if selector.kind != "key" or selector.key is None:
+        return selector
+    forms = dict.fromkeys((selector.key, normalise_key(selector.key)))
+    return msgspec.structs.replace(selector, key=None,
+                                   key_digests=[selector_key_digest(k, secret) for k in forms])
 
 
 def check_may_forget(selector: ev.ForgetSelector, *, operator: bool, bound_users: frozenset[str] = frozenset(),
