@@ -258,7 +258,10 @@ async def test_the_rejection_trace_edited_moved_or_forged_is_refused(
     assert (await rejections_page(ledger, "t2")).ok
     assert projector.integrity_violations >= 1
 
+    await audit_names(settings, "t1", "rejections.reason")
+
     await conn.execute("DELETE FROM rejections WHERE task_id = 't1'")
+    await audit_names(settings, "t1", "rejections rows")  # hidden: served as less, named by the audit
     await conn.execute("UPDATE rejections SET task_id = 't1' WHERE task_id = 't2'")
     await page_refused(ledger, "t1")
 

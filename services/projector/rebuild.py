@@ -217,7 +217,7 @@ class WorkingMemoryRebuild:
                               subject=ledger_subject(settings.prefix, *key))
         await fold.spill()
         replay = await scratch.task_hashes(conn)
-        parts = await live_store.part_differences(conn, scratch)
+        parts = await live_store.part_differences(conn, scratch, last)
 
         missing, extra, different = [], [], []
         for key, (seq, digest) in replay.items():

@@ -176,10 +176,16 @@ def check_loaded(loaded: Loaded, key_of: KeyOf) -> None:
 # --verify``: (table, the row's key within the task, the columns compared). Every stored
 # column is compared, the core row's bytes included (not only the hash stored beside them);
 # the integrity tags are not (a fold under a newer key epoch tags the same rows differently).
-PART_TABLES = {"core": ("task_state", (), ("seq", "state", "state_hash")),
-               "variables": ("task_variables", ("name",), ("seq", "value")),
-               "transcript": ("task_turns", ("ordinal",), ("seq", "turn")),
-               "applied_events": ("applied_events", ("event_id",), ("seq",))}
+PART_TABLES = {"core": ("task_state", (), ("seq", "state", "state_hash"), ""),
+               "variables": ("task_variables", ("name",), ("seq", "value"), ""),
+               "transcript": ("task_turns", ("ordinal",), ("seq", "turn"), ""),
+               "applied_events": ("applied_events", ("event_id",), ("seq",), ""),
+               # A rejection up to the replayed point (``$1``): one past it may belong to a task
+               # whose row did not move (a message that never reached the reducer), which the
+               # replay does not fold further; a ``projection_error`` is the live loop's own
+               # record of a message it could not store, which a replay may well store.
+               "rejections": ("rejections", ("seq",), ("event_id", "kind", "code", "reason"),
+                              "code <> 'projection_error' AND seq <= $1")}
 
 
 # SQL templates; ``{s}`` is the quoted, validated schema name.
@@ -291,7 +297,7 @@ _HASHES = "SELECT tenant, task_id, seq, state_hash FROM {s}.task_state"
 # missing or extra ({rows}).
 _PART_DIFF = ("SELECT coalesce(a.tenant, b.tenant), coalesce(a.task_id, b.task_id),"
               " bool_or(a.tenant IS NULL OR b.tenant IS NULL), {flags}"
-              " FROM {s}.{table} a FULL JOIN {o}.{table} b ON a.tenant = b.tenant"
+              " FROM {a} a FULL JOIN {b} b ON a.tenant = b.tenant"
               " AND a.task_id = b.task_id AND {match}"
               " WHERE a.tenant IS NULL OR b.tenant IS NULL OR {differ}"
               " GROUP BY 1, 2")
@@ -574,19 +580,24 @@ class Store:
                     rows: Iterable[tuple[Any, ...]]) -> None:
         await conn.copy_records_to_table(table, records=rows, columns=names, schema_name=self.schema)
 
-    async def part_differences(self, conn: asyncpg.Connection, other: Store
+    async def part_differences(self, conn: asyncpg.Connection, other: Store, upto: int
                                ) -> dict[str, dict[Key, list[str]]]:
         """Per part (``PART_TABLES``), the tasks whose rows differ between this schema and
         ``other``'s, each with what differs: ``<table>.<column>`` for a column with other
-        content in some row, ``<table> rows`` for a row on one side only."""
+        content in some row, ``<table> rows`` for a row on one side only (``upto``: the
+        sequence both were folded to, for the parts that compare only rows up to it)."""
         found: dict[str, dict[Key, list[str]]] = {}
-        for part, (table, keys, cols) in PART_TABLES.items():
+        for part, (table, keys, cols, rows_compared) in PART_TABLES.items():
             match = " AND ".join(f"a.{c} = b.{c}" for c in keys) or "true"
             flags = ", ".join(f"bool_or(a.{c} IS DISTINCT FROM b.{c})" for c in cols)
             differ = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in cols)
-            query = (_PART_DIFF.replace("{table}", table).replace("{match}", match)
+            side = "{x}.{table}" if not rows_compared else "(SELECT * FROM {x}.{table} WHERE {rows})"
+            sides = [side.replace("{x}", schema).replace("{rows}", rows_compared) for schema in ("{s}", "{o}")]
+            query = (_PART_DIFF.replace("{a}", sides[0]).replace("{b}", sides[1]).replace("{table}", table)
+                     .replace("{match}", match)
                      .replace("{flags}", flags).replace("{differ}", differ).replace("{o}", other._quoted))
-            rows = await conn.fetch(_qualify(query, self._quoted))
+            args = (upto,) if "$1" in rows_compared else ()
+            rows = await conn.fetch(_qualify(query, self._quoted), *args)
             found[part] = {(r[0], r[1]): [f"{table} rows"] * bool(r[2])
                            + [f"{table}.{c}" for c, flagged in zip(cols, r[3:], strict=True)
                               if flagged and not r[2]]
