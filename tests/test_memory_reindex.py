@@ -1,9 +1,12 @@
 """An upgrade that changes how a memory record's index text is derived (``fold.INDEX_TEXT_VERSION``).
 
 Rows written the old way (the key's words before the value's text, also for a key derived from
-those very words; no ``index_version`` column) are derived again when the memory-policy service
-starts: ``replay --verify`` is clean afterwards, and an index column edited by hand is still
-reported, before and after another start. Real NATS and PostgreSQL, the service in process.
+those very words), marked as made by that older derivation (``index_version`` 1, as migration 14
+marked every row it found), are derived again when the memory-policy service starts:
+``replay --verify`` is clean afterwards, and an index column edited by hand is still reported,
+before and after another start. (An upgrade from a schema before 15 refolds the whole memory
+projection from the ledger instead, so these rows are what a later change of the derivation
+meets.) Real NATS and PostgreSQL, the service in process.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.replay import verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.memory_policy.store import MemoryStore, decode_row, vector_text
-from agentledger.stores.db import MEMORY_DOC_LEN, migrate
+from agentledger.stores.db import MEMORY_DOC_LEN
 from ckpt_support import running
 from test_memory_service import TENANT, Mem, proposal, stored_evidence
 
@@ -38,8 +41,8 @@ def first_derivation(key: str, value: object) -> str:
 
 
 async def write_the_old_way(mem: Mem) -> list[str]:
-    """Every record's index as the first derivation made it, and the schema as it was before
-    migration 14 (no ``index_version``); the ids of the records whose index text that changes."""
+    """Every record's index as the first derivation made it, marked as made by it
+    (``index_version`` 1); the ids of the records whose index text that changes."""
     db = mem.stack.db
     assert db is not None
     embedder = load_embedder(mem.stack.settings)
@@ -53,8 +56,7 @@ async def write_the_old_way(mem: Mem) -> list[str]:
                          " embedding = $3::vector WHERE record_id = $1", record_id, old, vector_text(vector))
         if old != text_of(row.body.value) and row.key.replace("_", " ") in old.split("\n")[0]:
             changed.append(record_id)
-    await db.execute("ALTER TABLE memory_records DROP COLUMN index_version")
-    await db.execute("DELETE FROM schema_migrations WHERE version = 14")
+    await db.execute("UPDATE memory_records SET index_version = 1")
     return changed
 
 
@@ -78,8 +80,7 @@ async def test_rows_indexed_by_an_older_version_are_derived_again_at_start(mem: 
     assert await verify_memory(mem.stack.settings) == []
     changed = await write_the_old_way(mem)
     assert derived_id in changed
-    # The upgrade's migration alone (no service started yet) marks them old; verify sees old rows.
-    await migrate(mem.stack.settings.database_url)
+    # Before the upgraded service starts, verify sees the old rows.
     stale = await verify_memory(mem.stack.settings)
     assert any(derived_id in p and "full-text vector different" in p for p in stale), stale
 
@@ -120,7 +121,6 @@ async def test_the_rederivation_goes_in_batches_and_does_nothing_twice(mem: Mem)
                                                 for i in range(4)])
     assert all(d.action == "write" for d in reply.decisions), reply.decisions
     await write_the_old_way(mem)
-    await migrate(mem.stack.settings.database_url)
     assert mem.stack.db is not None
     vectors = Vectors(load_embedder(mem.stack.settings))
     async with mem.stack.db.acquire() as conn:

@@ -121,10 +121,11 @@ class ServiceProcess:
     proc: subprocess.Popen[bytes]
 
     @classmethod
-    async def start(cls, stack: Stack, module: str, micro: str, **extra: str) -> ServiceProcess:
-        """Start it (``extra`` added to its environment) and wait until its micro service
-        answers a PING."""
-        env = {**os.environ, **settings_env(stack.settings), **extra}
+    async def start(cls, stack: Stack, module: str, micro: str, *, settings: Settings | None = None,
+                    **extra: str) -> ServiceProcess:
+        """Start it (with the stack's settings, or ``settings``; ``extra`` added to its
+        environment) and wait until its micro service answers a PING."""
+        env = {**os.environ, **settings_env(settings or stack.settings), **extra}
         proc = subprocess.Popen([sys.executable, "-m", f"agentledger.services.{module}"], env=env)
         service = cls(proc)
         nc = await auth.connect(stack.settings, auth.OPERATOR_ROLE)

@@ -10,8 +10,8 @@ embeddings — no ledger in between), starts the memory-policy service, then mea
   (``memory_read_e2e_p50`` / ``_p99``), and recall@10 of the vector statement under a filter
   (``memory_vector_recall_at_10``);
 * what the integrity check of the returned records costs a real read: ``memory.read`` end to
-  end with the service started with ``AGENTLEDGER_INTEGRITY`` on and off, the order
-  alternating between repeats (``memory_read_e2e_integrity_p50``);
+  end through two instances of the service running at once, one with ``AGENTLEDGER_INTEGRITY``
+  on and one off, the reads alternating between them (``memory_read_e2e_integrity_p50``);
 * the writes (``memory_writes``): decisions per second and propose latency against the raw
   ledger append of the same events (``memory_decisions_per_s``,
   ``memory_propose_latency_p50`` / ``_p99``), with the projection's lag.
@@ -22,16 +22,26 @@ the loaded size (the 1M-record run: docs/benchmarks.md).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sys
 import time
 from datetime import UTC, datetime
 
 import asyncpg
+import msgspec
 
 from agentledger.bench.common import ServiceProcess, Stack, emit, pct
 from agentledger.bench.memory_corpus import Sizes, load_records, sizes_of
-from agentledger.bench.memory_reads import POOL_SETTINGS, bench_reads, bench_recall, e2e_read, make_queries, timed
+from agentledger.bench.memory_reads import (
+    POOL_SETTINGS,
+    Query,
+    bench_reads,
+    bench_recall,
+    e2e_read,
+    make_queries,
+    timed,
+)
 from agentledger.bench.memory_writes import Writes, writes_bulk, writes_single
 from agentledger.client import Client, connect
 from agentledger.models.embedding import WordLlamaEmbedder
@@ -40,8 +50,8 @@ from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Vectors
 
 SERVICE = "agentledger-memory-policy"
-# Repeats of the on/off pair; even, so that the service left running has integrity on.
-INTEGRITY_REPEATS = 8
+# Starts of the on/off pair (the check on the other instance each time).
+INTEGRITY_PAIRS = 4
 # Reads per side: a 5% difference is within the noise of 20 samples of a few ms.
 INTEGRITY_MIN_SAMPLES = 100
 
@@ -87,29 +97,65 @@ async def bench_read_integrity(stack: Stack, service: ServiceProcess, client: Cl
                                embedder: WordLlamaEmbedder, rng: random.Random,
                                ctx: dict[str, object]) -> ServiceProcess:
     """``memory.read`` p50 through the service with the record checks on, over the same reads
-    with them off (the service restarted per side, the first side alternating between repeats).
-    Each side's p50 is taken over the samples of all its repeats: a repeat that met a burst of
-    other work on the host moves it less than it moves a median of per-repeat ratios. Returns
-    the service left running (on)."""
+    with them off, both sides at once: the service runs twice over the same database, once
+    with ``AGENTLEDGER_INTEGRITY`` on and once off, each under a subject prefix of its own, and
+    the reads alternate between the two query by query (which side goes first alternating too),
+    so a burst of other work on the host meets both sides alike. The pair is started
+    ``INTEGRITY_PAIRS`` times, the check on the other instance each time (the one under the
+    stack's prefix starts first and leads the memory projection; the other waits as a standby,
+    which serves reads all the same). Each side's p50 is taken over all its samples. Returns the
+    service under the stack's prefix, left running with the checks on."""
     queries = make_queries(max(sizes.e2e_samples, INTEGRITY_MIN_SAMPLES), sizes, embedder, rng)
+    twin = msgspec.structs.replace(stack.settings, prefix=(stack.settings.prefix + "twin")[:32])
     samples: dict[bool, list[float]] = {True: [], False: []}
     p50s: dict[bool, list[float]] = {True: [], False: []}
-    for repeat in range(INTEGRITY_REPEATS):
-        for on in ((True, False) if repeat % 2 == 0 else (False, True)):
-            service.stop()
-            service = await ServiceProcess.start(stack, "memory_policy", SERVICE,
-                                                 AGENTLEDGER_INTEGRITY="true" if on else "false")
-            for q in queries:  # warm (a fresh process): the pool, the prepared statements, the embedder
-                await e2e_read(client, q)
-            ms = [await timed(e2e_read(client, q)) for q in queries]
-            samples[on] += ms
-            p50s[on].append(pct(ms, 0.5))
+    service.stop()
+    for pair in range(INTEGRITY_PAIRS):
+        main_on = pair % 2 == 0
+        procs: list[ServiceProcess] = []
+        clients: dict[bool, Client] = {}
+        try:
+            for settings, on in ((stack.settings, main_on), (twin, not main_on)):
+                procs.append(await ServiceProcess.start(stack, "memory_policy", SERVICE, settings=settings,
+                                                        AGENTLEDGER_INTEGRITY="true" if on else "false"))
+                clients[on] = await connect(settings, timeout=60)
+                await _answering(clients[on], queries[0])
+            for q in queries:  # warm (fresh processes): the pools, the prepared statements, the embedders
+                for on in (True, False):
+                    await e2e_read(clients[on], q)
+            pair_ms: dict[bool, list[float]] = {True: [], False: []}
+            for i, q in enumerate(queries):
+                for on in ((True, False) if i % 2 == 0 else (False, True)):
+                    pair_ms[on].append(await timed(e2e_read(clients[on], q)))
+            for on in (True, False):
+                samples[on] += pair_ms[on]
+                p50s[on].append(pct(pair_ms[on], 0.5))
+        finally:
+            for c in clients.values():
+                await c.close()
+            for proc in reversed(procs):  # the standby first: it never leads a projection of its own prefix
+                proc.stop()
     on_p50, off_p50 = pct(samples[True], 0.5), pct(samples[False], 0.5)
     emit("memory_read_e2e_integrity_p50", on_p50, "ms", off_p50, off_p50 / on_p50,
-         target=">= 0.95", **{**ctx, "samples": len(samples[True]), "repeats": INTEGRITY_REPEATS,
+         target=">= 0.95", **{**ctx, "samples": len(samples[True]), "pairs": INTEGRITY_PAIRS,
                               "on_p50s": [round(v, 3) for v in p50s[True]],
                               "off_p50s": [round(v, 3) for v in p50s[False]],
-                              "baseline_is": "the same reads through the same service started with "
-                                             "AGENTLEDGER_INTEGRITY=false (no record check); each side's p50 "
-                                             "over all its repeats' samples; ratio off/on"})
-    return service
+                              "baseline_is": "the same reads through a second instance of the service, started with "
+                                             "AGENTLEDGER_INTEGRITY=false under another subject prefix and running "
+                                             "at the same time, the reads alternating between the two; each side's "
+                                             "p50 over all its samples; ratio off/on"})
+    return await ServiceProcess.start(stack, "memory_policy", SERVICE)
+
+
+async def _answering(client: Client, q: Query) -> None:
+    """Return once the service behind ``client``'s prefix answers a read (a PING by name would
+    be answered by the other instance of the pair)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await e2e_read(client, q)
+            return
+        except Exception:  # not up yet
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
