@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import nats.js.errors
 
 from agentledger.client import Client, connect
 from agentledger.config import Settings
@@ -37,14 +38,18 @@ async def running_writer(settings: Settings, **changes: Any) -> AsyncIterator[tu
 
 
 async def ledger_messages(settings: Settings) -> list[tuple[int, bytes, dict[str, str]]]:
-    """Every message in the ledger stream, in order: (sequence, body, headers)."""
+    """Every message in the ledger stream, in order: (sequence, body, headers); a sequence whose
+    message was erased (a forget) is passed over."""
     nc = await auth.connect(settings, auth.WRITER)
     try:
         js = nc.jetstream()
         info = await js.stream_info(settings.stream)
         out = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1) if info.state.messages else []:
-            msg = await js.get_msg(settings.stream, seq)
+            try:
+                msg = await js.get_msg(settings.stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
             out.append((seq, msg.data, dict(msg.headers or {})))
         return out
     finally:
