@@ -289,8 +289,9 @@ def test_a_note_of_another_projection_starts_the_reference_over() -> None:
 
 
 async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> None:
-    """A seed bounded before the ledger's end (``max_messages``) knows older versions only: at
-    or below every committed row (a current row is never refused), below the revoked one."""
+    """A seed bounded before the ledger's end (``AGENTLEDGER_MEMORY_SEED_MAX_MESSAGES``) knows
+    older versions only: at or below every committed row (a current row is never refused), below
+    the revoked one."""
     reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch"),
                                                 proposal("b", "builds are cached", key="build cache")])
     a = reply.decisions[0].record_id
@@ -302,8 +303,8 @@ async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> Non
     assert mem.stack.db is not None
     nc = await auth.connect(mem.stack.settings, auth.OPERATOR_ROLE)
     try:
-        assert await seed_reach(nc, mem.stack.settings, mem.stack.db, mem.service.projection.memory_fold, reach,
-                                max_messages=2) > 0
+        bounded = msgspec.structs.replace(mem.stack.settings, memory_seed_max_messages=2)
+        assert await seed_reach(nc, bounded, mem.stack.db, mem.service.projection.memory_fold, reach) > 0
     finally:
         await nc.close()
     mark = reach.mark()

@@ -7,7 +7,9 @@ It passes over what the live projection passed over (the sequences in
 ``GENESIS``, what ``decode`` rejects) exactly as a rebuild does, so each record's
 ``ledger_seq`` is the one its committed row holds (``verify_memory`` compares the same
 fold with the tables). Rows only move forward, so a fold that stops early (past
-``SEED_MAX_MESSAGES``) still names a version at or below the committed one: it finds fewer
+``Settings.memory_seed_max_messages``: the reducer in memory, 100k messages took ~13 s of one
+core and ~90 MB here; reads are served meanwhile) still names a version at or below the
+committed one: it finds fewer
 rows put back, never a current row. A message the fold cannot apply stops the seed with
 nothing seeded, for the same reason.
 
@@ -40,20 +42,17 @@ if TYPE_CHECKING:  # the projection starts the seed
 
 log = structlog.get_logger()
 
-# Bounded: a start folds at most this many memory messages (the reducer in memory: 100k
-# messages took ~13 s of one core and ~90 MB here; reads are served meanwhile, without it).
-SEED_MAX_MESSAGES = 100_000
-
-
 class _BoundReachedError(Exception):
     """The bound was reached: stop reading, seed what was folded."""
 
 
 async def seed_reach(nc: Client, settings: Settings, pool: asyncpg.Pool, memory: MemoryFold,
-                     reach: RecordReach, *, max_messages: int = SEED_MAX_MESSAGES) -> int:
+                     reach: RecordReach, *, max_messages: int | None = None) -> int:
     """Fold the ``_memory`` ledger up to the committed watermark with ``memory``'s decode and
     seed ``reach`` with each record's ``ledger_seq``; how many records were seeded."""
     generation = reach.generation
+    if max_messages is None:
+        max_messages = settings.memory_seed_max_messages
     async with pool.acquire() as conn:
         position = await memory.store().position(conn)
         skip = await passed_over(conn, memory.durable)
