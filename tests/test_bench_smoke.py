@@ -27,6 +27,7 @@ EXPECTED = {
     "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
     "wm_get_p50", "wm_get_vs_hop_p50", "wm_get_integrity_p50",
     "integrity_append_throughput", "integrity_append_latency_p50", "integrity_cpu_per_event",
+    "integrity_append_raw_ceiling",
     "detector_us_per_kb",
     "detector_append_throughput",
     "detector_strict_recall",

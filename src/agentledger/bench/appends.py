@@ -49,7 +49,10 @@ from agentledger.bench.common import (
     variable_event,
 )
 from agentledger.client import Client, connect
+from agentledger.core import ledger_chain
+from agentledger.core.ledger_chain import CHAIN, GENESIS, Head
 from agentledger.security import auth
+from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.stores.ledger import ledger_subject, msg_id
 
 MAX_BATCH = 1000
@@ -186,6 +189,26 @@ class Agents:
             else:
                 await raw_atomic_batch(self.raw[agent % n], items)
             return len(items)
+        return op
+
+    def raw_chained_op(self, shape: Shape, tag: str, keys: IntegrityKeys) -> Op:
+        """``raw_op`` of single events with what the ledger chain adds on the wire: each message
+        linked by ``ledger_chain.link`` (its header) and sent with the expectation on its task's
+        last sequence that every chained append carries."""
+        n = self.conns(shape.agents)
+        js = [nc.jetstream() for nc in self.raw]
+        heads: dict[int, tuple[int, Head]] = {}
+
+        async def op(agent: int, k: int) -> int:
+            [(subject, body, mid)] = self._raw_items(shape, tag, agent, k)
+            last, head = heads.get(agent, (0, GENESIS))
+            headers = {"Nats-Msg-Id": mid}
+            headers[CHAIN], new = ledger_chain.link(keys.current, keys.mac_key, head, tenant=TENANT,
+                                                    task=shape.task(tag, agent), body=body, headers=headers)
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(last)
+            ack = await js[agent % n].publish(subject, body, headers=headers)
+            heads[agent] = (ack.seq, new)
+            return 1
         return op
 
     def ceiling_op(self, shape: Shape, tag: str) -> Op:
@@ -374,3 +397,27 @@ async def bench_integrity(stack: Stack) -> None:
     b = [pct(r.latencies_ms, 0.5) for r in off]
     emit("integrity_append_latency_p50", median(v), "ms", median(b), median_ratio(v, b),
          baseline_is="the same stack with AGENTLEDGER_INTEGRITY=false", **ctx)
+    await bench_integrity_raw(stack, shape, ctx)
+
+
+async def bench_integrity_raw(stack: Stack, shape: Shape, ctx: dict[str, Any]) -> None:
+    """The server's own share of the chain's cost: raw publishers of the same single events with
+    the chain's header and expectation (``raw_chained_op``) against the same without, windows
+    alternating as above, pooled. ``integrity_append_throughput`` is to be read beside it: a
+    stack that lost no more than this loses nothing of its own."""
+    keys = keys_of(stack.settings)
+    chained: list[Run] = []
+    plain: list[Run] = []
+    async with Agents(stack) as agents:
+        for r in range(stack.profile.integrity_repeats):
+            for with_chain in ((True, False) if r % 2 == 0 else (False, True)):
+                tag = f"rawchain{r}{'on' if with_chain else 'off'}{uuid.uuid4().hex[:4]}"
+                op = agents.raw_chained_op(shape, tag, keys) if with_chain else agents.raw_op(shape, tag)
+                (chained if with_chain else plain).append(
+                    await closed_loop(stack, shape.agents, op, stack.raw_procs()))
+    on, off = pooled_rate(chained), pooled_rate(plain)
+    emit("integrity_append_raw_ceiling", on, "events/s", off, on / off,
+         baseline_is="raw publishers of the same single events without the chain header and expectation; "
+                     "each side's events over its windows' seconds, all repeats pooled",
+         value_is="raw publishers, each event linked (ledger_chain.link) and sent with the expectation "
+                  "on its task's last sequence", **ctx)
