@@ -139,16 +139,22 @@ async def put_back(mem: Mem, record_id: str, old: Any) -> None:
                                + " WHERE record_id = $1", record_id, *[old[k] for k in names])
 
 
-async def test_an_old_version_put_back_is_not_read(mem: Mem) -> None:
-    """Old version: the active row of a record the user revoked since, put back whole with its
-    then-valid tag. The memory-policy's own fold committed the revoked version at a later
-    ledger sequence, so ``memory.read`` drops the older row and ``memory.get`` refuses it."""
+async def two_records(mem: Mem) -> tuple[str, str, Any]:
+    """Records ``a`` (the release branch) and ``b`` (the release train), and ``a``'s row as
+    written, before anything changes it."""
     reply = await mem.c.memory_propose(TENANT, [
         proposal("a", "the release branch is rel-7", key="release branch"),
         proposal("b", "the release train leaves on fridays", key="release train")])
     a, b = (d.record_id for d in reply.decisions)
     assert mem.stack.db is not None
-    old = await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+    return a, b, await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+
+
+async def test_an_old_version_put_back_is_not_read(mem: Mem) -> None:
+    """Old version: the active row of a record the user revoked since, put back whole with its
+    then-valid tag. The memory-policy's own fold committed the revoked version at a later
+    ledger sequence, so ``memory.read`` drops the older row and ``memory.get`` refuses it."""
+    a, b, old = await two_records(mem)
     await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
     gone = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
     assert a not in {i.record_id for i in gone.items}
@@ -232,12 +238,7 @@ async def test_a_standby_follows_the_versions_the_leader_commits_after_its_start
     instance publishes what each batch committed, ``reach_notes``), so the record's row put back
     to the version before the revoke is refused by the standby's own read and get, not only by
     the leader's. Its start-up fold alone knew the older version: the put-back row matched it."""
-    reply = await mem.c.memory_propose(TENANT, [
-        proposal("a", "the release branch is rel-7", key="release branch"),
-        proposal("b", "the release train leaves on fridays", key="release train")])
-    a, b = (d.record_id for d in reply.decisions)
-    assert mem.stack.db is not None
-    old = await mem.stack.db.fetchrow("SELECT * FROM memory_records WHERE record_id = $1", a)
+    a, b, old = await two_records(mem)
     standby = MemoryPolicy(mem.stack.settings)
     await standby.start()
     try:
