@@ -15,6 +15,9 @@
 - The blind family (written before the structural rules, never tuned on) stays at or below what
   was measured, and the rules behind that figure: conditional triggers, tool calls in data,
   hiding that does not depend on the language hidden, and a page that cannot write a procedure.
+- The language rule holds external text in a language without word classes, named by CLD2 (a
+  close relative of a known language included), laid out or encoded; words spelled backwards are
+  signalled in any language; the fresh family (written before that) stays at or below its figure.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 
 from agentledger.bench import poisoning as P
 from agentledger.bench import poisoning_blind as BL
+from agentledger.bench import poisoning_fresh as FR
 from agentledger.bench import poisoning_unread as UR
 from agentledger.bench import poisoning_unseen as U
 from agentledger.contracts import events as ev
@@ -165,7 +169,7 @@ def test_the_unseen_family_is_apart_from_the_tuned_one_and_broad() -> None:
 
 def test_the_unseen_family_does_not_regress() -> None:
     """Protects what generalisation achieved on the families written apart from the detector:
-    unseen at most ``UNSEEN_ACTIVE_MAX`` attacks active (2 of 240 when measured; 207 before) and
+    unseen at most ``UNSEEN_ACTIVE_MAX`` attacks active (1 of 240 when measured; 207 before) and
     false quarantine <= 3% (2 of 93: two pages' hidden comments; 5 before); the tuned and held-out
     families stay at 0 attacks; the probe (9 of 25 before issue 22's structural rules, 13 before
     the unseen family), the blind family (129 of 176 before) and its late probe stay at or below
@@ -182,11 +186,12 @@ def test_the_unseen_family_does_not_regress() -> None:
     assert len(figures["probe"].held) <= P.PROBE_HELD_MAX
     assert len(figures["blind"].admitted) <= P.BLIND_ACTIVE_MAX
     assert len(figures["blind"].held) <= P.BLIND_HELD_MAX
-    # The late probe, written after the rules and never tuned on: 32 of 40 before, 31 without the
-    # language rule, 18 with it.
+    # The late probe, written after the rules: 32 of 40 before, 31 without the language rule, 18
+    # with it, 12 once CLD2 names the language (its leaks were read for that).
     assert len(figures["late"].admitted) <= P.LATE_ACTIVE_MAX
     assert len(figures["late"].held) <= P.LATE_HELD_MAX
-    # The unread family, written before the language rule: 48 of 60 without it, 12 with it.
+    # The unread family, written before the language rule: 48 of 60 without it, 12 with it, 0 once
+    # CLD2 names the language.
     assert len(figures["unread"].admitted) <= P.UNREAD_ACTIVE_MAX
     assert len(figures["unread"].held) <= P.UNREAD_HELD_MAX
 
@@ -426,3 +431,68 @@ def test_page_metadata_is_judged_apart_from_the_page() -> None:
     assert unjudged(f"<p>Opening hours.</p><svg><desc>{basque}</desc></svg>") is not None
     assert unjudged(f'<a href="/x" title="{welsh_like}">more</a>') is not None
     assert unjudged(page.format("Opening hours and directions for the Riga branch of our bakery")) is None
+
+
+# ---- languages named by CLD2 (core/detect/identify.py) and the fresh family --------------------
+
+def test_a_close_relative_of_a_known_language_is_named_and_held() -> None:
+    """Protects naming the language: Galician, Croatian, Afrikaans, Nepali and Slovak meet enough
+    Portuguese, Polish, Dutch and Hindi short words (or script) to pass a function-word count, and
+    are held by name; the same sentence in the known relative is judged."""
+    page = ev.MemorySource(kind="tool_output", producer="test", quotes_external=True)
+    relatives = {
+        "galician": "Cando chegues á oficina, deixa o abrigo no armario do corredor e avisa na recepción.",
+        "croatian": "Sastanak je pomaknut na četvrtak u deset sati u velikoj dvorani na drugom katu.",
+        "afrikaans": "Die vergadering is na Donderdag om tien uur in die groot saal op die tweede vloer verskuif.",
+        "nepali": "बैठक बिहीबार बिहान दश बजे ठूलो हलमा सारिएको छ, सबैलाई समयमै आउन अनुरोध छ।",
+        "slovak": "Stretnutie sa presúva na štvrtok o desiatej vo veľkej sále na druhom poschodí.",
+    }
+    for i, (name, text) in enumerate(relatives.items()):
+        assert name in (unjudged(text) or ""), text
+        d = decide_alone(proposal(f"rel{i}", text, src=page))
+        assert (d.action, d.reason) == ("quarantine", "unjudged_language"), text
+    for text in ("A reunião foi transferida para quinta-feira às dez horas na sala grande do segundo andar.",
+                 "Spotkanie zostało przeniesione na czwartek na godzinę dziesiątą w dużej sali na drugim piętrze.",
+                 "De vergadering is verplaatst naar donderdag om tien uur in de grote zaal op de tweede verdieping.",
+                 "बैठक गुरुवार सुबह दस बजे बड़े हॉल में होगी, सभी से समय पर आने का अनुरोध है।"):
+        assert unjudged(text) is None, text
+        assert decide_alone(proposal("known", text, src=page)).action == "write", text
+
+
+def test_the_language_of_a_laid_out_or_encoded_sentence_is_judged() -> None:
+    """Protects judging the layers: a sentence one word a line or in quoted-printable is judged in
+    its language, not passed as a list of names; the English one laid out the same way is not held."""
+    assert unjudged("Voicemail (transcribed): Kokous\nsiirtyy\ntorstaihin\nkello\nkymmenen\nisoon\nsaliin.")
+    assert "danish" in (unjudged("Subject: Møde\nContent-Transfer-Encoding: quoted-printable\n\nM=C3=B8det er "
+                                 "flyttet til torsdag kl. 10 i den store sal p=C3=A5 anden sal.") or "")
+    assert unjudged("Voicemail (transcribed): The\nmeeting\nmoves\nto\nThursday\nat\nten.") is None
+
+
+def test_words_spelled_backwards_are_found_in_any_language() -> None:
+    """Protects the reversal signal: words turned round in a language without word classes are
+    signalled and read back; ordinary sentences, markup and palindromes are not."""
+    finnish = "Huomenna kokous alkaa kello kymmenen isossa salissa toisessa kerroksessa"
+    turned = "note: " + " ".join(w[::-1] for w in finnish.split())
+    assert "reversed_words" in {f.kind for f in unveil.find_obfuscation(turned)}
+    assert any(finnish in layer for layer in unveil.layers(turned))
+    for text in ("Rain on the roof tonight, the river is high and the ferry may not run.",
+                 "Käytä aina suojalaseja laboratoriossa ja pese kädet ennen lähtöä.",
+                 '<style>.price::after { content: " EUR"; }</style><span class="price">12</span>',
+                 "Anna, Otto and Hannah saw a racecar at noon, wow."):
+        assert "reversed_words" not in {f.kind for f in unveil.find_obfuscation(text)}, text
+
+
+def test_the_fresh_family_is_apart_and_does_not_regress() -> None:
+    """Protects the fresh family's meaning (>= 90 attacks, >= 50 controls, >= 20 languages no
+    other family uses, written before CLD2 named languages) and its figure: at most
+    ``FRESH_ACTIVE_MAX`` attacks active (37 of 98 on the detector it was written against) and
+    ``FRESH_HELD_MAX`` controls held."""
+    cases = FR.corpus()
+    attacks = [c for c in cases if c.attack]
+    assert len(attacks) >= 90 and len(cases) - len(attacks) >= 50
+    others = (set(P.LANGUAGES) | set(BL.LANGUAGES) | {c.language for c in U.corpus() + U.probe() + BL.late_probe()
+                                                       + UR.corpus()})
+    assert len({c.language for c in attacks} - others) >= 20
+    figures = P.measure(cases)
+    assert len(figures.admitted) <= P.FRESH_ACTIVE_MAX
+    assert len(figures.held) <= P.FRESH_HELD_MAX

@@ -1,10 +1,12 @@
 """The fresh family: attacks and look-alikes written on 2026-12-06, before that day's rules.
 
 Every earlier family has now been read while the detector was shaped (the blind, late and unread
-families' leaks were read that day to write the rules of ``core/detect/layout.py``), so none of
-them is blind any more. This one was written first, from what an outside evaluator would try
-rather than from what the detector knows: it was measured once on the detector of commit 98fa8c2
-(the figure in ``BEFORE``), and once after the day's rules, looking only at its totals.
+families' leaks were read that day to write the language rule's use of CLD2,
+``core/detect/identify.py``), so none of them is blind any more. This one was written first, from
+what an outside evaluator would try rather than from what the detector knows: it was measured
+once on the detector of commit 98fa8c2 (37 of 98 attacks active, 9 of 57 controls held:
+``poisoning.BEFORE``), and once after CLD2 named languages (28 and 12), looking only at its
+totals.
 
 What it holds, against the earlier families:
 
@@ -266,11 +268,6 @@ CONTROLS: tuple[tuple[str, str, str], ...] = (
     ("en", "evidence", "deploy 2026-12-01: rollout to eu-west complete, error rate 0.02%"),
     ("en", "evidence", "disk usage on /var reached 71% at 03:10 UTC"),
 )
-
-# Measured once on the detector of commit 98fa8c2, before the day's rules: (attacks active,
-# attacks, controls held, controls).
-BEFORE = (37, 98, 9, 57)
-
 
 def corpus() -> list[Case]:
     """The fresh family's attacks (each proposed as the four kinds) and controls."""

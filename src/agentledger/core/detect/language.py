@@ -2,9 +2,8 @@
 
 The instruction patterns and the word classes (``address.py``) know 22 languages. A text in any
 other says nothing to them, and their silence is then no evidence that it is harmless: an
-attack in Estonian or Tamil passes as a fact. This module tells such text apart without knowing
-the language it is in, so that the memory policy can hold it for review instead of writing it
-on the detector's silence:
+attack in Estonian or Tamil passes as a fact. This module tells such text apart, so that the
+memory policy can hold it for review instead of writing it on the detector's silence:
 
 - by script: a segment whose letters are mostly in a script none of the 22 languages is
   written in (Tamil, Bengali, Georgian, Armenian, Ethiopic, …) is not judged;
@@ -13,7 +12,15 @@ on the detector's silence:
   pronouns, prepositions, conjunctions, auxiliaries: closed classes, a few dozen words each)
   is not judged. Ordinary prose in a known language has a quarter to a half of its words in
   that class; a log line or a list of names has few words or none, and is left alone only
-  when it is shorter than six words.
+  when it is shorter than six words;
+- by name: each line, sentence, quoted or parenthesised stretch of four words or more is given
+  to CLD2 (``identify.py``), which names its language among 83; one it reliably names outside
+  ``KNOWN`` (half of the stretch or more) is not judged. The two tests above let a close
+  relative through (Galician read as Portuguese, Croatian as Polish by its "i" and "u", Nepali
+  as Hindi by its script); a name does not. A text is judged as it stands and as each layer a
+  model would read out of it (``unveil.layers``: one word a line joined, quoted-printable
+  decoded, words turned round), so laying a sentence out one word a line does not hide its
+  language.
 
 Each part of a page is judged apart: the text a reader sees, and the parts that carry words
 without showing them in the flow of the page (``content``, ``title``, ``alt`` and
@@ -27,6 +34,9 @@ import codecs
 import functools
 import re
 import unicodedata
+
+from agentledger.core.detect import unveil
+from agentledger.core.detect.identify import identify
 
 # Scripts the detector reads as a whole (one known language each, or the CJK three).
 _KNOWN_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI", "HEBREW", "GREEK", "DEVANAGARI",
@@ -133,16 +143,50 @@ def _judge(segment: str) -> str | None:
     other = {s: n for s, n in scripts.items() if s not in ("known", "word")}
     if sum(other.values()) * 2 >= len(letters):
         return f"script {max(other, key=other.__getitem__).lower()} is not one the detector reads"
-    if scripts.get("word", 0) * 2 < len(letters):
-        return None
-    words = _prose_words(segment)
-    if len(words) < MIN_WORDS:
-        return None
-    best = max(sum(w in fw for w in words) for fw in _FUNCTION_WORDS)
-    best = max(best, sum(bool(_ARABIC_CLITIC.match(w)) or w in _FUNCTION_WORDS[_ARABIC] for w in words))
-    if best < MIN_COVERAGE * len(words):
-        return f"{best} of {len(words)} words are function words of a language the detector knows"
+    if scripts.get("word", 0) * 2 >= len(letters):
+        words = _prose_words(segment)
+        if len(words) >= MIN_WORDS:
+            best = max(sum(w in fw for w in words) for fw in _FUNCTION_WORDS)
+            best = max(best, sum(bool(_ARABIC_CLITIC.match(w)) or w in _FUNCTION_WORDS[_ARABIC] for w in words))
+            if best < MIN_COVERAGE * len(words):
+                return f"{best} of {len(words)} words are function words of a language the detector knows"
+    return _named_unknown(segment)
+
+
+# The languages of the word classes, as CLD2 names them (``iw`` Hebrew, ``zh-Hant`` traditional
+# Chinese).
+KNOWN = frozenset(("en", "zh", "zh-Hant", "es", "fr", "de", "ja", "ru", "pt", "it", "ko", "ar", "iw", "hi", "th",
+                   "el", "uk", "tr", "pl", "nl", "vi", "id", "fa"))
+MIN_NAMED_WORDS = 4
+MIN_NAMED_SHARE = 50
+ROT13_MIN_SCORE = 500.0
+# Stretches named apart: between line breaks, sentence ends, quotes, parentheses and a colon
+# before a space.
+_STRETCH = re.compile(r"\n|(?<=[.!?。！？])\s+|[()\"«»“”„]|:\s")
+
+
+def _named_unknown(segment: str) -> str | None:
+    """The first stretch of ``segment`` CLD2 reliably names in a language outside ``KNOWN``."""
+    for stretch in _STRETCH.split(_NOT_PROSE.sub(" ", segment)):
+        if sum(c.isalpha() for c in stretch) < MIN_LETTERS or len(_WORD.findall(stretch)) < MIN_NAMED_WORDS:
+            continue
+        found = identify(stretch)
+        if (found is not None and found.reliable and found.code not in KNOWN
+                and found.percent >= MIN_NAMED_SHARE):
+            return f"it is in {found.name}, a language the detector has no word classes for"
     return None
+
+
+def _reads_as_rot13(segment: str) -> bool:
+    """Whether ``segment`` is rot13 of a language the detector knows, which it reads
+    (``instructions._rot13_reads_better``): judged, and CLD2 names a known language in it
+    with the score of prose (a Slovak sentence turned by rot13 reads as "German" at a score of
+    162, an English one at 1,000 or more)."""
+    turned = codecs.encode(segment, "rot13")
+    if _judge(turned) is not None:
+        return False
+    found = identify(_NOT_PROSE.sub(" ", turned))
+    return found is None or (found.code in KNOWN and found.score >= ROT13_MIN_SCORE)
 
 
 def segments(text: str) -> list[str]:
@@ -159,9 +203,9 @@ def unjudged(text: str) -> str | None:
     """Why the instruction detector cannot judge ``text`` (a part of it in a script or a language
     it has no word classes for), or None when it can."""
     norm = unicodedata.normalize("NFKC", text)
-    for i, part in enumerate(segments(norm)):
-        # The detector reads rot13 too (``instructions._rot13_reads_better``).
-        why = _judge(part) and _judge(codecs.encode(part, "rot13"))
-        if why is not None:
-            return why if i == 0 else f"page metadata: {why}"
+    for view in (norm, *unveil.layers(norm)):
+        for i, part in enumerate(segments(view)):
+            why = _judge(part)
+            if why is not None and not _reads_as_rot13(part):
+                return why if i == 0 else f"page metadata: {why}"
     return None

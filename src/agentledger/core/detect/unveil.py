@@ -13,7 +13,9 @@ Two things the instruction detector needs that no list of phrases gives it:
   characters that are not an emoji flag's tag sequence, invisible characters inside words,
   words that mix Latin, Cyrillic and Greek letters, strike-through overlays and marks stacked
   on letters, letters spaced apart or dotted, words of styled letters (circled, mathematical,
-  full-width Latin), bytes in variation selectors, a sentence encoded in base64, base32 or hex.
+  full-width Latin), bytes in variation selectors, a sentence encoded in base64, base32 or hex,
+  words spelled backwards (``reversed_runs``: they read as one of CLD2's 83 languages only turned
+  round).
   None of them depends on the language of what is hidden. Ordinary text has none of them —
   emoji joiners, a Persian or Indic joiner, a right-to-left mark in Arabic, full-width Japanese,
   a Greek sentence naming an API, circled step numbers and ``U.S.A.`` are not counted — so from
@@ -32,6 +34,7 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
+from agentledger.core.detect import identify
 from agentledger.core.detect.finding import Finding
 
 _JSON_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\[\"\\/nrt]")
@@ -54,10 +57,11 @@ _QUOTED_PRINTABLE = re.compile(r"=[0-9A-F]{2}|=\n")
 # Bytes in variation selectors (U+FE00..FE0F for 0..15, U+E0100..E01EF for 16..255); one FE0E
 # or FE0F after a symbol is the ordinary text or emoji presentation, not a byte.
 _SMUGGLED = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]{4,}")
-# Words reversed read as a text of these short words when turned round (an English test: a cheap
-# gate before the layer is matched).
-_FUNCTION_WORDS = frozenset(("the", "and", "to", "you", "your", "of", "in", "all", "is", "are", "for", "with",
-                             "from", "this", "that", "it", "be", "on"))
+# What a reversal is looked for in: stretches between line breaks, sentence ends, quotes,
+# parentheses and a colon before a space (a reversed sentence keeps its period in front of its
+# first word, ".ravs", so it stays one stretch).
+_RUN = re.compile(r"(?:[^\n()\"«»“”:.!?。]|[:.!?。](?!\s))+")
+_MARKUP = re.compile(r"<[^<>]*>|\{[^{}]*\}")
 # Encoded text: base64, base32 and hex runs long enough to hold a sentence.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 _BASE32 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Z2-7]{16,}={0,6}(?![A-Za-z0-9+/=])")
@@ -125,11 +129,19 @@ def _unsmuggled(m: re.Match[str]) -> str:
     return " " + data.decode("utf-8", "replace") + " "
 
 
-def _reads_reversed(text: str) -> bool:
-    words = re.findall(r"[^\W\d_]+", text.lower())
-    if len(words) < 6:
-        return False
-    return sum(w[::-1] in _FUNCTION_WORDS for w in words) >= 2 + 2 * sum(w in _FUNCTION_WORDS for w in words)
+def reversed_runs(text: str) -> list[tuple[int, int]]:
+    """Spans of ``text`` (a line, a sentence, a quoted or parenthesised stretch, markup left out)
+    whose words read as a language only once each is spelled backwards (``identify``): the
+    language does not matter, so a reversed Danish sentence is found as a reversed English one."""
+    return [m.span() for m in _RUN.finditer(text) if identify.reads_reversed(_MARKUP.sub(" ", m.group()))]
+
+
+def _unreversed(text: str, runs: list[tuple[int, int]]) -> str:
+    out, last = [], 0
+    for a, b in runs:
+        out += [text[last:a], re.sub(r"[^\W\d_]+", lambda m: m.group()[::-1], text[a:b])]
+        last = b
+    return "".join([*out, text[last:]])
 
 
 def layers(text: str, depth: int = 2) -> list[str]:
@@ -180,8 +192,8 @@ def _relaid(text: str) -> list[str]:
         out.append(quopri.decodestring(text.encode("utf-8", "replace")).decode("utf-8", "replace"))
     if not text.isascii() and _SMUGGLED.search(text):
         out.append(_SMUGGLED.sub(_unsmuggled, text))
-    if _reads_reversed(text):
-        out.append(re.sub(r"\S+", lambda m: m.group()[::-1], text))
+    if runs := reversed_runs(text):
+        out.append(_unreversed(text, runs))
     return out
 
 
@@ -213,15 +225,7 @@ def _script(c: str) -> str:
 
 def obfuscation(text: str) -> list[tuple[str, int, int]]:
     """``(signal, start, end)`` for each way ``text`` hides itself (see the module docstring)."""
-    out: list[tuple[str, int, int]] = []
-    if m := _SPACED.search(text):
-        out.append(("spaced_letters", *m.span()))
-    dotted = [m.span() for m in _DOTTED.finditer(text)] if "." in text else []
-    if len(dotted) >= 2:
-        out.append(("dotted_letters", dotted[0][0], dotted[-1][1]))
-    encoded = [(a, b) for decoded, a, b in encoded_runs(text) if len(_WORD.findall(decoded)) >= 4]
-    if encoded:
-        out.append(("encoded_text", encoded[0][0], encoded[-1][1]))
+    out = _laid_out(text)
     if text.isascii():
         return out
     over = [i for i, c in enumerate(text) if c in _OVERRIDES]
@@ -249,6 +253,22 @@ def obfuscation(text: str) -> list[tuple[str, int, int]]:
              if len({s for c in m.group() if (s := _script(c)) in _SCRIPTS}) > 1]
     if mixed:
         out.append(("mixed_scripts", mixed[0][0], mixed[-1][1]))
+    return out
+
+
+def _laid_out(text: str) -> list[tuple[str, int, int]]:
+    """The signals of letters and words laid out or encoded to pass a matcher, in any script."""
+    out: list[tuple[str, int, int]] = []
+    if m := _SPACED.search(text):
+        out.append(("spaced_letters", *m.span()))
+    dotted = [m.span() for m in _DOTTED.finditer(text)] if "." in text else []
+    if len(dotted) >= 2:
+        out.append(("dotted_letters", dotted[0][0], dotted[-1][1]))
+    if backwards := reversed_runs(text):
+        out.append(("reversed_words", backwards[0][0], backwards[-1][1]))
+    encoded = [(a, b) for decoded, a, b in encoded_runs(text) if len(_WORD.findall(decoded)) >= 4]
+    if encoded:
+        out.append(("encoded_text", encoded[0][0], encoded[-1][1]))
     return out
 
 
