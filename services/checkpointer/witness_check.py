@@ -5,17 +5,16 @@ nothing wrong: the state is simply older. The witness, kept outside the data fol
 far the writer saw the task committed; a ledger behind it was cut back or rolled back, and
 resume refuses it with ``integrity_violation`` instead of serving the older state as current.
 
-The witness is read again only when its file changed (its signature is checked each time),
-so a resume costs a ``stat`` and a dict lookup. When services run as users of their own the
-writer's file is out of the checkpointer's reach, and ``witness_file`` names the read-only view
-the writer keeps of it (``runtime.service_users.witness_view``), signed alike. A checkpointer
+The witness is read whole once, then only the lines appended since (each signature checked),
+so a resume costs a ``stat``, what was published since the last one, and a dict lookup. When
+services run as users of their own the writer's file is out of the checkpointer's reach, and
+``witness_file`` names the read-only view the writer keeps of it
+(``runtime.service_users.witness_view``), signed alike. A checkpointer
 without a witness to read (a first start) compares nothing; ``up`` and ``agentledger verify``
 still do.
 """
 
 from __future__ import annotations
-
-import os
 
 from nats.aio.client import Client
 
@@ -28,36 +27,23 @@ from agentledger.stores import witness
 
 
 class WitnessHeads:
-    """The witnessed heads of ``settings``'s ledger, re-read when the file changes."""
+    """The witnessed heads of ``settings``'s ledger (``stores.witness.witnessed_head``)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._stamp: tuple[int, int, int] | None = None
-        self._heads: dict[str, tuple[int, str]] = {}
 
-    def _current(self) -> dict[str, tuple[int, str]]:
-        path = self.settings.witness_path
+    def _witnessed(self, tenant: str, task_id: str) -> tuple[int, str] | None:
         try:
-            st = os.stat(path)
-        except (FileNotFoundError, PermissionError):
-            self._stamp, self._heads = None, {}
-            return self._heads
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp:
-            try:
-                body = witness.read(self.settings)
-            except PermissionError:
-                body = None
-            self._heads = dict(body.heads) if body is not None else {}
-            self._stamp = stamp
-        return self._heads
+            return witness.witnessed_head(self.settings, witness.task_name(tenant, task_id))
+        except PermissionError:
+            return None
 
     async def check(self, nc: Client, tenant: str, task_id: str, head: Head) -> None:
         """Raise ``IntegrityViolationError`` when the task's ledger, ending at ``head``, is behind
         (or beside) the head the witness saw committed. Only then is more read: the task's last
         message now (appended since ``head`` was read, the writer may have witnessed it) and the
         tenant's forget requests (a forgotten task starts a new chain)."""
-        witnessed = self._current().get(witness.task_name(tenant, task_id))
+        witnessed = self._witnessed(tenant, task_id)
         if witnessed is None or not ledger_chain.behind(head, Head(*witnessed)):
             return
         key_of = keys_of(self.settings).mac_key_of

@@ -35,6 +35,7 @@ from agentledger.bench import (
     starts,
     sustained,
 )
+from agentledger.bench import witness as witness_bench
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
 
@@ -58,8 +59,8 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "recall": recall.bench_recall,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
-# need none (reducer, context, consolidation and poisoning run in-process).
-NAMES = [*BENCHES, "reducer", "context", "consolidation", "poisoning", "scaleout"]
+# need none (reducer, context, consolidation, poisoning and witness run in-process).
+NAMES = [*BENCHES, "reducer", "context", "consolidation", "poisoning", "witness", "scaleout"]
 # Builds timed by the in-process context benchmark, per profile.
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
@@ -86,6 +87,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         consolidation.bench_consolidation()
     if "poisoning" in names:
         poisoning.bench_poisoning()
+    if "witness" in names:
+        witness_bench.bench_witness()
     benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file)}
     server_benches = [n for n in benches if n in names]
     if server_benches:

@@ -14,7 +14,12 @@ services run as users of their own and the original is the writer's alone.
 
 The writer publishes it every ``WITNESS_INTERVAL_S`` and when it stops (``publish``: merged
 under a file lock with what other writer processes published, a head only ever moving
-forward). ``up`` compares the ledger with it before any service starts (``behind``) and refuses
+forward). The file is a signed snapshot of every head on its first line, then one signed line
+per publish with only the heads that moved (``Delta``, bound to that snapshot and numbered), so
+a publish costs what changed, not every task the ledger ever had; once the lines since the
+snapshot outweigh it, the next publish writes one snapshot again (so each head is rewritten a
+bounded number of times on average). Readers keep what they read and read only what was
+appended since (``read``). ``up`` compares the ledger with it before any service starts (``behind``) and refuses
 to serve a ledger behind it. ``accept_rollback`` is the explicit way past that: it records in
 the witness what was lost (each task's witnessed and present index, the sequences) and when,
 and moves the heads to what the ledger holds, so the acceptance is itself on record.
@@ -37,6 +42,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import blake3
 import msgspec
 import nats.errors
 import nats.js.errors
@@ -88,8 +94,73 @@ class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     signature: str
 
 
+class Delta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One publish after the snapshot: the heads that moved and the highest sequence. ``base``
+    is the digest of the snapshot line it extends and ``n`` its place after it (1, 2, …), so a
+    line cannot be moved to another witness or another place in this one."""
+
+    version: int
+    base: str
+    n: int
+    last_seq: int
+    written_at: str
+    heads: dict[str, tuple[int, str]] = {}
+
+
+class _DeltaLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    delta: Delta
+    epoch: int
+    signature: str
+
+
 _encode = msgspec.json.Encoder(order="sorted").encode
 _decode_file = msgspec.json.Decoder(_File).decode
+_decode_delta = msgspec.json.Decoder(_DeltaLine).decode
+# The lines since the snapshot are folded into a new one once they outweigh it (and this).
+COMPACT_MIN_BYTES = 64 * 1024
+
+
+class _Seen(msgspec.Struct):
+    """What a process last read of one witness file: up to ``offset`` (whole lines), the
+    snapshot with every line after it applied (``heads`` is this record's own, changed in
+    place, so that applying a line costs what it holds), the file's identity and sizes."""
+
+    ino: int
+    offset: int
+    # The end of the snapshot line (its signature): a file replaced since, whatever inode it got,
+    # ends its first line otherwise.
+    mark: bytes
+    base: str
+    n: int
+    snapshot_bytes: int
+    snapshot: Body
+    heads: dict[str, tuple[int, str]]
+    last_seq: int
+    written_at: str
+
+    def body(self) -> Body:
+        """A copy of the witness as one ``Body`` (every head: for the audit and ``up``)."""
+        return msgspec.structs.replace(self.snapshot, heads=dict(self.heads), last_seq=self.last_seq,
+                                       written_at=self.written_at)
+
+    def move(self, heads: dict[str, tuple[int, str]], last_seq: int, written_at: str) -> None:
+        """Heads forward (never back), the sequence up."""
+        for name, head in heads.items():
+            have = self.heads.get(name)
+            if have is None or head[0] > have[0]:
+                self.heads[name] = head
+        self.last_seq = max(self.last_seq, last_seq)
+        self.written_at = written_at
+
+
+def _seen_of(ino: int, line: bytes, body: Body) -> _Seen:
+    return _Seen(ino=ino, offset=len(line) + 1, mark=line[-_MARK:], base=_digest(line), n=0,
+                 snapshot_bytes=len(line), snapshot=body, heads=dict(body.heads), last_seq=body.last_seq,
+                 written_at=body.written_at)
+
+
+_seen: dict[Path, _Seen] = {}
+_MARK = 96
 
 
 def _now() -> str:
@@ -100,35 +171,121 @@ def _signed(body: Body) -> bytes:
     return WITNESS + b"\x00" + _encode(body)
 
 
-def read(settings: Settings, keys: IntegrityKeys | None = None) -> Body | None:
-    """The witness of ``settings``, its signature checked; None when there is none yet. A
-    witness that is not signed by one of this installation's keys is ``integrity_violation``."""
-    path = settings.witness_path
+def _signed_delta(delta: Delta) -> bytes:
+    return WITNESS + b"\x00delta\x00" + _encode(delta)
+
+
+def _verify(keys: IntegrityKeys, epoch: int, signature: str, signed: bytes) -> None:
+    verifier = keys.verifier(epoch)
+    if verifier is None:
+        raise ValueError(f"unknown key epoch {epoch}")
+    verifier.verify(base64.b64decode(signature), signed)
+
+
+def _apply(seen: _Seen, lines: list[bytes], keys: IntegrityKeys) -> None:
+    """Apply delta ``lines`` (each checked: signature, snapshot, place) to ``seen``."""
+    for line in lines:
+        record = _decode_delta(line)
+        _verify(keys, record.epoch, record.signature, _signed_delta(record.delta))
+        delta = record.delta
+        if delta.base != seen.base or delta.n != seen.n + 1:
+            raise ValueError(f"line {delta.n} after {seen.n} of another snapshot or out of place")
+        seen.move(delta.heads, delta.last_seq, delta.written_at)
+        seen.n = delta.n
+        seen.offset += len(line) + 1
+
+
+def _load(path: Path, keys: IntegrityKeys) -> _Seen | None:
+    """The witness at ``path`` as this process last read it plus the lines appended since, or
+    read whole when it was replaced (a new snapshot) or never read. Only whole lines count: a
+    last line without its newline is a publish a crash cut off (the next publish cuts it away)."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
+        _seen.pop(path, None)
         return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        seen = _seen.get(path)
+        if (seen is not None and seen.ino == st.st_ino and st.st_size >= seen.offset
+                and os.pread(f.fileno(), len(seen.mark), seen.snapshot_bytes - len(seen.mark)) == seen.mark):
+            f.seek(seen.offset)
+            _apply(seen, f.read().split(b"\n")[:-1], keys)
+            return seen
+        data = f.read()
+    first, newline, rest = data.partition(b"\n")
+    record = _decode_file(first)
+    _verify(keys, record.epoch, record.signature, _signed(record.body))
+    seen = _seen_of(st.st_ino, first, record.body)
+    seen.offset = len(first) + len(newline)
+    _apply(seen, rest.split(b"\n")[:-1], keys)
+    _seen[path] = seen
+    return seen
+
+
+def _digest(line: bytes) -> str:
+    return blake3.blake3(line).hexdigest()
+
+
+def _current(settings: Settings, keys: IntegrityKeys | None = None) -> _Seen | None:
+    path = settings.witness_path
     keys = keys or keys_of(settings)
     try:
-        record = _decode_file(data)
-        verifier = keys.verifier(record.epoch)
-        if verifier is None:
-            raise ValueError(f"unknown key epoch {record.epoch}")
-        verifier.verify(base64.b64decode(record.signature), _signed(record.body))
+        return _load(path, keys)
     except Exception as exc:  # noqa: BLE001 - undecodable, unknown epoch or a bad signature alike
+        _seen.pop(path, None)
         raise IntegrityViolationError(f"the ledger witness {path} is not one this installation signed "
                                       f"({type(exc).__name__}); it was changed outside the services",
                                       where="witness") from None
-    return record.body
+
+
+def read(settings: Settings, keys: IntegrityKeys | None = None) -> Body | None:
+    """The witness of ``settings``, every line's signature checked; None when there is none
+    yet. A witness with a line not signed by one of this installation's keys, or out of its
+    place, is ``integrity_violation``."""
+    seen = _current(settings, keys)
+    return seen.body() if seen is not None else None
+
+
+def witnessed_head(settings: Settings, name: str) -> tuple[int, str] | None:
+    """The head the witness holds for one task (``task_name``), reading only what was appended
+    since this process last looked; ``integrity_violation`` as ``read``."""
+    seen = _current(settings)
+    return seen.heads.get(name) if seen is not None else None
 
 
 def _write(settings: Settings, keys: IntegrityKeys, body: Body) -> None:
+    """Replace the witness with one snapshot of ``body``."""
     signature = keys.signer().sign(_signed(body))
     record = _File(body=body, epoch=keys.current, signature=base64.b64encode(signature).decode())
-    text = msgspec.json.encode(record).decode()
-    write_private(settings.witness_path, text)
+    line = msgspec.json.encode(record)
+    write_private(settings.witness_path, line.decode() + "\n")
+    _seen[settings.witness_path] = _seen_of(os.stat(settings.witness_path).st_ino, line, body)
     if settings.witness_copy_file is not None:
-        write_view(settings.witness_copy_file, text.encode())
+        write_view(settings.witness_copy_file, line + b"\n")
+
+
+def _append(settings: Settings, keys: IntegrityKeys, seen: _Seen, heads: dict[str, tuple[int, str]],
+            last_seq: int) -> None:
+    """Append one delta line (synced) after what ``seen`` holds, and to the read-only view."""
+    delta = Delta(version=_VERSION, base=seen.base, n=seen.n + 1, last_seq=last_seq, written_at=_now(),
+                  heads=heads)
+    signature = keys.signer().sign(_signed_delta(delta))
+    line = msgspec.json.encode(_DeltaLine(delta=delta, epoch=keys.current,
+                                          signature=base64.b64encode(signature).decode())) + b"\n"
+    path = settings.witness_path
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size != seen.offset:  # a torn line of a crashed publish: cut it off first
+            os.ftruncate(fd, seen.offset)
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    seen.move(heads, last_seq, delta.written_at)
+    seen.n, seen.offset = delta.n, seen.offset + len(line)
+    if settings.witness_copy_file is not None:
+        append_view(settings.witness_copy_file, path, line, seen.offset)
 
 
 # Mode of the witness's read-only view: the writer replaces it, its folder's group reads it.
@@ -150,6 +307,23 @@ def write_view(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append_view(view: Path, witness_path: Path, line: bytes, size: int) -> None:
+    """Append ``line`` to the view as it was appended to the witness (now ``size`` bytes); a
+    view that is not the witness's copy up to that line is replaced by one."""
+    try:
+        fd = os.open(view, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    except FileNotFoundError:
+        write_view(view, witness_path.read_bytes()[:size])
+        return
+    try:
+        if os.fstat(fd).st_size + len(line) == size:
+            os.write(fd, line)
+            return
+    finally:
+        os.close(fd)
+    write_view(view, witness_path.read_bytes()[:size])
 
 
 @contextlib.contextmanager
@@ -174,22 +348,30 @@ def task_name(tenant: str, task_id: str) -> str:
 
 def publish(settings: Settings, heads: dict[str, Head], last_seq: int) -> None:
     """Merge ``heads`` (by ``task_name``) and ``last_seq`` into the witness: a head moves only
-    forward, the sequence only up. Synchronous (a small file): call it off the event loop."""
+    forward, the sequence only up. One line of what moved, or a new snapshot once the lines
+    outweigh the last one. Synchronous (a file write and an fsync): call it off the event loop."""
     keys = keys_of(settings)
     with _locked(settings):
-        old = read(settings, keys)
-        merged = dict(old.heads) if old is not None else {}
-        for name, head in heads.items():
-            have = merged.get(name)
-            if head.tag is not None and (have is None or head.index > have[0]):
-                merged[name] = (head.index, head.tag)
-        body = Body(version=_VERSION, stream=settings.stream,
-                    last_seq=max(last_seq, old.last_seq if old is not None else 0), written_at=_now(),
-                    heads=merged, accepted=list(old.accepted) if old is not None else [])
-        if old is not None and body.heads == old.heads and body.last_seq == old.last_seq and (
-                settings.witness_copy_file is None or settings.witness_copy_file.exists()):
+        seen = _current(settings, keys)
+        if seen is None:
+            _write(settings, keys, Body(version=_VERSION, stream=settings.stream, last_seq=last_seq,
+                                        written_at=_now(), heads={name: (h.index, h.tag) for name, h in heads.items()
+                                                                  if h.tag is not None}))
             return
-        _write(settings, keys, body)
+        have = seen.heads
+        moved = {name: (h.index, h.tag) for name, h in heads.items()
+                 if h.tag is not None and (name not in have or h.index > have[name][0])}
+        view = settings.witness_copy_file
+        if not moved and last_seq <= seen.last_seq and (view is None or view.exists()):
+            return
+        # A new snapshot once the lines outweigh the last one, for a witness of before the lines
+        # (no newline after its snapshot), or a view to make anew.
+        if (seen.offset - seen.snapshot_bytes > max(COMPACT_MIN_BYTES, seen.snapshot_bytes)
+                or seen.offset == seen.snapshot_bytes or (view is not None and not view.exists())):
+            seen.move(moved, last_seq, _now())
+            _write(settings, keys, seen.body())
+        else:
+            _append(settings, keys, seen, moved, max(last_seq, seen.last_seq))
 
 
 async def last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf, tenant: str,
