@@ -546,7 +546,7 @@ def measure(cases: list[Case], held_out_only: bool = False, detectors: Detectors
 BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_out": (0, 131, 0, 30),
                                                 "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15),
                                                 "blind": (129, 176, 2, 70), "late": (32, 40, 0, 20),
-                                                "fresh": (37, 98, 9, 57)}
+                                                "fresh": (37, 98, 9, 57), "second": (24, 50, 7, 34)}
 
 
 def families(detectors: Detectors | None = None) -> dict[str, Figures]:
