@@ -11,7 +11,14 @@ sentence with the one before it) is reported when it names
   (``YOU``), or someone claiming to command it (``PRINCIPAL``: an administrator, its
   developers, the account owner), or a destination (an address or a link) to send it to;
 - or two of those four things at once (its instructions and its answers, its memory and its
-  users): a text about both is about steering the agent, whoever it addresses.
+  users): a text about both is about steering the agent, whoever it addresses;
+- or a word that names an AI and never a person (``AI_TERMS``: "AI", "KI", "ИИ", "LLM",
+  "virtual assistant", "人工智能", …), or an assistant that reads this very text
+  (``READS_THIS``: "assistants summarising this thread", "la IA que lea esto"), asked to do
+  something (``DIRECTIVE``: modal verbs, "is expected to", "please", "always", "from now on");
+- or a label addressed to the agent with an order after it on its line (``LABEL``: "note for
+  the agent:", "TODO(ai):", "X-Agent-Directive:"), or its instructions declared void (``VOID``:
+  "all previously supplied guidance is hereby rescinded").
 
 A document's words to its human reader name none of what the agent holds ("make sure you back
 up your laptop", "format the memory card"), and an article that describes an attack speaks
@@ -30,16 +37,77 @@ _I = re.IGNORECASE | re.UNICODE
 
 # Per class, per language (en zh es fr de ja ru pt it ko ar he hi th el uk tr pl nl vi id fa).
 AGENT = (
-    r"(?-i:\bAI\b)|\b(?:A\.I\.|assistant|chat\s*bot|LLM|language\s+model|GPT|ChatGPT|Claude|Copilot)\b"
+    r"(?-i:\bAI\b)|\b(?:A\.I\.|assistants?|chat\s*bots?|LLMs?|language\s+models?|GPT|ChatGPT|Claude|Copilot)\b"
     r"|\b(?:the|this|an?|any)\s+(?:AI\s+)?agent\b",
     r"助手|人工智能|智能体|机器人|模型",
-    r"\basistente\b|(?-i:\bIA\b)", r"\bassistant\b", r"\bAssistent\w*|(?-i:\bKI\b)", r"アシスタント",
-    r"\bассистент\w*|(?-i:\bИИ\b)|нейросет\w*", r"\bassistente\b", r"\bassistente\b", r"어시스턴트|인공지능|챗봇",
+    r"\basistentes?\b|(?-i:\bIA\b)", r"\bassistants?\b", r"\bAssistent\w*|(?-i:\bKI\b)", r"アシスタント",
+    r"\bассистент\w*|(?-i:\bИИ\b)|нейросет\w*", r"\bassistentes?\b", r"\bassistent[ei]\b", r"어시스턴트|인공지능|챗봇",
     r"مساعد|الذكاء الاصطناعي", r"עוזר|בינה מלאכותית", r"सहायक|एआई", r"ผู้ช่วย|ปัญญาประดิษฐ์",
     r"βοηθ[όοςού]+|τεχνητής\s+νοημοσύνης", r"\bасистент\w*|(?-i:\bШІ\b)|штучн\w*\s+інтелект\w*",
     r"\basistan\w*|yapay\s+zek[aâ]", r"\basystent\w*|sztuczn\w*\s+inteligencj\w*|(?-i:\bSI\b)",
     r"\bassistent\w*|kunstmatige\s+intelligentie", r"trợ\s+lý|trí\s+tuệ\s+nhân\s+tạo",
     r"\basisten\b|kecerdasan\s+buatan", r"دستیار|هوش\s+مصنوعی",
+)
+# Words that name an AI, never a person (``AGENT`` also has "assistant", which may be one),
+# per language (en, es/pt/it/fr "IA", de, ru, uk, zh, ja, ko, ar, he, hi, th, el, tr, pl, nl,
+# vi, id, fa). "AI" is matched between any non-Latin letters, as in "AI는" or "AI सहायक".
+AI_TERMS = (
+    r"(?-i:(?<![A-Za-z])AI(?![A-Za-z]))|\b(?:A\.I\.|LLMs?|language\s+models?|(?:Chat)?GPTs?|Claude|Gemini|Copilots?"
+    r"|chat\s*bots?|(?:virtual|automated|digital)\s+(?:assistants?|agents?|readers?)|machine\s+readers?"
+    r"|models?\s+(?:summari[sz]ing|reading|processing|screening|indexing))\b",
+    r"(?-i:(?<![A-Za-z])(?:IA|KI|SI)(?![A-Za-z]))|\b(?:asistentes?|assistentes?)\s+(?:virtua\w*|autom[aá]tic\w*)"
+    r"|\binteligencia\s+artificial|\bintelligence\s+artificielle|\bintelligenza\s+artificiale"
+    r"|\binteligência\s+artificial|\bassistants?\s+virtuels?",
+    r"\bKI-\w+|\bkünstliche\w*\s+Intelligenz", r"(?-i:ИИ|ШІ)|нейросет\w*|искусственн\w*\s+интеллект\w*"
+    r"|штучн\w*\s+інтелект\w*",
+    r"人工智能|人工知能|인공지능|ذكاء\s+اصطناعي|الذكاء\s+الاصطناعي|مساعد\s+ذكي|בינה\s+מלאכותית"
+    r"|कृत्रिम\s+बुद्धि|ปัญญาประดิษฐ์|τεχνητ\w*\s+νοημοσύν\w*|yapay\s+zek[aâ]\w*|sztuczn\w*\s+inteligencj\w*"
+    r"|kunstmatige\s+intelligentie|trí\s+tuệ\s+nhân\s+tạo|kecerdasan\s+buatan|هوش\s+مصنوعی",
+)
+# What is asked of someone: a duty or an order (modal verbs, "is expected to", "please",
+# "always", "from now on"), per language as above.
+DIRECTIVE = (
+    r"\b(?:should|ought\s+to|must|need\s+to|needs\s+to|ha(?:s|ve)\s+to|(?:is|are)\s+(?:expected|required|asked|"
+    r"supposed|obliged)\s+to|(?:is|are)\s+to|make\s+sure|please|always|never|from\s+now\s+on|going\s+forward"
+    r"|from\s+here\s+on|whenever|next\s+time|do\s+(?:that|this|so)|quick\s+favou?r)\b",
+    r"\b(?:deben?|debes|tienen\s+que|tiene\s+que|hay\s+que|se\s+ruega|siempre|nunca|a\s+partir\s+de\s+ahora"
+    r"|devem|deve|precisa[mn]?|sempre|nunca|doivent|doit|toujours|jamais|désormais|dorénavant|sono\s+tenut\w+"
+    r"|devono|deve|sempre|mai|d'ora\s+in\s+poi)\b",
+    r"\b(?:muss|müssen|soll|sollen|sollte|bitte|immer|nie|niemals|ab\s+sofort|ab\s+heute|künftig|fortan"
+    r"|merke?\s+dir)\b",
+    r"\b(?:долж\w+|обязан\w*|всегда|никогда|навсегда|отныне|запомни|повин\w+|завжди|ніколи|назавжди|запам['’]ятай)\b",
+    r"必须|务必|总是|永远|从现在起|今後|必ず|常に|いつも|해야|하세요|항상|언제나|يجب|دائما|دائماً|احفظ|תמיד|מעכשיו|חייב"
+    r"|हमेशा|अब\s+से|ज़रूर|เสมอ|ต้อง|ให้แนะนำ|πάντα|από\s+τώρα|πρέπει|her\s+zaman|daima|mutlaka|\w+meli\w*|\w+malı\w*"
+    r"|\b(?:zawsze|musi\w*|mają|ma\s+zawsze|moet|moeten|altijd|voortaan|onthoud|luôn|phải|hãy|từ\s+giờ|wajib|harus"
+    r"|selalu|mulai\s+sekarang)\b|همیشه|باید|از\s+این\s+به\s+بعد",
+)
+# An automated reader of this very text: "assistants summarising this thread", "any AI reading
+# this", "la IA que lea esto", per language as above.
+READS_THIS = (
+    r"\b(?:reading|summari[sz]ing|processing|indexing|screening|parsing|scraping)\s+(?:this|these|the\s+(?:above|"
+    r"following))\b|\bwho(?:ever)?\s+reads?\s+this\b|\bwhen\s+(?:you|u)\s+(?:see|read)\s+this\b",
+    r"\b(?:que\s+(?:lea|lean|resuma|resuman|procese|procesen)|que\s+(?:lerem|ler|resumirem)|qui\s+(?:lit|lisent|"
+    r"résume\w*)|che\s+(?:legge|leggono|riassum\w+))\b",
+    r"\b(?:die\s+(?:dies|das|diese\w*)\s+(?:liest|lesen|zusammenfass\w+))\b",
+    r"читающ\w*\s+(?:это|эт\w+)|що\s+чита\w+|阅读本|読む|読んで|읽는|يقرأ\s+هذا|שקורא|पढ़ने\s+वाला"
+    r"|ที่อ่าน|που\s+διαβάζ\w+|okuyan|czytając\w*|die\s+dit\s+lez\w+|đọc\s+trang|yang\s+membaca|که\s+این\s+را\s+می\s*خوان",
+)
+# Instructions declared void: the nouns of ``HOLDS["instructions"]`` need one of these.
+VOID = (
+    r"\b(?:rescinded|revoked|void|null\s+and\s+void|withdrawn|superseded|cancell?ed|no\s+longer\s+(?:apply|valid|"
+    r"in\s+effect)|take\s+(?:priority|precedence)|overrides?)\b",
+    r"\b(?:aufgehoben|ungültig|nichtig|gelten\s+nicht\s+mehr|anulad\w*|sin\s+efecto|revocad\w*|annulé\w*|caduc\w*"
+    r"|révoqué\w*|annullat\w*|revogad\w*|anulad\w*)\b|отменя\w*|отменен\w*|недействительн\w*|скасован\w*",
+)
+_WORDS = re.compile(r"[^\W\d_]{2,}")
+LABELLED_WORDS = 4
+# A label that addresses the agent: "note for the agent:", "TODO(ai):", "X-Agent-Directive:",
+# "reminder to self (the AI)".
+LABEL = (
+    r"\b(?:notes?|memo|hint|directives?|instructions?|message|reminder|tip|todo|p\.?s\.?)\s*(?:for|to)\s+(?:the\s+|any\s+|all\s+)?"
+    r"(?:AI|agents?|assistants?|models?|LLMs?|bots?|copilots?|summari[sz]er|AI\s+systems?)\b"
+    r"|\b(?:AI|agent|assistant|LLM|bot|model)[-_ ](?:notes?|hints?|directives?|instructions?|memo|todo|prompt)\b"
+    r"|\bTODO\((?:ai|agent|llm|bot|assistant|copilot)\)|\((?:the\s+)?AI\)",
 )
 YOU = (
     r"\b(?:you|your|yours|yourself)\b", r"你|您", r"\b(?:tú|te|ti|usted|contigo)\b",
@@ -75,9 +143,11 @@ PRINCIPAL = (
 # conversation and users' data, its outputs and users.
 HOLDS: dict[str, tuple[str, ...]] = {
     "instructions": (
-        r"\b(?:previous|prior|earlier|above|original|initial|existing|current)\s+(?:instructions|directives|guidance"
-        r"|guidelines|rules|configuration|prompt)\b|\bsystem\s+prompt\b|\bguidance\s+you\b",
-        r"指令|系统提示", r"\binstrucciones\b", r"\b(?:consignes|instructions)\b", r"\bAnweisungen\b", r"指示",
+        r"\b(?:previous(?:ly)?|prior|earlier|above|original|initial|existing|current)\s+(?:\w+\s+){0,2}?"
+        r"(?:instructions|directives|guidance|guidelines|rules|configuration|prompt)\b|\bsystem\s+prompt\b"
+        r"|\bguidance\s+you\b",
+        r"指令|系统提示", r"\binstrucciones\b", r"\b(?:consignes|instructions)\b", r"\b(?:Anweisungen|Vorgaben)\b",
+        r"指示",
         r"инструкци\w*|указани\w*", r"\binstruções\b", r"\bistruzioni\b", r"지시|지침", r"تعليمات|التعليمات",
         r"הוראות|ההוראות", r"निर्देश", r"คำสั่ง", r"οδηγίες", r"вказівк\w*|інструкці\w*", r"talimat\w*",
         r"poleceni\w*|wskazów\w*|instrukcj\w*", r"\binstructies\b", r"hướng\s+dẫn", r"\binstruksi\b", r"دستورالعمل",
@@ -162,6 +232,11 @@ def _classes() -> tuple[re.Pattern[str], ...]:
 
 
 @functools.cache
+def _asks() -> tuple[re.Pattern[str], ...]:
+    return tuple(_union(ps) for ps in (AI_TERMS, DIRECTIVE, READS_THIS, VOID, LABEL))
+
+
+@functools.cache
 def _holds() -> tuple[re.Pattern[str], ...]:
     return tuple(_union(ps) for ps in HOLDS.values())
 
@@ -170,6 +245,7 @@ def warm() -> None:
     """Compile the word classes now."""
     _classes()
     _holds()
+    _asks()
 
 
 def _speaks(stretch: str, describing: bool) -> bool:
@@ -178,10 +254,21 @@ def _speaks(stretch: str, describing: bool) -> bool:
         stretch = _QUOTED.sub(" ", stretch)
         if not you.search(stretch):
             return False
-    held = sum(bool(h.search(stretch)) for h in _holds())
-    if held >= 2:  # the agent's instructions and its answers, its memory and its users: about the agent
+    held = [bool(h.search(stretch)) for h in _holds()]
+    if sum(held) >= 2:  # the agent's instructions and its answers, its memory and its users: about the agent
         return True
-    return bool(held) and any(c.search(stretch) for c in (you, agent, principal, dest))
+    if any(held) and any(c.search(stretch) for c in (you, agent, principal, dest)):
+        return True
+    ai, directive, reads_this, void, label = _asks()
+    # "all previously supplied guidance is hereby rescinded"; "note for the agent: …" with an
+    # order on its line (not a setting, "ai_hint: disabled").
+    if (held[0] and void.search(stretch)) or ((m := label.search(stretch)) and len(
+            _WORDS.findall(stretch[m.end():].split("\n", 1)[0])) >= LABELLED_WORDS):
+        return True
+    # An AI, or an assistant reading this very text, asked to do something.
+    if ai.search(stretch):
+        return bool(directive.search(stretch) or reads_this.search(stretch))
+    return bool(reads_this.search(stretch) and agent.search(stretch))
 
 
 def speaks_to_agent(text: str) -> list[tuple[int, int]]:

@@ -202,7 +202,7 @@ def segments(text: str) -> list[str]:
 def unjudged(text: str) -> str | None:
     """Why the instruction detector cannot judge ``text`` (a part of it in a script or a language
     it has no word classes for), or None when it can."""
-    norm = unicodedata.normalize("NFKC", text)
+    norm = unveil.as_letters(unicodedata.normalize("NFKC", text))
     for view in (norm, *unveil.layers(norm)):
         for i, part in enumerate(segments(view)):
             why = _judge(part)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import html
 import quopri
 import re
@@ -57,6 +58,23 @@ _QUOTED_PRINTABLE = re.compile(r"=[0-9A-F]{2}|=\n")
 # Bytes in variation selectors (U+FE00..FE0F for 0..15, U+E0100..E01EF for 16..255); one FE0E
 # or FE0F after a symbol is the ordinary text or emoji presentation, not a byte.
 _SMUGGLED = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]{4,}")
+# Words cut by hyphens into three pieces or more, two such words or more ("pre-vi-ous
+# in-struc-tions"): read without the hyphens too (a compound, "state-of-the-art", is one such word).
+_HYPHENATED = re.compile(r"(?<=[^\W\d_])-(?=[^\W\d_])")
+_CHOPPED_WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+){2,}")
+# Letters no normalisation turns into letters: small capitals, negative squared letters, regional
+# indicators (a flag is two of them). Read as the letters they show: a view, never a signal, since
+# a shop's stylised name or a row of flags is ordinary.
+_SMALL_CAPS = "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡxʏᴢ"
+_LETTERS = str.maketrans({**{c: "abcdefghijklmnopqrstuvwxyz"[i] for i, c in enumerate(_SMALL_CAPS) if c != "x"},
+                          **{chr(0x1F170 + i): chr(0x41 + i) for i in range(26)},
+                          **{chr(0x1F1E6 + i): chr(0x41 + i) for i in range(26)}})
+_LETTER_LIKE = re.compile("[ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ\U0001F170-\U0001F189\U0001F1E6-\U0001F1FF]")
+# Words written in digits and symbols for letters ("1gn0r3", "!nstruct!0ns", "@ll"): read with the
+# letters back when three words or more mix them, each at least half letters (a hash, "4e1f2a9",
+# or a time, "03T10", is not such a word).
+_LEET = str.maketrans("013457@!$", "oieastais")
+_LEET_WORD = re.compile(r"(?<![\w@!$\\])(?=[\w@!$]*[^\W\d_])(?=[\w@!$]*[013457@!$])[\w@!$]{3,}(?![\w@!$])")
 # What a reversal is looked for in: stretches between line breaks, sentence ends, quotes,
 # parentheses and a colon before a space (a reversed sentence keeps its period in front of its
 # first word, ".ravs", so it stays one stretch).
@@ -64,6 +82,8 @@ _RUN = re.compile(r"(?:[^\n()\"«»“”:.!?。]|[:.!?。](?!\s))+")
 _MARKUP = re.compile(r"<[^<>]*>|\{[^{}]*\}")
 # Encoded text: base64, base32 and hex runs long enough to hold a sentence.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
+# A query parameter's value (``?cfg=SWdub3Jl…``), in base64 or its URL-safe alphabet, unpadded.
+_BASE64_PARAM = re.compile(r"(?<=\w=)[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _BASE32 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Z2-7]{16,}={0,6}(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
 _SIMPLE_ESCAPES = {'\\"': '"', "\\\\": "\\", "\\/": "/", "\\n": "\n", "\\r": "\n", "\\t": " "}
@@ -100,7 +120,7 @@ def readable(data: bytes) -> str | None:
 def encoded_runs(text: str) -> list[tuple[str, int, int]]:
     """Texts encoded in ``text`` (base64, base32, hex), each with the span of its encoding."""
     out: list[tuple[str, int, int]] = []
-    for pattern, decode in ((_BASE64, _b64), (_BASE32, _b32), (_HEX, bytes.fromhex)):
+    for pattern, decode in ((_BASE64, _b64), (_BASE64_PARAM, _b64url), (_BASE32, _b32), (_HEX, bytes.fromhex)):
         for m in pattern.finditer(text):
             token = m.group()
             try:
@@ -116,6 +136,10 @@ def _b64(token: str) -> bytes:
     return base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
 
 
+def _b64url(token: str) -> bytes:
+    return _b64(token.rstrip("=").replace("-", "+").replace("_", "/"))
+
+
 def _b32(token: str) -> bytes:
     return base64.b32decode(token + "=" * (-len(token.rstrip("=")) % 8 if "=" not in token else 0))
 
@@ -129,11 +153,27 @@ def _unsmuggled(m: re.Match[str]) -> str:
     return " " + data.decode("utf-8", "replace") + " "
 
 
+def _leet(word: str) -> bool:
+    letters = sum(c.isalpha() for c in word)
+    return letters >= 2 and 2 * letters >= len(word)
+
+
+def as_letters(text: str) -> str:
+    """``text`` with small capitals, negative squared letters and regional indicators as the
+    letters they show."""
+    return text if text.isascii() else text.translate(_LETTERS)
+
+
 def reversed_runs(text: str) -> list[tuple[int, int]]:
     """Spans of ``text`` (a line, a sentence, a quoted or parenthesised stretch, markup left out)
     whose words read as a language only once each is spelled backwards (``identify``): the
     language does not matter, so a reversed Danish sentence is found as a reversed English one."""
-    return [m.span() for m in _RUN.finditer(text) if identify.reads_reversed(_MARKUP.sub(" ", m.group()))]
+    return list(_reversed_runs(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _reversed_runs(text: str) -> tuple[tuple[int, int], ...]:
+    return tuple(m.span() for m in _RUN.finditer(text) if identify.reads_reversed(_MARKUP.sub(" ", m.group())))
 
 
 def _unreversed(text: str, runs: list[tuple[int, int]]) -> str:
@@ -146,6 +186,13 @@ def _unreversed(text: str, runs: list[tuple[int, int]]) -> str:
 
 def layers(text: str, depth: int = 2) -> list[str]:
     """The texts encoded in ``text`` (not ``text`` itself), undone up to ``depth`` times."""
+    return list(_layers(text, depth))
+
+
+@functools.lru_cache(maxsize=1024)
+def _layers(text: str, depth: int) -> tuple[str, ...]:
+    """``layers``, kept for the texts just seen: the instruction detector and the language rule
+    both read the layers of the same proposal."""
     out: list[str] = []
     seen = {text}
     frontier = [text]
@@ -158,7 +205,7 @@ def layers(text: str, depth: int = 2) -> list[str]:
                     out.append(decoded)
                     nxt.append(decoded)
         frontier = nxt
-    return out
+    return tuple(out)
 
 
 def _decode_once(text: str) -> list[str]:
@@ -194,6 +241,12 @@ def _relaid(text: str) -> list[str]:
         out.append(_SMUGGLED.sub(_unsmuggled, text))
     if runs := reversed_runs(text):
         out.append(_unreversed(text, runs))
+    if "-" in text and len(_CHOPPED_WORD.findall(text)) >= 2:
+        out.append(_HYPHENATED.sub("", text))
+    if not text.isascii() and len(_LETTER_LIKE.findall(text)) >= 3:
+        out.append(as_letters(text))
+    if sum(map(_leet, _LEET_WORD.findall(text))) >= 3:
+        out.append(_LEET_WORD.sub(lambda m: m.group().translate(_LEET) if _leet(m.group()) else m.group(), text))
     return out
 
 
