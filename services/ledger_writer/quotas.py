@@ -68,6 +68,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import QuotaExceededError, RateLimitedError, StorageFullError
 from agentledger.security.identity import Caller
+from agentledger.shell.tasks import stop_task
 from agentledger.stores.buckets import open_kv
 from agentledger.stores.outages import dependency
 
@@ -282,10 +283,7 @@ class Quotas:
 
     async def stop(self) -> None:
         """Stop polling and write the last counts to the bucket."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
         with contextlib.suppress(Exception):  # JetStream away: at most POLL_S of counts lost
             await self._flush()
 

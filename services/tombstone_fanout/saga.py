@@ -42,6 +42,7 @@ from agentledger.projection.live import LedgerProjection
 from agentledger.security.sealing import Keyring
 from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler, Rechecked
 from agentledger.services.tombstone_fanout.store import ForgetStore, RequestRow
+from agentledger.shell.tasks import stop_task
 from agentledger.stores.artifacts import ArtifactStore
 
 log = structlog.get_logger()
@@ -256,9 +257,7 @@ class Worker:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_task(self._task)
 
     def alive(self) -> bool:
         return self._task is not None and not self._task.done()

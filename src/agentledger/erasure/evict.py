@@ -27,6 +27,7 @@ from nats.aio.subscription import Subscription
 
 from agentledger.errors import UnavailableError
 from agentledger.security.sealing import Keyring
+from agentledger.shell.tasks import stop_task
 
 log = structlog.get_logger()
 
@@ -160,9 +161,7 @@ class Instances:
         self._task = asyncio.create_task(self._loop(), name="evict-instances")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_task(self._task)
 
     async def _loop(self) -> None:
         while True:

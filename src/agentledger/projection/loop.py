@@ -41,6 +41,7 @@ from agentledger.config import Settings
 from agentledger.projection.poison import bisect
 from agentledger.projection.puller import ConsumerLostError, Puller
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
+from agentledger.shell.tasks import stop_task
 from agentledger.stores import db
 
 FETCH_TIMEOUT = 1.0
@@ -133,8 +134,7 @@ class ProjectionLoop(Generic[R]):
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), timeout=STOP_WAIT_S)
             except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
+                await stop_task(self._task)
             except Exception as exc:  # noqa: BLE001 - already reported through ``_failed``
                 self.log.debug(f"{self.log_name}.run_ended", error=type(exc).__name__)
         if self._sub is not None:

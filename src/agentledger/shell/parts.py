@@ -36,6 +36,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from agentledger.errors import UnavailableError
+from agentledger.shell.tasks import stop_task
 
 log = structlog.get_logger()
 
@@ -124,7 +125,7 @@ class Parts:
         stopping) ends the process.
         """
         task = asyncio.create_task(coro, name=name)
-        self.on_stop(partial(_cancel, task))
+        self.on_stop(partial(stop_task, task))
         if vital:
             self._checks.append(lambda: not task.done())
             task.add_done_callback(self._ended)
@@ -173,11 +174,6 @@ class Parts:
             return
         exc = task.exception()
         self._fail(exc if exc is not None else RuntimeError(f"the task {task.get_name()} ended"))
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 class Warming:

@@ -13,6 +13,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from agentledger.shell.tasks import stop_task
+
 T = TypeVar("T")
 # As nats-py's create_key_value (its default: two minutes).
 KV_DUPLICATE_WINDOW_S = 120.0
@@ -73,11 +75,8 @@ class KVMirror(Generic[T]):
         await loaded
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
         if self._watcher is not None:
             with contextlib.suppress(Exception):
                 await self._watcher.stop()

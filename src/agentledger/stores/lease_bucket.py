@@ -39,6 +39,7 @@ from nats.js.errors import BucketNotFoundError
 from agentledger.contracts.api import MAX_LEASE_TTL_S
 from agentledger.erasure.erase import kv_removed
 from agentledger.errors import UnavailableError
+from agentledger.shell.tasks import stop_task
 from agentledger.stores.buckets import kv_stream_config
 from agentledger.stores.lease_state import PENDING, Fence, GrantLedger, Lease, LeaseError, decode_lease
 
@@ -115,11 +116,8 @@ class LeaseBucket:
         await loaded
 
     async def stop(self) -> None:
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
-            self._watch_task = None
+        await stop_task(self._watch_task)
+        self._watch_task = None
         if self._watcher is not None:
             with contextlib.suppress(Exception):
                 await self._watcher.stop()

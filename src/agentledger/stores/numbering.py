@@ -20,7 +20,6 @@ Only the writer (and the operator) may write KV; every service may read the mark
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import nats.errors
 import nats.js.errors
@@ -29,6 +28,7 @@ from nats.aio.client import Client
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 
 from agentledger.config import Settings, stream_name
+from agentledger.shell.tasks import stop_task
 from agentledger.stores.buckets import open_kv
 
 log = structlog.get_logger()
@@ -104,11 +104,8 @@ class Numbering:
         self._task = asyncio.create_task(self._keep_ahead(), name="writer-numbering")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_task(self._task)
+        self._task = None
 
     def alive(self) -> bool:
         return self._task is not None and not self._task.done()
