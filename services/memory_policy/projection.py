@@ -40,6 +40,7 @@ from agentledger.services.memory_policy.reach_seed import seed_reach
 from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
+from agentledger.shell.tasks import stop_task
 
 DURABLE = "memory-policy"
 
@@ -122,10 +123,7 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         if self._notes is not None:
             with contextlib.suppress(Exception):
                 await self._notes.unsubscribe()
-        if self.seeding is not None:
-            self.seeding.cancel()
-            with contextlib.suppress(BaseException):
-                await self.seeding
+        await stop_task(self.seeding)
         await super().stop()
 
     async def _initialize(self) -> None:
