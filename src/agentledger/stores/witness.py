@@ -133,6 +133,7 @@ class _Seen(msgspec.Struct):
     base: str
     n: int
     snapshot_bytes: int
+    # The snapshot's fields but its heads (``heads`` holds those, once).
     snapshot: Body
     heads: dict[str, tuple[int, str]]
     last_seq: int
@@ -155,7 +156,8 @@ class _Seen(msgspec.Struct):
 
 def _seen_of(ino: int, line: bytes, body: Body) -> _Seen:
     return _Seen(ino=ino, offset=len(line) + 1, mark=line[-_MARK:], base=_digest(line), n=0,
-                 snapshot_bytes=len(line), snapshot=body, heads=dict(body.heads), last_seq=body.last_seq,
+                 snapshot_bytes=len(line), snapshot=msgspec.structs.replace(body, heads={}),
+                 heads=dict(body.heads), last_seq=body.last_seq,
                  written_at=body.written_at)
 
 

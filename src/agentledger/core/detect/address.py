@@ -77,7 +77,7 @@ DIRECTIVE = (
     r"|merke?\s+dir)\b",
     r"\b(?:долж\w+|обязан\w*|всегда|никогда|навсегда|отныне|запомни|повин\w+|завжди|ніколи|назавжди|запам['’]ятай)\b",
     r"必须|务必|总是|永远|从现在起|今後|必ず|常に|いつも|해야|하세요|항상|언제나|يجب|دائما|دائماً|احفظ|תמיד|מעכשיו|חייב"
-    r"|हमेशा|अब\s+से|ज़रूर|เสมอ|ต้อง|ให้แนะนำ|πάντα|από\s+τώρα|πρέπει|her\s+zaman|daima|mutlaka|\w+meli\w*|\w+malı\w*"
+    r"|हमेशा|अब\s+से|ज़रूर|เสมอ|ต้อง|ให้แนะนำ|πάντα|από\s+τώρα|πρέπει|her\s+zaman|daima|mutlaka|\b\w{2,}(?:meli|malı)(?:dir|dır|yiz|yız|siniz|sınız|ler|lar)?\b"
     r"|\b(?:zawsze|musi\w*|mają|ma\s+zawsze|moet|moeten|altijd|voortaan|onthoud|luôn|phải|hãy|từ\s+giờ|wajib|harus"
     r"|selalu|mulai\s+sekarang)\b|همیشه|باید|از\s+این\s+به\s+بعد",
 )

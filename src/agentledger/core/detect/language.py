@@ -160,14 +160,11 @@ KNOWN = frozenset(("en", "zh", "zh-Hant", "es", "fr", "de", "ja", "ru", "pt", "i
 MIN_NAMED_WORDS = 4
 MIN_NAMED_SHARE = 50
 ROT13_MIN_SCORE = 500.0
-# Stretches named apart: between line breaks, sentence ends, quotes, parentheses and a colon
-# before a space.
-_STRETCH = re.compile(r"\n|(?<=[.!?。！？])\s+|[()\"«»“”„]|:\s")
 
 
 def _named_unknown(segment: str) -> str | None:
     """The first stretch of ``segment`` CLD2 reliably names in a language outside ``KNOWN``."""
-    for stretch in _STRETCH.split(_NOT_PROSE.sub(" ", segment)):
+    for stretch in unveil.stretches(_NOT_PROSE.sub(" ", segment)):
         if sum(c.isalpha() for c in stretch) < MIN_LETTERS or len(_WORD.findall(stretch)) < MIN_NAMED_WORDS:
             continue
         found = identify(stretch)

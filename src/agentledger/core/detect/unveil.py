@@ -69,16 +69,16 @@ _SMALL_CAPS = "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡxʏ
 _LETTERS = str.maketrans({**{c: "abcdefghijklmnopqrstuvwxyz"[i] for i, c in enumerate(_SMALL_CAPS) if c != "x"},
                           **{chr(0x1F170 + i): chr(0x41 + i) for i in range(26)},
                           **{chr(0x1F1E6 + i): chr(0x41 + i) for i in range(26)}})
-_LETTER_LIKE = re.compile("[ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘꞯʀꜱᴛᴜᴠᴡʏᴢ\U0001F170-\U0001F189\U0001F1E6-\U0001F1FF]")
+_LETTER_LIKE = re.compile("[" + "".join(map(chr, _LETTERS)) + "]")
 # Words written in digits and symbols for letters ("1gn0r3", "!nstruct!0ns", "@ll"): read with the
 # letters back when three words or more mix them, each at least half letters (a hash, "4e1f2a9",
 # or a time, "03T10", is not such a word).
 _LEET = str.maketrans("013457@!$", "oieastais")
 _LEET_WORD = re.compile(r"(?<![\w@!$\\])(?=[\w@!$]*[^\W\d_])(?=[\w@!$]*[013457@!$])[\w@!$]{3,}(?![\w@!$])")
-# What a reversal is looked for in: stretches between line breaks, sentence ends, quotes,
-# parentheses and a colon before a space (a reversed sentence keeps its period in front of its
-# first word, ".ravs", so it stays one stretch).
-_RUN = re.compile(r"(?:[^\n()\"«»“”:.!?。]|[:.!?。](?!\s))+")
+# Stretches (``stretches``: where a reversal is looked for, and what the language rule names):
+# between line breaks, sentence ends, quotes, parentheses and a colon before a space (a reversed
+# sentence keeps its period in front of its first word, ".ravs", so it stays one stretch).
+_RUN = re.compile(r"(?:[^\n()\"«»“”„:.!?。！？]|[:.!?](?!\s))+")
 _MARKUP = re.compile(r"<[^<>]*>|\{[^{}]*\}")
 # Encoded text: base64, base32 and hex runs long enough to hold a sentence.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
@@ -162,6 +162,11 @@ def as_letters(text: str) -> str:
     """``text`` with small capitals, negative squared letters and regional indicators as the
     letters they show."""
     return text if text.isascii() else text.translate(_LETTERS)
+
+
+def stretches(text: str) -> list[str]:
+    """The lines, sentences and quoted or parenthesised stretches of ``text``."""
+    return _RUN.findall(text)
 
 
 def reversed_runs(text: str) -> list[tuple[int, int]]:
