@@ -37,6 +37,7 @@ from agentledger.core.checkpoint_tags import checkpoint_tag
 from agentledger.core.validate import goal_hash
 from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.security.integrity_keys import keys_of
+from agentledger.security.task_seal import task_keys_of
 from agentledger.services.checkpointer.service import resume_subject
 from agentledger.stores import artifacts
 from agentledger.stores.ledger import ensure_stream, ledger_subject
@@ -195,7 +196,9 @@ async def fault_head_deleted(case: Case) -> None:
     first = await js.get_msg(case.stack.settings.stream, seq=1,
                              subject=ledger_subject(case.stack.settings.prefix, TENANT, case.task),
                              next=True)
-    assert json.loads(first.data)["kind"] == "task_created"
+    keys = task_keys_of(case.stack.c.nc, case.stack.settings)
+    opened = await keys.open_one(TENANT, case.task, first.headers, first.data)
+    assert opened is not None and json.loads(opened)["kind"] == "task_created"
     await js.delete_msg(case.stack.settings.stream, first.seq)
 
 

@@ -25,6 +25,7 @@ from agentledger.errors import AgentLedgerError, ConflictError, DuplicateError
 from agentledger.security import auth
 from agentledger.security.kek_epochs import KekRing
 from agentledger.security.sealing import Keyring, unseal
+from agentledger.security.task_seal import task_keys_of
 from agentledger.services.ledger_writer.service import LedgerWriter, append_subject
 from agentledger.stores.ledger import ledger_subject
 from writer_support import ledger_messages, running_writer
@@ -238,9 +239,13 @@ async def test_personal_content_is_sealed_at_rest(writer: tuple[LedgerWriter, Cl
     ])
     nc = await auth.connect(settings, auth.WRITER)
     js = nc.jetstream()
-    raw = [(await js.get_msg(settings.stream, seq)).data for seq in (2, 3)]
-    assert all(secret.encode() not in r and b"Lyon" not in r for r in raw)
-    turn = decode_event(raw[0])
+    msgs = [await js.get_msg(settings.stream, seq) for seq in (2, 3)]
+    assert all(secret.encode() not in m.data and b"Lyon" not in m.data for m in msgs)
+    # Under the task's seal (task_seal), the personal value is sealed again under its subject's key.
+    opened = [await task_keys_of(nc, settings).open_one("acme", "t1", m.headers, m.data) for m in msgs]
+    assert all(o is not None and secret.encode() not in o and b"Lyon" not in o for o in opened)
+    assert opened[0] is not None
+    turn = decode_event(opened[0])
     assert isinstance(turn, ev.TurnAppendedEvent)
     assert turn.payload.content is None and turn.payload.sealed is not None
     keyring = Keyring(nc, settings.keys_bucket, KekRing.load(settings.kek_path))

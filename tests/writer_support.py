@@ -18,7 +18,9 @@ import nats.js.errors
 from agentledger.client import Client, connect
 from agentledger.config import Settings
 from agentledger.security import auth
+from agentledger.security.task_seal import SEALED, task_keys_of
 from agentledger.services.ledger_writer.service import LedgerWriter
+from agentledger.stores.ledger import subject_key
 
 
 @contextlib.asynccontextmanager
@@ -37,11 +39,13 @@ async def running_writer(settings: Settings, **changes: Any) -> AsyncIterator[tu
         await writer.stop()
 
 
-async def ledger_messages(settings: Settings) -> list[tuple[int, bytes, dict[str, str]]]:
+async def ledger_messages(settings: Settings, *, opened: bool = True) -> list[tuple[int, bytes, dict[str, str]]]:
     """Every message in the ledger stream, in order: (sequence, body, headers); a sequence whose
-    message was erased (a forget) is passed over."""
+    message was erased (a forget) is passed over. ``opened``: a body sealed under its task's key
+    (``security.task_seal``) is given opened, as the projector reads it (else as stored)."""
     nc = await auth.connect(settings, auth.WRITER)
     try:
+        keys = task_keys_of(nc, settings)
         js = nc.jetstream()
         info = await js.stream_info(settings.stream)
         out = []
@@ -50,7 +54,13 @@ async def ledger_messages(settings: Settings) -> list[tuple[int, bytes, dict[str
                 msg = await js.get_msg(settings.stream, seq)
             except nats.js.errors.NotFoundError:
                 continue
-            out.append((seq, msg.data, dict(msg.headers or {})))
+            data, headers = msg.data, dict(msg.headers or {})
+            key = subject_key(settings.prefix, msg.subject or "")
+            if opened and key is not None and SEALED in headers:
+                opened_body = await keys.open_one(key[0], key[1], headers, data)
+                assert opened_body is not None, f"seq {seq}: its task key is gone"
+                data = opened_body
+            out.append((seq, data, headers))
         return out
     finally:
         await nc.close()

@@ -81,6 +81,7 @@ from agentledger.core.ledger_chain import GENESIS
 from agentledger.core.reducer import TERMINAL_TASK
 from agentledger.core.state import Turn, WorkingMemory, decode_turn, new_state, view
 from agentledger.errors import AgentLedgerError, IntegrityViolationError, NotFoundError, UnavailableError
+from agentledger.security.task_seal import TaskKeys, task_keys_of
 from agentledger.services.checkpointer.store import CheckpointStore, Located
 from agentledger.services.checkpointer.witness_check import WitnessHeads
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, Fold, fold_message, read_stream
@@ -138,6 +139,9 @@ class Resumer:
         self._js = nc.jetstream()
         self._projection = ProjectionStore(LIVE_SCHEMA)
         self._witness = WitnessHeads(settings)
+        # Opens the task's sealed messages (``security.task_seal``); its keyring is the one a
+        # forget's eviction reaches (``Checkpointer._evict``).
+        self.task_keys = task_keys_of(nc, settings)
 
     async def resume(self, req: ResumeRequest) -> ResumeReply:
         """Run the protocol of the module docstring for one request."""
@@ -339,7 +343,8 @@ class Resumer:
         """A fold of the task at the checkpoint (or empty), knowing ``seeded`` as consumed."""
         key = (req.tenant, req.task_id)
         # The chain is checked as the task is replayed: a broken link refuses the resume.
-        fold = Fold(chain_key_of(self.settings), strict=True)
+        fold = Fold(chain_key_of(self.settings), strict=True,
+                    task_keys=TaskKeys(lambda: self.task_keys.keyring))
         applied, _ = fold.task(key)
         applied.update(seeded)
         fold.states[key] = (self._restore(found, cp) if found is not None and cp is not None
@@ -404,6 +409,8 @@ class Resumer:
                 except nats.js.errors.NotFoundError as exc:
                     raise UnavailableError("the ledger stream disappeared during replay") from exc
                 return
+            assert fold.task_keys is not None
+            await fold.task_keys.load([(key[0], key[1], msg.headers)])
             fold_message(fold, key, msg.data or b"", msg.seq, msg.headers, subject=msg.subject)
             count += 1
             seq = msg.seq + 1  # the loop ends once ``upto`` (the task's last message) is folded
@@ -434,8 +441,9 @@ class Resumer:
             if msg is None or msg.seq is None:
                 break
             try:
-                event = _event_decoder.decode(msg.data or b"")
-            except msgspec.MsgspecError:
+                body = await self.task_keys.open_one(req.tenant, req.task_id, msg.headers, msg.data or b"")
+                event = _event_decoder.decode(body) if body is not None else None
+            except (msgspec.MsgspecError, AgentLedgerError):
                 event = None
             if isinstance(event, ev.TaskCreatedEvent):
                 ledger_goal = event.payload.goal.goal_hash

@@ -158,7 +158,9 @@ class Checkpointer(Shell):
         keys = [k for k in self.evaluated if k[0] == e.tenant and (e.whole_tenant or k[1] == e.task_id)]
         for key in keys:
             self.evaluated.pop(key, None)
-        return {"tasks": len(keys)}
+        task_keys = self.resumer.task_keys.evict(e.tenant, None if e.whole_tenant else e.task_id) \
+            if self.resumer is not None and (e.whole_tenant or e.task_id) else 0
+        return {"tasks": len(keys), "keys": task_keys}
 
     # ---- automatic saves --------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ from agentledger.errors import (
 )
 from agentledger.replies import Replies
 from agentledger.security.integrity_keys import IntegrityKeys
+from agentledger.security.task_seal import SEALED, TaskKey, seal_body
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
 from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
 
@@ -151,6 +152,8 @@ class Unit:
     digests: list[str] = field(default_factory=list)
     # The lease grant the unit was checked against (``FENCE`` on each message), if any.
     fence: int | None = None
+    # The id of the task key the bodies are sealed under (``task_seal.SEALED``), if they are.
+    sealed_with: str | None = None
     # Without ``expected_last_seq``: commit it on the committer's knowledge of its subject's
     # last sequence all the same (see "Guarded units" above).
     guard: bool = False
@@ -181,15 +184,21 @@ class Unit:
             headers[DIGEST] = self.digests[i]
         if self.fence is not None:
             headers[FENCE] = str(self.fence)
+        if self.sealed_with is not None:
+            headers[SEALED] = self.sealed_with
         return headers
 
 
 def make_unit(subject: str, events: Sequence[EventBase], stored: Sequence[EventBase],
-              expected_last_seq: int | None = None) -> Unit:
-    """A unit storing ``stored`` (the events as sealed), digested from ``events`` (as sent)."""
+              expected_last_seq: int | None = None, *, key: TaskKey | None = None) -> Unit:
+    """A unit storing ``stored`` (the events as sealed), digested from ``events`` (as sent);
+    with ``key`` (the task's), each stored body is sealed under it (``task_seal``)."""
     msg_ids = [msg_id(e.tenant, e.task_id, e.event_id) for e in stored]
     bodies = [encode(e) for e in stored]
-    return Unit(subject=subject, msg_ids=msg_ids, bodies=bodies,
+    if key is not None:
+        first = events[0]
+        bodies = [seal_body(key, first.tenant, first.task_id, m, b) for m, b in zip(msg_ids, bodies, strict=True)]
+    return Unit(subject=subject, msg_ids=msg_ids, bodies=bodies, sealed_with=key[0] if key else None,
                 event_ids=[e.event_id for e in stored],
                 expected_last_seq=expected_last_seq,
                 digests=[event_digest(e) for e in events],

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import nats.js.errors
 import structlog
@@ -58,10 +58,12 @@ from agentledger.errors import (
     RateLimitedError,
     UnavailableError,
 )
+from agentledger.security import task_seal
 from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.on_behalf import acting_for
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of, seal_event
+from agentledger.security.task_seal import TaskKey
 from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
@@ -299,9 +301,10 @@ class LedgerWriter(Shell):
         events, expected, _ = prepared
         first = events[0]
         key = (first.tenant, first.task_id)
-        if key not in self._lanes and expected is None and self._as_is(events):
+        task_key = self._task_key_held(first.tenant, first.task_id)
+        if key not in self._lanes and expected is None and task_key is not False and self._as_is(events):
             subject = ledger_subject(self.settings.prefix, first.tenant, first.task_id)
-            unit = make_unit(subject, events, events)
+            unit = make_unit(subject, events, events, key=task_key or None)
             unit.guard = True  # stored right after what this writer knows: see _answer
             settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._direct.setdefault(key, set()).add(settled)
@@ -333,6 +336,21 @@ class LedgerWriter(Shell):
         task = asyncio.create_task(work)
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
+
+    def _task_key_held(self, tenant: str, task_id: str) -> TaskKey | Literal[False] | None:
+        """The task's key when this writer holds it, None when the task is not sealed, False
+        when its key must be fetched (or made) first."""
+        if not task_seal.sealable(task_id):
+            return None
+        assert self._keyring is not None
+        return self._keyring.cached(tenant, task_seal.slot(task_id)) or False
+
+    async def _task_key(self, tenant: str, task_id: str) -> TaskKey | None:
+        """The task's key, made at its first append (None: the task is not sealed)."""
+        if not task_seal.sealable(task_id):
+            return None
+        assert self._keyring is not None
+        return await self._keyring.key_for(tenant, task_seal.slot(task_id), create=True)
 
     def _as_is(self, events: list[EventBase]) -> bool:
         """Whether the events can be committed as they are, with no I/O and no lease lock:
@@ -477,7 +495,8 @@ class LedgerWriter(Shell):
                         sealed = [await seal_event(e, self._keyring) for e in events]
                         # Digests of the events as sent: sealing draws a fresh nonce on every retry.
                         unit = make_unit(ledger_subject(self.settings.prefix, first.tenant,
-                                                        first.task_id), events, sealed, expected)
+                                                        first.task_id), events, sealed, expected,
+                                         key=await self._task_key(first.tenant, first.task_id))
                     results = await self._commit_fenced(events, unit, caller, lease_secret,
                                                         partial(self._handed, key, handed), moved=moved)
                 finally:

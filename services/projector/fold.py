@@ -25,7 +25,8 @@ from agentledger.core import ledger_chain
 from agentledger.core.ledger_chain import GENESIS, Head, KeyOf
 from agentledger.core.reducer import apply, duplicate
 from agentledger.core.state import Changes, WorkingMemory, new_state
-from agentledger.errors import IntegrityViolationError
+from agentledger.errors import AgentLedgerError, IntegrityViolationError
+from agentledger.security.task_seal import SEALED, TaskKeys
 from agentledger.services.projector.store import RejectionRow
 from agentledger.stores.ledger import subject_key
 
@@ -111,6 +112,19 @@ def _decode(key: Key, data: bytes, seq: int, headers: dict[str, str] | None,
     return None
 
 
+def _open(key: Key, data: bytes, seq: int, headers: dict[str, str], *, rejections: list[RejectionRow],
+          keys: TaskKeys | None) -> bytes | None:
+    """A sealed body opened; None when its task key is destroyed (the task is being forgotten:
+    no row) or when it does not open (a ``seal_mismatch`` row)."""
+    if keys is None:
+        raise RuntimeError("a sealed ledger message reached a reader that loaded no task keys")
+    try:
+        return keys.open(key[0], key[1], headers, data)
+    except AgentLedgerError as exc:
+        rejections.append(rejection_row((key[0], key[1], seq, event_id_of(headers), "", exc.code, str(exc))))
+        return None
+
+
 def is_service_ledger(key: Key | None) -> bool:
     """Whether a ledger subject's (tenant, task) is a tenant's memory, document or forget ledger
     (not a task)."""
@@ -118,7 +132,8 @@ def is_service_ledger(key: Key | None) -> bool:
 
 
 def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None, *,
-                   rejections: list[RejectionRow], subject: str = "") -> AnyEvent | None:
+                   rejections: list[RejectionRow], subject: str = "",
+                   keys: TaskKeys | None = None) -> AnyEvent | None:
     """The event a ledger message carries for the task ``key``, or None after appending the
     rejection row that explains why there is none.
 
@@ -128,6 +143,9 @@ def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, st
     A body nested deeper than ``MAX_DEPTH`` is ``too_deep`` (checked before any
     decoder recurses into it); a body that does not decode is ``undecodable``; a
     body naming another tenant or task than its subject is ``subject_mismatch``.
+    A body sealed under its task's key (``security.task_seal``) is opened with ``keys`` (loaded
+    by the caller): one whose key is destroyed (its task is being forgotten) is None with no
+    row; one that does not open is ``seal_mismatch``.
     None of these touch any state, nor consume an event id. Every text column of
     a row is sanitised and bounded (``rejection_row``), so any bytes on any ledger
     subject end as a row.
@@ -145,6 +163,11 @@ def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, st
             tenant, task, seq, event_id_of(headers), "", "malformed_subject",
             f"ledger subject {subject[:300]!r} is not <prefix>.ledger.<tenant>.<task>")))
         return None
+    if headers is not None and SEALED in headers:
+        opened = _open(key, data, seq, headers, rejections=rejections, keys=keys)
+        if opened is None:
+            return None
+        data = opened
     event = _decode(key, data, seq, headers, rejections)
     if event is None:
         return None
@@ -204,9 +227,12 @@ class Fold:
     later message of the task fails too: the task stays frozen at its last good event) and
     the first violation of each task is kept in ``violations``."""
 
-    def __init__(self, key_of: KeyOf | None = None, *, strict: bool = False) -> None:
+    def __init__(self, key_of: KeyOf | None = None, *, strict: bool = False,
+                 task_keys: TaskKeys | None = None) -> None:
         self.key_of = key_of
         self.strict = strict
+        # The task keys sealed messages are opened with (``read_stream`` loads them).
+        self.task_keys = task_keys
         # Chain head of each task as folded so far (a task not in it: ``GENESIS``).
         self.heads: dict[Key, Head] = {}
         self.violations: dict[Key, IntegrityViolationError] = {}
@@ -259,7 +285,8 @@ def fold_message(fold: Fold, key: Key | None, data: bytes, seq: int,
     """
     if not chained and not fold.chained(key, data, seq, headers):
         return False
-    event = decode_message(key, data, seq, headers, rejections=fold.rejections, subject=subject)
+    event = decode_message(key, data, seq, headers, rejections=fold.rejections, subject=subject,
+                           keys=fold.task_keys)
     if event is None or key is None:
         return False
     applied, changes = fold.task(key)

@@ -89,6 +89,8 @@ from agentledger.projection.stream import (
     stream_seq,
 )
 from agentledger.security.integrity_keys import keys_of
+from agentledger.security.sealing import Keyring
+from agentledger.security.task_seal import TaskKeys, task_keys_of
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import (
     SubjectKeys,
@@ -176,7 +178,7 @@ class Lane(ProjectionLoop[TaskRow]):
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, partition: int,
                  partitions: int, *, store: Store, subject_keys: SubjectKeys,
                  progress: asyncio.Event, on_failure: Callable[[BaseException], None],
-                 guard: RollbackGuard | None = None) -> None:
+                 guard: RollbackGuard | None = None, keyring: Callable[[], Keyring] | None = None) -> None:
         super().__init__(settings, nc, pool, logger=log.bind(partition=partition) if partitions > 1 else log)
         self.partition, self.partitions = partition, partitions
         self.name = db.watermark_name(partition, partitions)
@@ -201,6 +203,13 @@ class Lane(ProjectionLoop[TaskRow]):
         self._heads: dict[Key, Head] = {}
         self._pending: dict[Key, Head] = {}
         self._broken: dict[Key, IntegrityViolationError] = {}
+        # The keyring sealed task messages are opened with (the service's: a forget's eviction
+        # reaches it), and the keys the batch being committed needs.
+        if keyring is None:
+            own = task_keys_of(nc, settings)
+            keyring = lambda: own.keyring  # noqa: E731 - made once, at the first sealed message
+        self._keyring = keyring
+        self._task_keys = TaskKeys(self._keyring)
 
     @property
     def cache(self) -> StateCache:
@@ -373,6 +382,9 @@ class Lane(ProjectionLoop[TaskRow]):
     async def _commit_once(self, items: list[tuple[int, Any]]) -> list[TaskRow]:
         """One batch in one transaction: in one statement when every task it touches is
         cached (the lane's own state since the watermark it committed), else the long way."""
+        self._task_keys = TaskKeys(self._keyring)
+        await self._task_keys.load((key[0], key[1], msg.headers) for _, msg in items
+                                   if (key := self._subject_keys[msg.subject]) is not None)
         conn = await self._writer.get()
         decoded: tuple[list[tuple[int, Any]], list[tuple[int, Key, AnyEvent]], list[RejectionRow]] | None = None
         wm, projection = self._committed, self._projection
@@ -538,11 +550,14 @@ class Lane(ProjectionLoop[TaskRow]):
                     rejections.append(chain_violation_row(key, seq, msg.headers, exc))
                     self.log.error("projector.integrity_violation", tenant=key[0], task=key[1], seq=seq)
                     continue
+            filed = len(rejections)
             event = decode_message(key, msg.data, seq, msg.headers, rejections=rejections,
-                                   subject=subject)
+                                   subject=subject, keys=self._task_keys)
             if event is not None and key is not None:
                 events.append((seq, key, event))
-            elif not is_service_ledger(key):  # memory and document events only move the watermark
+            elif len(rejections) == filed:  # a service ledger's, or erased: it only moves the watermark
+                continue
+            else:
                 self.log.info("projector.rejected", code=rejections[-1][5], tenant=key[0] if key else "",
                          task=key[1] if key else "", seq=seq)
         return events

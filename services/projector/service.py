@@ -400,7 +400,7 @@ class Projector(Shell):
         assert self._nc is not None and self._pool is not None
         lane = Lane(self.settings, self._nc, self._pool, partition, partitions,
                     store=self.store, subject_keys=self._subject_keys, progress=self._progress,
-                    on_failure=self.fail, guard=self._rollback)
+                    on_failure=self.fail, guard=self._rollback, keyring=self._keyring)
         self._lanes[partition] = lane
         log.info("projector.partition_taken", partition=partition, partitions=partitions)
         if first:

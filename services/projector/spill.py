@@ -23,6 +23,7 @@ from agentledger.core.ledger_chain import KeyOf
 from agentledger.core.state import encode_variable
 from agentledger.projection.stream import Progress, read_ordered
 from agentledger.security.integrity_keys import IntegrityKeys
+from agentledger.security.task_seal import task_keys_of
 from agentledger.services.projector.cache import StateCache
 from agentledger.services.projector.fold import Fold, Key, SubjectKeys, decode_message, fold_event, fold_message
 from agentledger.services.projector.store import (
@@ -113,8 +114,10 @@ class SpillingFold(Fold):
         deferred, self.deferred = self.deferred, []
         batch_bytes, self.deferred_bytes = self.deferred_bytes, 0
         events: list[tuple[int, Key, AnyEvent]] = []
+        if self.task_keys is not None:
+            await self.task_keys.load((key[0], key[1], headers) for _, key, _, headers in deferred)
         for seq, key, data, headers in deferred:
-            event = decode_message(key, data, seq, headers, rejections=self.rejections)
+            event = decode_message(key, data, seq, headers, rejections=self.rejections, keys=self.task_keys)
             if event is not None:
                 events.append((seq, key, event))
         conn, states = self.conn, self.states
@@ -214,17 +217,31 @@ async def read_stream(nc: Client, settings: Settings, upto: int | None = None, *
     ``idle_timeout`` seconds.
     """
     fold = fold if fold is not None else Fold()
+    if fold.task_keys is None:
+        fold.task_keys = task_keys_of(nc, settings)
+    task_keys = fold.task_keys
     seqs = fold.seqs
     spill = fold if isinstance(fold, SpillingFold) else None
     keys = SubjectKeys(settings.prefix)
 
-    def handle(msg: Any, seq: int) -> Any:
-        key = keys[msg.subject]
+    def folded(msg: Any, seq: int, key: Key | None) -> Any:
         if spill is not None:
             return spill.add(key, msg.data, seq, msg.headers, msg.subject)
         if fold_message(fold, key, msg.data, seq, msg.headers, subject=msg.subject) and key:
             seqs[key] = seq
         return None
+
+    async def loaded(msg: Any, seq: int, key: Key) -> None:
+        await task_keys.load([(key[0], key[1], msg.headers)])
+        outcome = folded(msg, seq, key)
+        if outcome is not None:
+            await outcome
+
+    def handle(msg: Any, seq: int) -> Any:
+        key = keys[msg.subject]
+        if key is not None and not task_keys.holds(key[0], key[1], msg.headers):
+            return loaded(msg, seq, key)
+        return folded(msg, seq, key)
 
     count, last = await read_ordered(nc, settings, handle, subject=subject, start_seq=start_seq, upto=upto,
                                      progress=progress, idle_timeout=idle_timeout)

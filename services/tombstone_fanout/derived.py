@@ -45,6 +45,7 @@ from agentledger.core.memory.tags import receipt_tag
 from agentledger.erasure.erase import scan_subject
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import unseal
+from agentledger.security.task_seal import TaskKeys, bodies
 from agentledger.services.context_builder.forget import DocumentsHandler
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 from agentledger.stores import forget_journal
@@ -120,12 +121,12 @@ async def subject_needles(ctx: ForgetContext, subject: str) -> set[str]:
     """The needles of every value of ``subject`` sealed in the tenant's ledger that still opens."""
     mark = b'"subject":"' + subject.encode() + b'"'
     needles: set[str] = set()
-    async for msg in scan_subject(ctx.nc.jetstream(), ctx.settings.stream,
-                                  f"{ctx.settings.prefix}.ledger.{ctx.tenant}.*"):
-        if not msg.data or mark not in msg.data:
+    scan = scan_subject(ctx.nc.jetstream(), ctx.settings.stream, f"{ctx.settings.prefix}.ledger.{ctx.tenant}.*")
+    async for _, body in bodies(scan, TaskKeys(ctx.keyring), ctx.settings.prefix):
+        if mark not in body:
             continue
         try:
-            event = decode_event(msg.data)
+            event = decode_event(body)
         except Exception:  # noqa: BLE001, S112 - undecodable bytes seal nothing readable
             continue
         for sealed in _sealed_in(msgspec.to_builtins(event.payload), subject):

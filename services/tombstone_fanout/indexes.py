@@ -20,12 +20,14 @@ from agentledger.contracts.codec import decode_event
 from agentledger.erasure import evict
 from agentledger.erasure.erase import delete_denied, erase_seqs, live_kv_keys, scan_subject, subject_seqs
 from agentledger.security.bindings import bindings_bucket
+from agentledger.security.sealing import key_name
+from agentledger.security.task_seal import SEALED, TaskKeys, bodies, sealable, slot
 from agentledger.services.projector.lane import durable_name
 from agentledger.services.projector.store import Store
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 from agentledger.stores.artifacts import artifact_refs
 from agentledger.stores.db import watermark_name
-from agentledger.stores.ledger import ledger_subject
+from agentledger.stores.ledger import ledger_subject, subject_key
 
 # Artifacts erased at once (each a few JetStream round trips).
 ARTIFACTS_IN_FLIGHT = 16
@@ -47,12 +49,21 @@ def _tenant_ledger(ctx: ForgetContext) -> str:
 
 
 class LedgerHandler:
-    """The ledger itself: a task's or a tenant's messages, securely erased.
+    """The ledger itself: a task's or a tenant's messages.
 
-    A record, key or subject is not erased here: memory erases the messages that
-    carried its records, and a subject's personal values are sealed under its key,
-    which the ``keys`` step destroys. The plan keeps the erased sequences and the
-    artifacts the task's events cite (the ``artifacts`` step erases those).
+    An ordinary task's messages are stored sealed under the task's key
+    (``security.task_seal``): the key is destroyed (its record securely erased), every
+    service instance drops its copy, and the task's subject is purged in one call. What the
+    purge leaves in the block files until compaction is ciphertext nobody can open, so a
+    task of any length is forgotten in a few round trips. Messages stored unsealed (the
+    tenant's memory and document ledgers, lease grants, messages written before sealing)
+    are securely erased one by one, as are messages appended to the task while it ran.
+
+    A record, key or subject is not reached here: memory erases the messages that carried its
+    records, and a subject's personal values are sealed under its key, which the ``keys``
+    step destroys. The plan keeps the sequences reached, which of them to erase, the subjects
+    to purge, the task keys to destroy and the artifacts the task's events cite (the
+    ``artifacts`` step erases those).
     """
 
     index = "ledger"
@@ -70,27 +81,57 @@ class LedgerHandler:
         else:
             return None
         seqs: list[int] = []
+        erase: list[int] = []
+        purge: set[str] = set()
         uris: set[str] = set()
+        opener = TaskKeys(ctx.keyring)
         async for msg in _messages(ctx, subject):
             if keep is not None and keep(msg.subject):
                 continue
-            seqs.append(msg.metadata.sequence.stream)
-            if sel.kind == "task" and msg.data:
+            seq = msg.metadata.sequence.stream
+            seqs.append(seq)
+            key = subject_key(ctx.settings.prefix, msg.subject)
+            if key is not None and SEALED in (msg.headers or {}) and sealable(key[1]):
+                purge.add(msg.subject)
+            else:
+                erase.append(seq)
+            if sel.kind == "task" and key is not None and msg.data:
                 try:
-                    event = decode_event(msg.data)
-                except Exception:  # noqa: BLE001, S112 - undecodable bytes cite no artifact; erased all the same
+                    body = await opener.open_one(key[0], key[1], msg.headers, msg.data)
+                    event = decode_event(body) if body is not None else None
+                except Exception:  # noqa: BLE001, S112 - undecodable bytes cite no artifact; forgotten all the same
                     continue
-                uris.update(ref.uri for _, _, ref in artifact_refs([event]))
-        return {"subject": subject, "seqs": seqs, "artifacts": sorted(uris)}
+                if event is not None:
+                    uris.update(ref.uri for _, _, ref in artifact_refs([event]))
+        tasks = ([sel.task_id] if sel.kind == "task"
+                 else sorted(set(await ctx.keyring.task_keys(ctx.tenant))
+                             | {t for s in purge if (t := _task_of(ctx, s)) is not None}))
+        return {"subject": subject, "seqs": seqs, "erase": erase, "purge": sorted(purge),
+                "task_keys": tasks, "artifacts": sorted(uris)}
 
     async def apply(self, ctx: ForgetContext, plan: Any) -> dict[str, int]:
-        await ctx.erase(plan["seqs"])
+        sel = ctx.selector
+        tasks = plan.get("task_keys", [])
+        for task_id in tasks:
+            await ctx.keyring.destroy(key_name(ctx.tenant, slot(task_id)))
+        if tasks:
+            # Before the purge: a writer still holding the key would seal new messages with it.
+            await ctx.evict(evict.Eviction(request_id=ctx.request.request_id, tenant=ctx.tenant,
+                                           whole_tenant=sel.kind == "tenant", task_id=sel.task_id))
+        erase = plan.get("erase", plan["seqs"])  # a plan made before sealing erased everything
+        await ctx.erase(erase)
+        js = ctx.nc.jetstream()
+        for subject in plan.get("purge", []):
+            await js.purge_stream(ctx.settings.stream, subject=subject)
         # Messages appended to the forgotten task after the plan was made go too.
-        keep = _keep_forget if ctx.selector.kind == "tenant" else None
-        late = await subject_seqs(ctx.nc.jetstream(), ctx.settings.stream, plan["subject"],
-                                  keep=keep)
-        await ctx.erase(late)
-        return {"messages": len(plan["seqs"])}
+        keep = _keep_forget if sel.kind == "tenant" else None
+        await ctx.erase(await subject_seqs(js, ctx.settings.stream, plan["subject"], keep=keep))
+        return {"messages": len(plan["seqs"]), "shredded": len(plan["seqs"]) - len(erase)}
+
+
+def _task_of(ctx: ForgetContext, subject: str) -> str | None:
+    key = subject_key(ctx.settings.prefix, subject)
+    return key[1] if key is not None else None
 
 
 class KeysHandler:
@@ -328,11 +369,12 @@ class ArtifactsHandler:
             assert sel.subject is not None
             mark = b'"data_subject":"' + sel.subject.encode() + b'"'
             uris: set[str] = set()
-            async for msg in _messages(ctx, _tenant_ledger(ctx)):
-                if not msg.data or mark not in msg.data:
+            async for _, body in bodies(_messages(ctx, _tenant_ledger(ctx)), TaskKeys(ctx.keyring),
+                                        ctx.settings.prefix):
+                if mark not in body:
                     continue
                 try:
-                    event = decode_event(msg.data)
+                    event = decode_event(body)
                 except Exception:  # noqa: BLE001, S112 - undecodable bytes cite nothing
                     continue
                 if event.data_subject == sel.subject:

@@ -47,6 +47,7 @@ from agentledger.core import checkpoint as cp_mod
 from agentledger.core.state import WorkingMemory
 from agentledger.errors import UnavailableError
 from agentledger.security import auth
+from agentledger.security.task_seal import SEALED, task_keys_of
 from agentledger.services.projector.rebuild import Fold, fold_message, verify
 from agentledger.stores import db
 from agentledger.stores.ledger import MSG_ID, ledger_wildcard, subject_key
@@ -371,7 +372,24 @@ async def read_ledger(nc: Nats, settings: Settings) -> list[StoredMsg]:
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
-    return messages
+    return await opened(nc, settings, messages)
+
+
+async def opened(nc: Nats, settings: Settings, messages: list[StoredMsg]) -> list[StoredMsg]:
+    """The messages with every task-sealed body opened (``security.task_seal``), as the
+    projector reads them; one whose task key is gone is left out."""
+    keys = task_keys_of(nc, settings)
+    out = []
+    for m in messages:
+        key = subject_key(settings.prefix, m.subject)
+        if key is None or m.headers is None or SEALED not in m.headers:
+            out.append(m)
+            continue
+        body = await keys.open_one(key[0], key[1], m.headers, m.data)
+        if body is not None:
+            headers = {k: v for k, v in m.headers.items() if k != SEALED}
+            out.append(StoredMsg(m.seq, m.subject, body, headers))
+    return out
 
 
 async def read_checkpoints(settings: Settings) -> tuple[list[StoredCheckpoint], dict[Key, int]]:

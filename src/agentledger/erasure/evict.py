@@ -26,7 +26,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from agentledger.errors import UnavailableError
-from agentledger.security.sealing import Keyring
+from agentledger.security.sealing import TASK_SLOT, Keyring
 from agentledger.shell.tasks import stop_task
 
 log = structlog.get_logger()
@@ -74,10 +74,14 @@ Evictor = Callable[[Eviction], Awaitable[dict[str, int]]]
 
 
 def keys_of(keyring: Keyring, eviction: Eviction) -> int:
-    """Drop the keyring's cached keys an eviction reaches (a tenant's, or one subject's)."""
+    """Drop the keyring's cached keys an eviction reaches (a tenant's, one data subject's, or
+    one task's: ``task_seal``)."""
     if eviction.whole_tenant:
         return keyring.evict(eviction.tenant)
-    return keyring.evict(eviction.tenant, eviction.subject) if eviction.subject else 0
+    dropped = keyring.evict(eviction.tenant, eviction.subject) if eviction.subject else 0
+    if eviction.task_id:
+        dropped += keyring.evict(eviction.tenant, TASK_SLOT + eviction.task_id)
+    return dropped
 
 
 def evict_subject(prefix: str) -> str:

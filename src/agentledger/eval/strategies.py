@@ -49,6 +49,7 @@ from agentledger.eval.corpus import (
 from agentledger.eval.metrics import ENCODING, StrategyResult
 from agentledger.models import tokens
 from agentledger.models.embedding import Embedder
+from agentledger.security.task_seal import task_keys_of
 from agentledger.services.memory_policy.store import decode_row, vector_text
 from agentledger.stores.ledger import ledger_subject
 
@@ -152,12 +153,14 @@ async def _ledger_lines(env: Env) -> list[str]:
     lines: list[tuple[int, str]] = []
     done = asyncio.Event()
     seen = 0
+    keys = task_keys_of(env.client.nc, s)
 
     async def on_msg(msg: Any) -> None:
         nonlocal seen
         seen += 1
         task = msg.subject.rsplit(".", 1)[-1]
-        line = _event_line(task, msgspec.json.decode(msg.data))
+        body = await keys.open_one(env.tenant, task, msg.headers, msg.data)  # a task's is sealed
+        line = _event_line(task, msgspec.json.decode(body)) if body is not None else None
         if line is not None:
             lines.append((msg.metadata.sequence.stream, line))
         if seen >= total:

@@ -55,6 +55,9 @@ from agentledger.security.private_files import write_private
 from agentledger.shell.bounded import ByteLRU
 from agentledger.stores.buckets import open_kv
 
+# The first character of a task key's subject (``task_seal.SLOT_MARK``): no token has it.
+TASK_SLOT = "="
+
 _b64 = base64.b64encode
 _unb64 = base64.b64decode
 _encode_value = msgspec.json.Encoder().encode
@@ -261,7 +264,19 @@ class Keyring:
         await self._store()
         prefix = f"{tenant}."
         keys = await live_kv_keys(self._js, self._bucket, prefix + (only or ">"))
-        return [key[len(prefix):] for key in keys]
+        return [key[len(prefix):] for key in keys if not key.startswith(prefix + TASK_SLOT)]
+
+    async def task_keys(self, tenant: str) -> list[str]:
+        """The tasks of ``tenant`` whose messages are sealed under a key that still exists
+        (``security.task_seal``), for a tenant-wide forget."""
+        await self._store()
+        prefix = f"{tenant}.{TASK_SLOT}"  # a wildcard matches whole tokens only: filtered here
+        return [key[len(prefix):] for key in await live_kv_keys(self._js, self._bucket, f"{tenant}.*")
+                if key.startswith(prefix)]
+
+    def cached(self, tenant: str, subject: str) -> tuple[str, AESGCM] | None:
+        """The key of ``subject`` if this process holds it now (no I/O)."""
+        return self._cache.get(key_name(tenant, subject))
 
     async def destroy_subject(self, tenant: str, subject: str) -> DestroyReceipt:
         """Destroy the tenant's key of ``subject`` and a key stored for it before keys were
