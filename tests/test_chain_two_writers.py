@@ -45,7 +45,7 @@ async def _chain_of(settings: Settings, task: str) -> list[tuple[int, int, str |
     (``own_head`` raises on a failed one)."""
     keys = keys_of(settings)
     out = []
-    for seq, body, headers in await ledger_messages(settings):
+    for seq, body, headers in await ledger_messages(settings, opened=False):  # the chain covers the bytes stored
         parsed = ledger_chain.parse(headers.get(CHAIN, ""))
         if parsed is None:
             continue

@@ -146,6 +146,7 @@ class LedgerWriter(Shell):
         # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
         await parts.live_part(Numbering(nc, s))
+        marker_key_of(s)  # made with the ring on first start: task keys are wrapped under it
         self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
                                 cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
         self._artifacts = await artifacts.open(nc, s)

@@ -245,11 +245,14 @@ def task_stream(tenant: str, task: str, n: int) -> list[dict[str, Any]]:
              "occurred_at": _now(), "schema_version": 1} for j, e in enumerate(out[:n])]
 
 
-async def raw_atomic_batch(nc: Any, items: Sequence[tuple[str, bytes, str]]) -> None:
-    """Commit ``items`` (subject, body, message id) as one JetStream atomic batch, raw."""
+async def raw_atomic_batch(nc: Any, items: Sequence[tuple[str, bytes, str]],
+                           extra: Sequence[dict[str, str]] | None = None) -> None:
+    """Commit ``items`` (subject, body, message id) as one JetStream atomic batch, raw; ``extra``:
+    more headers of each message."""
     bid = uuid.uuid4().hex
     for i, (subject, body, mid) in enumerate(items, 1):
-        headers = {"Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": mid}
+        headers = {"Nats-Batch-Id": bid, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": mid,
+                   **(extra[i - 1] if extra else {})}
         if i == len(items):
             headers["Nats-Batch-Commit"] = "1"
             reply = await nc.request(subject, body, headers=headers, timeout=30)

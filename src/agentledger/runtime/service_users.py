@@ -80,7 +80,7 @@ DATABASE, KEK, SIGNING_KEY, EMBEDDINGS_KEY, COMPACTOR_KEY = (
 NEEDS: dict[str, frozenset[str]] = {
     "ledger-writer": frozenset({KEK}),
     "projector": frozenset({DATABASE, KEK}),
-    "checkpointer": frozenset({DATABASE}),
+    "checkpointer": frozenset({DATABASE, KEK}),
     "memory-policy": frozenset({DATABASE, KEK, EMBEDDINGS_KEY}),
     "context-builder": frozenset({DATABASE, KEK, SIGNING_KEY, EMBEDDINGS_KEY, COMPACTOR_KEY}),
     "tombstone-fanout": frozenset({DATABASE, KEK}),

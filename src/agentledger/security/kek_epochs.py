@@ -28,9 +28,20 @@ import os
 import threading
 from pathlib import Path
 
+from blake3 import blake3
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agentledger.errors import AgentLedgerError
+
+# The wrap "epoch" of task keys (``task_seal``): a key derived from the marker key, which no
+# rotation retires (see ``KekRing.task_wrap``).
+TASK_EPOCH = -1
+_TASK_WRAP_CONTEXT = "agentledger task-key wrap v1"
+
+
+def marker_path(kek_path: Path) -> Path:
+    """The marker key's file beside the ring (``sealing.marker_key_of`` writes it)."""
+    return kek_path.with_name(kek_path.name + ".marker")
 
 
 def epoch_path(kek_path: Path, epoch: int) -> Path:
@@ -92,6 +103,7 @@ class KekRing:
         self._path = kek_path
         self._lock = threading.Lock()
         self._keys: dict[int, AESGCM] = {}
+        self._task: AESGCM | None = None
         self._retired: set[int] = set()
         self._current = 0
         self.reload()
@@ -139,6 +151,8 @@ class KekRing:
 
     def key_of(self, epoch: int) -> AESGCM | None:
         """The key of ``epoch``; None when it is retired (or never existed here)."""
+        if epoch == TASK_EPOCH:
+            return self.task_wrap()[1]
         with self._lock:
             key = self._keys.get(epoch)
         if key is None and epoch not in self._retired:
@@ -146,6 +160,25 @@ class KekRing:
             with self._lock:
                 key = self._keys.get(epoch)
         return key
+
+    def task_wrap(self) -> tuple[int, AESGCM]:
+        """What task keys are wrapped under: ``TASK_EPOCH`` and a key derived from the marker key.
+
+        Not an epoch of the ring, on purpose. A task's content is forgotten by destroying its
+        key in the live bucket; a backup's copy is forgotten when the backup is restored (the
+        forget journal applies the request again). Retiring an epoch makes every key wrapped
+        under it unreadable in every older backup, and task keys under an epoch would take all
+        of a backup's task content with them, so a backup made just before a retirement could
+        no longer be replayed. The marker key lives beside the ring (outside the data folder,
+        staged into the services' homes with it) and survives every rotation.
+        """
+        if self._task is None:
+            path = marker_path(self._path)
+            if not path.exists():
+                raise AgentLedgerError(f"no marker key at {path}; task keys cannot be opened here",
+                                       code="invalid_config")
+            self._task = AESGCM(blake3(_read_key(path), derive_key_context=_TASK_WRAP_CONTEXT).digest())
+        return TASK_EPOCH, self._task
 
     def is_retired(self, epoch: int) -> bool:
         with self._lock:

@@ -50,7 +50,7 @@ from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
 from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, kv_removed, live_kv_keys, scan_subject
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
-from agentledger.security.kek_epochs import KekRing
+from agentledger.security.kek_epochs import TASK_EPOCH, KekRing
 from agentledger.security.private_files import write_private
 from agentledger.shell.bounded import ByteLRU
 from agentledger.stores.buckets import open_kv
@@ -359,7 +359,8 @@ class Keyring:
                               evicted=evicted)
 
     def _wrap(self, subject: str, key_id: str, dek: bytes) -> _WrappedKey:
-        epoch, kek = self._keks.current()
+        # A task's key is wrapped under a key no rotation retires (``KekRing.task_wrap``).
+        epoch, kek = self._keks.task_wrap() if f".{TASK_SLOT}" in subject else self._keks.current()
         nonce = secrets.token_bytes(12)
         return _WrappedKey(key_id=key_id, nonce=_b64(nonce).decode(), epoch=epoch,
                            wrapped=_b64(kek.encrypt(nonce, dek, subject.encode())).decode())
@@ -382,7 +383,8 @@ class Keyring:
         """The key-encryption-key epochs the bucket's live data keys are wrapped under (what a
         backup of it needs to open, ``agentledger backup``'s manifest)."""
         last = await self._wrapped() or {}
-        return sorted({msgspec.json.decode(raw, type=_WrappedKey).epoch for _, raw in last.values()})
+        epochs = {msgspec.json.decode(raw, type=_WrappedKey).epoch for _, raw in last.values()}
+        return sorted(epochs - {TASK_EPOCH})  # task keys' wrap is no epoch of the ring
 
     async def rewrap(self) -> RewrapReport:
         """Wrap every key of the bucket (every tenant's) that an older epoch wraps under the
@@ -400,7 +402,7 @@ class Keyring:
         rewrapped = kept = unreadable = raced = 0
         for name, (revision, raw) in sorted(last.items()):
             w = msgspec.json.decode(raw, type=_WrappedKey)
-            if w.epoch == current:
+            if w.epoch in (current, TASK_EPOCH):
                 kept += 1
                 continue
             kek = self._keks.key_of(w.epoch)
