@@ -49,6 +49,11 @@ class Record:
                 return value.strip()
         return None
 
+    def without_header(self, name: str) -> Record:
+        lines = (self.headers or b"NATS/1.0\r\n\r\n").decode().split("\r\n")
+        kept = [line for line in lines[1:] if line and line.partition(":")[0].strip() != name]
+        return replace(self, headers="\r\n".join([lines[0], *kept, "", ""]).encode())
+
     def with_header(self, name: str, value: str) -> Record:
         lines = (self.headers or b"NATS/1.0\r\n\r\n").decode().split("\r\n")
         kept = [line for line in lines[1:] if line and line.partition(":")[0].strip() != name]

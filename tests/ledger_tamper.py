@@ -7,6 +7,11 @@ message of the stream (subject, body and the headers as stored), lets ``edit`` c
 content, with NATS's own framing and record hashes made by the server itself: exactly what
 replacing the store's files with an edited copy gives, which is all such an attacker needs.
 ``append_raw`` adds one message at the end, as a forged record appended to the last block.
+
+A task's bodies are sealed under its task key (``security.task_seal``). Without that key the
+attacker could only corrupt their bytes; to test the chain against meaningful edits, these
+helpers give the attacker the task key too (but never the integrity key): ``event`` opens a
+body and ``with_event`` seals the edited event again, on the message's own task and dedupe id.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import nats.js.errors
 
 from agentledger.config import Settings
 from agentledger.security import auth
+from agentledger.security.sealing import Keyring, kek_of
+from agentledger.security.task_seal import SEALED, TaskKey, open_body, seal_body, slot
 from agentledger.stores.ledger import ensure_stream
 
 
@@ -26,18 +33,30 @@ class Stored:
     subject: str
     body: bytes
     headers: dict[str, str]
+    # The task key the body is sealed under, as the attacker was given it (None: not sealed).
+    key: TaskKey | None = None
+
+    def _names(self) -> tuple[str, str]:
+        tenant, task = self.subject.split(".")[-2:]
+        return tenant, task
 
     def event(self) -> dict[str, object]:
-        return msgspec.json.decode(self.body)
+        body = open_body(self.key, *self._names(), self.headers, self.body) if self.key else self.body
+        assert body is not None
+        return msgspec.json.decode(body)
 
     def with_event(self, event: dict[str, object]) -> Stored:
-        return replace(self, body=msgspec.json.encode(event))
+        body = msgspec.json.encode(event)
+        if self.key is not None:
+            body = seal_body(self.key, *self._names(), self.headers.get("Nats-Msg-Id", ""), body)
+        return replace(self, body=body)
 
 
 async def messages(settings: Settings) -> list[Stored]:
     """Every message of the ledger stream, in order, with the headers as stored."""
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
+        keyring = Keyring(nc, settings.keys_bucket, kek_of(settings, create=False))
         js = nc.jetstream()
         info = await js.stream_info(settings.stream)
         out = []
@@ -47,7 +66,11 @@ async def messages(settings: Settings) -> list[Stored]:
             except nats.js.errors.NotFoundError:
                 continue  # a deleted sequence (a gap the stream keeps)
             headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-") or k == "Nats-Msg-Id"}
-            out.append(Stored(msg.subject or "", msg.data or b"", headers))
+            key = None
+            if SEALED in headers:
+                tenant, task = (msg.subject or "").split(".")[-2:]
+                key = await keyring.key_for(tenant, slot(task), create=False)
+            out.append(Stored(msg.subject or "", msg.data or b"", headers, key))
         return out
     finally:
         await nc.close()

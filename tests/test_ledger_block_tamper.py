@@ -24,6 +24,7 @@ from agentledger.core.ledger_chain import CHAIN, parse
 from agentledger.errors import IntegrityViolationError
 from agentledger.runtime.embedded import EmbeddedNats
 from agentledger.security.auth import AuthStore
+from agentledger.security.task_seal import SEALED
 from agentledger.stores.ledger import msg_id
 from ckpt_support import TENANT, created, running, variable
 from helpers import assert_eventually
@@ -45,13 +46,14 @@ def _t1(r: Record) -> bool:
 
 
 def change_content(records: list[Record]) -> list[Record]:
-    """t1's third event says another value (its chain header left as it was)."""
+    """t1's third event changed (its chain header left as it was). Its body is sealed under the
+    task's key, which this attacker does not hold: the edit can only change its bytes."""
     out = []
     for r in records:
         edited = r
         if _t1(r) and _index(r) == 3:
-            assert b'"v1"' in r.body
-            edited = Record(r.seq, r.ts, r.subject, r.headers, r.body.replace(b'"v1"', b'"mallory"'))
+            assert b'"v1"' not in r.body  # sealed at rest
+            edited = Record(r.seq, r.ts, r.subject, r.headers, r.body[:-1] + bytes([r.body[-1] ^ 1]))
         out.append(edited)
     return out
 
@@ -63,11 +65,12 @@ def forge_at_end(records: list[Record]) -> list[Record]:
     value = last.header(CHAIN)
     assert value is not None
     index, _, own = parse(value) or (0, None, "")
-    event = msgspec.json.decode(last.body)
-    event = {**event, "event_id": "forged", "payload": {"name": "owner", "value": "mallory"}}
+    # Written from the contract (the real bodies are sealed), not sealed: the attacker has no key.
+    event = {**variable("t1", "owner", "mallory"), "event_id": "forged"}
     top = max(r.seq for r in records if r.message)
     forged = Record(top + 1, records[-1].ts + 1, last.subject, last.headers, msgspec.json.encode(event))
     forged = forged.with_header("Nats-Msg-Id", msg_id(TENANT, "t1", "forged"))
+    forged = forged.without_header(SEALED)
     forged = forged.with_header(CHAIN, f"{index + 1};{own};1:{'ab' * 32}")
     return [*records, forged]
 
@@ -79,7 +82,7 @@ def delete_middle(records: list[Record]) -> list[Record]:
 # edit -> (what the refusal names, t1's chain indexes the restarted server serves, whether it
 # serves a body saying "mallory")
 EDITS: dict[str, tuple[Edit, str, list[int], bool]] = {
-    "content_change": (change_content, "index 3 ", [1, 2, 3, 4, 5], True),
+    "content_change": (change_content, "index 3 ", [1, 2, 3, 4, 5], False),
     "forged_record_appended": (forge_at_end, "index 6 ", [1, 2, 3, 4, 5, 6], True),
     "middle_record_deleted": (delete_middle, "index 4 ", [1, 2, 4, 5], False),
 }

@@ -43,7 +43,7 @@ TENANT = "svcusers"
 HOME_FILES = {
     "ledger-writer": {"nats.creds", "kek", "kek.marker", "integrity"},
     "projector": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},
-    "checkpointer": {"nats.creds", "pgpass", "integrity"},
+    "checkpointer": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},  # it opens sealed tasks
     "memory-policy": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},
     "context-builder": {"nats.creds", "pgpass", "kek", "kek.marker", "context-signing.key", "integrity"},
     "tombstone-fanout": {"nats.creds", "pgpass", "kek", "kek.marker", "integrity"},

@@ -10,6 +10,8 @@ still reads it, and a forget leaves neither a readable message nor the key's wra
 
 from __future__ import annotations
 
+import base64
+import os
 import re
 import uuid
 from pathlib import Path
@@ -22,6 +24,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth
+from agentledger.security.kek_epochs import KekRing, marker_path
 from agentledger.security.sealing import Keyring, kek_of, key_name
 from agentledger.security.task_seal import SEALED, open_body, seal_body, sealable, slot
 from agentledger.stores.ledger import ledger_subject
@@ -61,6 +64,26 @@ def test_task_keys_never_share_a_name_with_a_data_subject_key() -> None:
     assert key_name("acme", slot("t1")) == "acme.=t1"
     assert not sealable(ev.MEMORY_TASK) and not sealable(ev.DOCUMENTS_TASK) and not sealable(ev.FORGET_TASK)
     assert sealable("chat-1")
+
+
+def test_the_task_wrap_outlives_every_rotation_and_retirement(tmp_path: Path) -> None:
+    """Task keys are wrapped under a key derived from the marker key, not an epoch: retiring the
+    epoch of an old backup leaves its task content replayable (docs/deletion.md)."""
+    kek = tmp_path / "keks" / "kek"
+    ring = KekRing.load(kek)
+    with pytest.raises(AgentLedgerError) as info:
+        ring.task_wrap()
+    assert info.value.code == "invalid_config"
+    marker_path(kek).write_bytes(base64.b64encode(os.urandom(32)))
+    epoch, wrap = ring.task_wrap()
+    nonce = os.urandom(12)
+    wrapped = wrap.encrypt(nonce, b"a task's data key", b"acme.=t1")
+    ring.rotate()
+    ring.retire(0)
+    later = KekRing.load(kek, create=False)
+    assert later.key_of(0) is None and epoch not in later.live_epochs() and later.live_epochs() == [1]
+    opener = later.key_of(epoch)
+    assert opener is not None and opener.decrypt(nonce, wrapped, b"acme.=t1") == b"a task's data key"
 
 
 def _stream_dirs(root: Path, name: str) -> list[Path]:

@@ -37,11 +37,9 @@ from agentledger.config import Settings
 from agentledger.contracts.events import RESERVED_TASK_PREFIX
 from agentledger.errors import AgentLedgerError, KeyDestroyedError
 from agentledger.security.sealing import TASK_SLOT, Keyring, kek_of
-from agentledger.stores.ledger import subject_key
+from agentledger.stores.ledger import MSG_ID, subject_key
 
 SEALED = "Agentledger-Sealed"
-# The dedupe id header, part of the associated data (``stores.ledger.MSG_ID``).
-_MSG_ID = "Nats-Msg-Id"
 _NONCE = 12
 # Keys a ``TaskKeys`` holds before a ``load`` starts over (a replay of many tasks).
 HELD_MAX = 4096
@@ -60,11 +58,6 @@ def slot(task_id: str) -> str:
     return TASK_SLOT + task_id
 
 
-def is_slot(subject: str) -> bool:
-    """Whether a keyring subject is a task's key rather than a data subject's."""
-    return subject.startswith(TASK_SLOT)
-
-
 def _aad(tenant: str, task_id: str, dedupe_id: str) -> bytes:
     return f"task/{tenant}/{task_id}/{dedupe_id}".encode()
 
@@ -75,7 +68,7 @@ def seal_body(key: TaskKey, tenant: str, task_id: str, dedupe_id: str, body: byt
     return nonce + key[1].encrypt(nonce, body, _aad(tenant, task_id, dedupe_id))
 
 
-def seal_mismatch(why: str) -> AgentLedgerError:
+def _seal_mismatch(why: str) -> AgentLedgerError:
     return AgentLedgerError(f"a sealed ledger message does not open: {why}", code="seal_mismatch")
 
 
@@ -89,12 +82,12 @@ def open_body(key: TaskKey | None, tenant: str, task_id: str, headers: Mapping[s
     if key is None or key[0] != key_id:
         return None
     if len(data) <= _NONCE:
-        raise seal_mismatch("the body is shorter than its nonce")
+        raise _seal_mismatch("the body is shorter than its nonce")
     try:
         return key[1].decrypt(data[:_NONCE], data[_NONCE:],
-                              _aad(tenant, task_id, (headers or {}).get(_MSG_ID, "")))
+                              _aad(tenant, task_id, (headers or {}).get(MSG_ID, "")))
     except InvalidTag:
-        raise seal_mismatch("the body fails its authentication tag") from None
+        raise _seal_mismatch("the body fails its authentication tag") from None
 
 
 class TaskKeys:
