@@ -49,6 +49,7 @@ from agentledger.security.task_seal import TaskKeys, bodies
 from agentledger.services.context_builder.forget import DocumentsHandler
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 from agentledger.stores import forget_journal
+from agentledger.stores.artifacts import artifact_refs
 from agentledger.stores.ledger import ledger_subject
 
 # A whole value shorter than this is no needle (a short phrase would match ordinary text and
@@ -117,23 +118,29 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(v)
 
 
-async def subject_needles(ctx: ForgetContext, subject: str) -> set[str]:
-    """The needles of every value of ``subject`` sealed in the tenant's ledger that still opens."""
+async def subject_needles(ctx: ForgetContext, subject: str) -> tuple[set[str], list[str]]:
+    """The needles of every value of ``subject`` sealed in the tenant's ledger that still opens,
+    and the artifacts the events about ``subject`` cite (the ``artifacts`` step erases them):
+    one scan of the tenant's ledger for both."""
     mark = b'"subject":"' + subject.encode() + b'"'
+    about = b'"data_subject":"' + subject.encode() + b'"'
     needles: set[str] = set()
+    uris: set[str] = set()
     scan = scan_subject(ctx.nc.jetstream(), ctx.settings.stream, f"{ctx.settings.prefix}.ledger.{ctx.tenant}.*")
     async for _, body in bodies(scan, TaskKeys(ctx.keyring), ctx.settings.prefix):
-        if mark not in body:
+        if mark not in body and about not in body:
             continue
         try:
             event = decode_event(body)
         except Exception:  # noqa: BLE001, S112 - undecodable bytes seal nothing readable
             continue
+        if event.data_subject == subject:
+            uris.update(ref.uri for _, _, ref in artifact_refs([event]))
         for sealed in _sealed_in(msgspec.to_builtins(event.payload), subject):
             plain = await unseal(sealed, ctx.tenant, event.task_id, ctx.keyring)
             if plain is not None:
                 needles |= needles_of(_text(plain))
-    return needles
+    return needles, sorted(uris)
 
 
 class DerivedHandler:
@@ -151,12 +158,12 @@ class DerivedHandler:
             return None
         assert sel.subject is not None
         started = time.perf_counter()
-        needles = await subject_needles(ctx, sel.subject)
+        needles, cited = await subject_needles(ctx, sel.subject)
         patterns = forms(needles)
         opened = time.perf_counter()
         earlier = await asyncio.to_thread(forget_journal.copies_of, ctx.settings, ctx.tenant, sel.subject)
         plan: dict[str, Any] = {"needles": len(needles), "receipts_redacted": [], "receipts": [],
-                                "generations": [], "uris": []}
+                                "generations": [], "uris": [], "artifacts": cited}
         plan["document_seqs"], versions = await self._documents_of(
             ctx, sel.subject, patterns, {(d, v) for c in earlier for d, v in c.documents})
         plan["document_versions"] = len(versions)

@@ -21,9 +21,10 @@ from agentledger.erasure import evict
 from agentledger.erasure.erase import delete_denied, erase_seqs, live_kv_keys, scan_subject, subject_seqs
 from agentledger.security.bindings import bindings_bucket
 from agentledger.security.sealing import key_name
-from agentledger.security.task_seal import SEALED, TaskKeys, bodies, sealable, slot
+from agentledger.security.task_seal import SEALED, TaskKeys, sealable, slot
 from agentledger.services.projector.lane import durable_name
 from agentledger.services.projector.store import Store
+from agentledger.services.tombstone_fanout.derived import subject_needles
 from agentledger.services.tombstone_fanout.registry import ForgetContext
 from agentledger.stores.artifacts import artifact_refs
 from agentledger.stores.db import watermark_name
@@ -352,8 +353,9 @@ class LeasesHandler:
 
 
 class ArtifactsHandler:
-    """Artifacts: a task's (cited by its events), a tenant's (all under its name), a data
-    subject's (cited by events about the subject), securely erased."""
+    """Artifacts: a task's (cited by its events: the ``ledger`` step's plan), a tenant's (all
+    under its name), a data subject's (cited by events about the subject: the ``derived``
+    step's plan), securely erased."""
 
     index = "artifacts"
     tables: tuple[str, ...] = ()
@@ -366,20 +368,13 @@ class ArtifactsHandler:
         if sel.kind == "tenant":
             return {"uris": await ctx.artifacts.names(ctx.tenant)}
         if sel.kind == "subject":
+            # Found by the ``derived`` step's scan of the tenant's ledger, which reads every event
+            # about the subject anyway (a plan stored by a version before it: scanned here).
+            derived = ctx.plans.get("derived") or {}
+            if "artifacts" in derived:
+                return {"uris": derived["artifacts"]}
             assert sel.subject is not None
-            mark = b'"data_subject":"' + sel.subject.encode() + b'"'
-            uris: set[str] = set()
-            async for _, body in bodies(_messages(ctx, _tenant_ledger(ctx)), TaskKeys(ctx.keyring),
-                                        ctx.settings.prefix):
-                if mark not in body:
-                    continue
-                try:
-                    event = decode_event(body)
-                except Exception:  # noqa: BLE001, S112 - undecodable bytes cite nothing
-                    continue
-                if event.data_subject == sel.subject:
-                    uris.update(ref.uri for _, _, ref in artifact_refs([event]))
-            return {"uris": sorted(uris)}
+            return {"uris": (await subject_needles(ctx, sel.subject))[1]}
         return None
 
     async def remaining(self, ctx: ForgetContext) -> Any | None:
