@@ -355,7 +355,9 @@ class LedgerWriter(Shell):
 
     def _as_is(self, events: list[EventBase]) -> bool:
         """Whether the events can be committed as they are, with no I/O and no lease lock:
-        nothing to seal, no artifact reference, no token, and a task without a live lease."""
+        nothing to seal under a data subject's key, no artifact reference, no token, and a task
+        without a live lease. (The task's own key, when this writer holds it, seals the bodies
+        here without I/O: ``_task_key_held``.)"""
         assert self._leases is not None
         first = events[0]
         return (all(e.fencing_token is None and not has_personal_content(e) for e in events)
