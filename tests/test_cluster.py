@@ -710,8 +710,16 @@ async def test_the_cluster_example_replicates_and_serves_tenants_on_every_node(
     await add_tenant(msgspec.structs.replace(s, nats_url=urls[0]), "acme")
     creds = await auth.agent_add(s, "acme", "agent-1")
     agent = await auth.connect(msgspec.structs.replace(s, nats_url=urls[2], nats_creds=creds), "agent")
+    async def pong() -> bool:
+        # The service's interest reaches node 3 over the routes some time after its subscribe
+        # (longer on a busy host): until then node 3 answers "no responders" at once.
+        try:
+            return (await agent.request("depc.writer.append", b"{}", timeout=5)).data == b"pong"
+        except nats.errors.NoRespondersError:
+            return False
+
     try:
-        assert (await agent.request("depc.writer.append", b"{}", timeout=5)).data == b"pong"
+        await assert_eventually(pong, timeout=30, interval=0.2, message="node 3 never reached the service on node 2")
     finally:
         await agent.close()
         await svc.close()
