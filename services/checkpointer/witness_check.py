@@ -47,7 +47,8 @@ class WitnessHeads:
         if witnessed is None or not ledger_chain.behind(head, Head(*witnessed)):
             return
         key_of = keys_of(self.settings).mac_key_of
-        now = await witness.last_head(nc, self.settings, key_of, tenant, task_id)
+        now = await witness.last_head(nc, self.settings, key_of, tenant, task_id,
+                                      witnessed=Head(*witnessed))
         if now is not None and not ledger_chain.behind(now[0], Head(*witnessed)):
             return
         whole, forgotten = await witness.forgotten_tasks(nc, self.settings, tenant)

@@ -616,15 +616,20 @@ class Projector(Shell):
                 await asyncio.wait_for(self._progress.wait(), timeout=min(left, READ_POLL_S))
 
     async def _in_ledger(self, tenant: str, task_id: str) -> bool:
-        """Whether the ledger holds a message of this task (one direct get, no scan)."""
+        """Whether the ledger holds a message of this task (one direct get, no scan; a miss is
+        asked again of the stream's leader, since a replica that lags may not hold it yet)."""
         assert self._nc is not None
         subject = ledger_subject(self.settings.prefix, tenant, task_id)
         try:
             reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.settings.stream}",
                                            msgspec.json.encode({"last_by_subj": subject}), timeout=2)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            if (reply.headers or {}).get("Nats-Sequence"):
+                return True
+            await self._nc.jetstream().get_msg(self.settings.stream, subject=subject)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NotFoundError,
+                nats.js.errors.ServiceUnavailableError):
             return False
-        return bool((reply.headers or {}).get("Nats-Sequence"))
+        return True
 
     def _keyring(self) -> Keyring:
         """Opened on the first request that reveals personal values."""

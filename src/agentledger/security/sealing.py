@@ -49,7 +49,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.validate import has_personal_content
 from agentledger.erasure.erase import already_gone, delete_denied, erase_seqs, kv_removed, live_kv_keys, scan_subject
-from agentledger.errors import AgentLedgerError, KeyDestroyedError
+from agentledger.errors import AgentLedgerError, KeyDestroyedError, UnavailableError
 from agentledger.security.kek_epochs import TASK_EPOCH, KekRing
 from agentledger.security.private_files import write_private
 from agentledger.shell.bounded import ByteLRU
@@ -238,6 +238,8 @@ class Keyring:
                 raise KeyDestroyedError(f"the key of data subject {subject!r} was destroyed")
             found = self._unwrap(stored, entry.value)
             break
+        if found is None and not create:
+            found = await self._leader_has(name)
         if found is None:
             if not create:
                 raise KeyDestroyedError(f"no key for data subject {subject!r}")
@@ -418,14 +420,35 @@ class Keyring:
             rewrapped += 1
         return RewrapReport(epoch=current, rewrapped=rewrapped, kept=kept, unreadable=unreadable, raced=raced)
 
+    async def _leader_has(self, subject: str) -> tuple[str, AESGCM] | None:
+        """The key stored under ``subject`` as the bucket's stream leader holds it.
+
+        A bucket get is a direct get, which any replica may answer: on a cluster a follower
+        that is behind (just back from a pause) does not yet hold a key made a moment ago. A
+        reader takes "no key" for "destroyed" (the message is skipped as erased), so a miss is
+        asked again of the leader, which holds every acknowledged write, before it counts.
+        """
+        try:
+            msg = await self._js.get_msg(f"KV_{self._bucket}", subject=f"$KV.{self._bucket}.{subject}")
+        except NotFoundError:
+            return None
+        if not msg.data or kv_removed(msg.headers):
+            raise KeyDestroyedError(f"the key of data subject {subject!r} was destroyed")
+        return self._unwrap(subject, msg.data)
+
     async def _create(self, kv: Any, subject: str) -> tuple[str, AESGCM]:
         dek = AESGCM.generate_key(bit_length=256)
         body = self._wrap(subject, secrets.token_hex(8), dek)
         try:
             await kv.create(subject, msgspec.json.encode(body))
         except KeyWrongLastSequenceError:
-            # Another writer created it first: use theirs, so there is one key per subject.
-            return self._unwrap(subject, (await kv.get(subject)).value)
+            # Another writer created it first: use theirs, so there is one key per subject
+            # (asked of the leader: a follower that answered "none" a moment ago may still).
+            found = await self._leader_has(subject)
+            if found is None:
+                raise UnavailableError("a task or subject key was made and removed at once; "
+                                       "try again") from None
+            return found
         return body.key_id, AESGCM(dek)
 
 

@@ -66,8 +66,9 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
                         seq: int) -> Head:
     """The chain head a task's message at ``seq`` makes (its own tag checked; ``GENESIS`` for
     an unchained one), for a reader that folds the task on from there (a checkpoint's cursor,
-    a state's watermark). One direct get. A message that is not there, or not this task's, is
-    ``IntegrityViolationError``: what was folded up to it is no longer what the ledger holds;
+    a state's watermark). One direct get (a miss is asked again of the leader). A message that
+    is not there, or not this task's, is ``IntegrityViolationError``: what was folded up to it
+    is no longer what the ledger holds;
     unless the whole ledger now starts after it (``RESYNC``: a ledger gap, see
     ``core.ledger_chain``)."""
     try:
@@ -75,7 +76,11 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
                                  msgspec.json.encode({"seq": seq}), timeout=5)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
         raise UnavailableError("JetStream did not answer a direct get") from exc
-    headers = reply.headers or {}
+    headers, body = dict(reply.headers or {}), reply.data
+    if not headers.get("Nats-Subject"):
+        # Any replica answers a direct get; one that lags (a node just back from a pause) does
+        # not hold a message folded a moment ago. Only the stream's leader may say it is gone.
+        headers, body = await _leader_get(nc, settings, seq)
     if headers.get("Nats-Subject") != ledger_subject(settings.prefix, tenant, task_id):
         if not headers.get("Nats-Subject"):
             info = await nc.jetstream().stream_info(settings.stream)
@@ -85,9 +90,22 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
             f"ledger event seq {seq} of tenant {tenant!r} task {task_id!r}, the last one folded, is "
             "no longer in the ledger (or is another task's): the ledger was cut back or edited "
             "outside the services", where="ledger")
-    head = ledger_chain.own_head(key_of, tenant=tenant, task=task_id, seq=seq, body=reply.data,
+    head = ledger_chain.own_head(key_of, tenant=tenant, task=task_id, seq=seq, body=body,
                                  headers=headers)
     return head if head is not None else GENESIS
+
+
+async def _leader_get(nc: Client, settings: Settings, seq: int) -> tuple[dict[str, str], bytes]:
+    """The message at ``seq`` as the stream's leader holds it (headers with ``Nats-Subject``
+    as a direct get's reply has them); no headers when there is none."""
+    try:
+        msg = await nc.jetstream().get_msg(settings.stream, seq=seq)
+    except nats.js.errors.NotFoundError:
+        return {}, b""
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError) as exc:
+        raise UnavailableError("the ledger's leader did not answer a get") from exc
+    return {**(msg.headers or {}), "Nats-Subject": msg.subject or ""}, msg.data or b""
 
 
 def msg_id(tenant: str, task_id: str, event_id: str) -> str:

@@ -377,21 +377,43 @@ def publish(settings: Settings, heads: dict[str, Head], last_seq: int) -> None:
 
 
 async def last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf, tenant: str,
-                     task_id: str) -> tuple[Head, int] | None:
-    """(head, seq) of a task's last ledger message, its own tag checked; None: no message."""
+                    task_id: str, *, witnessed: Head) -> tuple[Head, int] | None:
+    """(head, seq) of a task's last ledger message, its own tag checked; None: no message.
+
+    One direct get. Any replica answers it, and one that lags (a node just back from a pause)
+    holds an older last message, or none: an answer behind ``witnessed`` is asked again of the
+    stream's leader before it counts."""
     subject = ledger_subject(settings.prefix, tenant, task_id)
     try:
         reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}",
                                  msgspec.json.encode({"last_by_subj": subject}), timeout=5)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-        raise IntegrityViolationError("the ledger did not answer while it was compared with its witness",
-                                      where="witness", retryable=True) from exc
-    headers = reply.headers or {}
+        raise _unanswered() from exc
+    found = _head_of(key_of, tenant, task_id, subject, headers=dict(reply.headers or {}), body=reply.data)
+    if found is not None and not ledger_chain.behind(found[0], witnessed):
+        return found
+    try:
+        msg = await nc.jetstream().get_msg(settings.stream, subject=subject)
+    except nats.js.errors.NotFoundError:
+        return None
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError) as exc:
+        raise _unanswered() from exc
+    headers = {**(msg.headers or {}), "Nats-Subject": msg.subject or "", "Nats-Sequence": str(msg.seq or "")}
+    return _head_of(key_of, tenant, task_id, subject, headers=headers, body=msg.data or b"")
+
+
+def _unanswered() -> IntegrityViolationError:
+    return IntegrityViolationError("the ledger did not answer while it was compared with its witness",
+                                   where="witness", retryable=True)
+
+
+def _head_of(key_of: ledger_chain.KeyOf, tenant: str, task_id: str, subject: str, *,
+             headers: dict[str, str], body: bytes) -> tuple[Head, int] | None:
     if headers.get("Nats-Subject") != subject or not headers.get("Nats-Sequence"):
         return None
     seq = int(headers["Nats-Sequence"])
-    head = ledger_chain.own_head(key_of, tenant=tenant, task=task_id, seq=seq, body=reply.data,
-                                 headers=headers)
+    head = ledger_chain.own_head(key_of, tenant=tenant, task=task_id, seq=seq, body=body, headers=headers)
     return (head or ledger_chain.GENESIS), seq
 
 
@@ -440,7 +462,7 @@ async def behind(nc: Client, settings: Settings, body: Body) -> list[str]:
             return
         async with gate:
             try:
-                found = await last_head(nc, settings, key_of, tenant, task_id)
+                found = await last_head(nc, settings, key_of, tenant, task_id, witnessed=Head(*witnessed))
             except IntegrityViolationError as exc:
                 lines.append(f"task {name}: {exc.message}")
                 return
