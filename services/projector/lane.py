@@ -384,7 +384,8 @@ class Lane(ProjectionLoop[TaskRow]):
         cached (the lane's own state since the watermark it committed), else the long way."""
         self._task_keys = TaskKeys(self._keyring)
         await self._task_keys.load((key[0], key[1], msg.headers) for _, msg in items
-                                   if (key := self._subject_keys[msg.subject]) is not None)
+                                   if (key := self._subject_keys[msg.subject]) is not None
+                                   and self._ours(msg.subject, key))
         conn = await self._writer.get()
         decoded: tuple[list[tuple[int, Any]], list[tuple[int, Key, AnyEvent]], list[RejectionRow]] | None = None
         wm, projection = self._committed, self._projection

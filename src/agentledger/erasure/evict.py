@@ -26,7 +26,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from agentledger.errors import UnavailableError
-from agentledger.security.sealing import TASK_SLOT, Keyring
+from agentledger.security.sealing import Keyring
+from agentledger.security.task_seal import slot
 from agentledger.shell.tasks import stop_task
 
 log = structlog.get_logger()
@@ -80,7 +81,7 @@ def keys_of(keyring: Keyring, eviction: Eviction) -> int:
         return keyring.evict(eviction.tenant)
     dropped = keyring.evict(eviction.tenant, eviction.subject) if eviction.subject else 0
     if eviction.task_id:
-        dropped += keyring.evict(eviction.tenant, TASK_SLOT + eviction.task_id)
+        dropped += keyring.evict(eviction.tenant, slot(eviction.task_id))
     return dropped
 
 
