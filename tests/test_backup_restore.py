@@ -87,10 +87,18 @@ async def _forget(settings: Settings, selector: dict[str, Any]) -> str:
         return reply.request_id
 
 
+async def _ledger_replicas(settings: Settings) -> int:
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        return int((await nc.jetstream().stream_info(settings.stream)).config.num_replicas or 1)
+    finally:
+        await nc.close()
+
+
 def _homes(settings: Settings, server_root: Path) -> list[Path]:
-    """Both servers' homes (as root runs them)."""
+    """Both servers' homes (as root runs them): NATS's, or each cluster node's, and PostgreSQL's."""
     instance = server_root / instance_id(settings.data_dir)
-    return [p for p in (instance / "nats", instance / "pg") if p.exists()]
+    return sorted(p for p in (*instance.glob("nats*"), instance / "pg") if p.exists())
 
 
 def _wipe(settings: Settings, server_root: Path) -> None:
@@ -265,17 +273,21 @@ def _command(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, A
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("nodes", [1, 3], ids=["single", "cluster"])
 def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_is_served(
         tmp_path: Path, server_root: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    settings = Settings(data_dir=tmp_path / "data", prefix="bkagain", server_root=server_root)
+        capsys: pytest.CaptureFixture[str], nodes: int) -> None:
+    """On the single embedded server and on an ``up --cluster 3`` stack (every node's resolver
+    emptied, the streams restored as replicated as they were backed up)."""
+    settings = Settings(data_dir=tmp_path / "data", prefix="bkagain", server_root=server_root,
+                        cluster_size=nodes)
     backup = tmp_path / "backup"
     try:
         commands.up(settings)
         creds = asyncio.run(_write_tasks(resolve_urls(settings), tmp_path / "worker.creds"))
         assert asyncio.run(_agent_reads(resolve_urls(settings), creds)) == {"keep": KEEP, "launch": "served"}
         for name, value in (("DATA_DIR", settings.data_dir), ("PREFIX", settings.prefix),
-                            ("SERVER_ROOT", server_root)):
+                            ("SERVER_ROOT", server_root), ("CLUSTER_SIZE", nodes)):
             monkeypatch.setenv(f"AGENTLEDGER_{name}", str(value))
         assert _command(capsys, ["backup", str(backup)])["folder"] == str(backup)
         forgotten = asyncio.run(_forget(resolve_urls(settings), {"kind": "task", "task_id": "launch"}))
@@ -305,6 +317,7 @@ def test_a_forget_recorded_after_the_backup_is_applied_again_before_any_tenant_i
         assert seen == {"served_before": False, "receipts": [again["reapplied_as"]]}, seen
         resolved = resolve_urls(settings)
         assert asyncio.run(_agent_reads(resolved, creds)) == {"keep": KEEP, "launch": "not_found"}
+        assert asyncio.run(_ledger_replicas(resolved)) == min(nodes, 3)
 
         asyncio.run(_compact(resolved))
         roots = [settings.data_dir, *_homes(settings, server_root)]

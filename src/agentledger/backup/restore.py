@@ -1,11 +1,13 @@
-"""``agentledger restore``: a backup brought into a fresh or stopped embedded stack, and every
-forget requested since the backup applied again before any tenant is served.
+"""``agentledger restore``: a backup brought into a fresh or stopped embedded stack (the single
+server, or the ``up --cluster`` nodes), and every forget requested since the backup applied
+again before any tenant is served.
 
 1. **Load**, with only the embedded servers running: the backup's operator identity becomes the
    data folder's (``auth/``); every stream of the prefix is deleted and restored from its
-   snapshot (same sequences, erased messages still erased); the services' database is dropped,
-   made again and loaded from the dump. The NATS resolver's folder is emptied first, so the
-   server knows no tenant account until step 3 pushes them.
+   snapshot (same sequences, erased messages still erased, replicated as the stack keeps them); the
+   services' database is dropped, made again and loaded from the dump. The NATS resolver's
+   folder (every node's, on a cluster) is emptied first, so no server knows a tenant account
+   until step 3 pushes them.
 2. **Witness.** The restored ledger is older than what the witness (``stores.witness``) saw
    committed: the rollback is accepted explicitly, as ``up --accept-rollback`` does, and the
    witness records when and what was lost (each task's witnessed and restored index); the
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.errors import ContractError, RuntimeStateError
 from agentledger.runtime import commands, service_users
-from agentledger.runtime.embedded import EmbeddedNats
+from agentledger.runtime.embedded import EmbeddedCluster, EmbeddedNats, check_nats_layout, read_cluster_record
 from agentledger.runtime.hosting import isolating
 from agentledger.runtime.postgres import EmbeddedPostgres, drop_database
 from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
@@ -60,10 +63,6 @@ def _check_target(settings: Settings, manifest: manifests.Manifest) -> None:
         raise ContractError("restore brings a backup into the embedded servers of `agentledger up`; with "
                             "servers of your own, restore their streams and database with their tools",
                             code="invalid_config", path="AGENTLEDGER_NATS_URL")
-    if settings.cluster_size > 1:
-        raise ContractError("restore brings a backup into the single embedded NATS server; restore a "
-                            "cluster's streams with its own tools", code="invalid_config",
-                            path="AGENTLEDGER_CLUSTER_SIZE")
     if settings.runtime_file.exists() and supervisor_alive(read_runtime(settings.runtime_file)):
         raise RuntimeStateError("agentledger is up: run `agentledger down` before a restore")
 
@@ -98,7 +97,10 @@ async def _load_streams(settings: Settings, parts: list[tuple[Path, manifests.St
             await jsm.delete_stream(name)
         last: dict[str, int] = {}
         for folder, part in parts:
-            state = await snapshots.restore(nc, part.name, folder / part.file, part.config, part.state)
+            # As replicated as the stack keeps its streams: a backup of a single server restored
+            # into a cluster is replicated there, one of a cluster into a single server is not.
+            config = part.config | {"num_replicas": settings.stream_replicas}
+            state = await snapshots.restore(nc, part.name, folder / part.file, config, part.state)
             last[part.name] = int(state.get("last_seq", 0))
         return last
     finally:
@@ -116,20 +118,40 @@ async def _accept_rollback(settings: Settings) -> list[str]:
     return lost
 
 
+def _nats_servers(settings: Settings, identity: auth.AuthStore) -> EmbeddedNats | EmbeddedCluster:
+    """The embedded NATS server, or every node of the embedded cluster (``up --cluster``), each
+    with its resolver folder emptied: the servers start knowing no tenant account."""
+    if settings.cluster_size > 1:
+        check_nats_layout(settings.data_dir, settings.cluster_size)
+        cluster = EmbeddedCluster(settings.data_dir, settings.cluster_size, auth=identity,
+                                  server_root=settings.server_root)
+        if read_cluster_record(settings.data_dir) is not None:
+            for node in cluster.nodes():
+                shutil.rmtree(node.dir / "resolver", ignore_errors=True)
+        return cluster
+    single = EmbeddedNats(settings.data_dir, auth=identity, server_root=settings.server_root)
+    shutil.rmtree(single.dir / "resolver", ignore_errors=True)
+    return single
+
+
 def load(settings: Settings, backup: Path, manifest: manifests.Manifest,
          keys_from: Path | None) -> dict[str, Any]:
     """Step 1 and 2 (module docstring), with only the embedded servers running."""
     parts = _parts(backup, manifest, keys_from, f"KV_{settings.keys_bucket}")
     _copy_data_files(backup, manifest, settings)
     identity = auth.AuthStore(settings.auth_root).init()
-    nats_server = EmbeddedNats(settings.data_dir, auth=identity, server_root=settings.server_root)
-    shutil.rmtree(nats_server.dir / "resolver", ignore_errors=True)
+    nats_servers = _nats_servers(settings, identity)
     postgres = EmbeddedPostgres(settings.data_dir, server_root=settings.server_root)
-    with nats_server, postgres:
+    with nats_servers, postgres:
         drop_database(postgres.url, commands.EMBEDDED_DATABASE)
         url = postgres.provision(commands.EMBEDDED_DATABASE)
         pg_dump.restore(url, backup / manifest.postgres)
-        served = msgspec.structs.replace(settings, nats_url=nats_server.url, database_url=url)
+        served = msgspec.structs.replace(settings, nats_url=nats_servers.url, database_url=url)
+        if isinstance(nats_servers, EmbeddedCluster):
+            served = msgspec.structs.replace(served, stream_replicas=commands.cluster_replicas(settings))
+            # Its meta leader must be elected before a stream can be restored.
+            asyncio.run(commands.wait_for_cluster(served, settings.cluster_size,
+                                                  time.monotonic() + settings.up_timeout_s))
         last = asyncio.run(_load_streams(served, parts))
         lost = asyncio.run(_accept_rollback(served)) if settings.integrity else []
     return {"streams": last, "rollback_accepted": lost}
@@ -149,7 +171,8 @@ async def _forget_again(settings: Settings, backup_id: str) -> dict[str, Any]:
 
 
 def restore(settings: Settings, backup: Path, *, keys_from: Path | None = None) -> dict[str, Any]:
-    """Restore ``backup`` into the stack of ``settings`` (down, embedded); leave it up, serving."""
+    """Restore ``backup`` into the stack of ``settings`` (down, embedded: one server or a
+    cluster); leave it up, serving."""
     manifest = manifests.read(backup)
     _check_target(settings, manifest)
     settings = msgspec.structs.replace(settings, data_dir=settings.data_dir.absolute())
