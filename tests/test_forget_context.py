@@ -222,6 +222,12 @@ def uris_of(rows: Iterable[Any]) -> set[str]:
     return {u for r in rows for u in (r["frozen_uri"], r["artifact_uri"]) if u}
 
 
+def kept_uris(rows: Iterable[Any]) -> set[str]:
+    """The artifacts the rows' generations keep: the final one once finished (a finished
+    compacted build erased its frozen input), else the frozen one."""
+    return {r["artifact_uri"] or r["frozen_uri"] for r in rows}
+
+
 async def holds(stack: Stack, needle: str) -> list[str]:
     """Context tables (as text) in which ``needle`` occurs."""
     found = []
@@ -325,7 +331,7 @@ async def test_forget_a_subject_reaches_generations_and_compaction(stack: Stack,
     assert set(gens) == {b4.generation_id, g3.generation_id, second.generation_id}
     for uri in alice_uris:
         assert not await exists(forgets.artifacts, uri), uri
-    assert await stored_uris(forgets.artifacts) == uris_of(gens.values())
+    assert await stored_uris(forgets.artifacts) == kept_uris(gens.values())
     for action in ("get", "trace"):
         reply = await ask(stack, action, {"tenant": TENANT, "generation_id": g10.generation_id})
         assert reply["error"]["code"] == "not_found", reply
@@ -470,7 +476,7 @@ async def test_forget_a_task_and_the_memory_it_wrote(stack: Stack, forgets: Forg
     assert set(await gen_rows(stack)) == {plain.generation_id}
     assert await cp_rows(stack) == {}
     assert await stack.db.fetch("SELECT task_id FROM context_conversations WHERE task_id = 'gone'") == []
-    assert await stored_uris(forgets.artifacts) == uris_of((await gen_rows(stack)).values())
+    assert await stored_uris(forgets.artifacts) == kept_uris((await gen_rows(stack)).values())
     assert await call(stack.c, "get", {"tenant": TENANT, "generation_id": plain.generation_id}) == plain_raw
     assert await forgets.again(ctx) == counts
     assert set(await gen_rows(stack)) == {plain.generation_id}

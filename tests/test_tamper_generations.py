@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentledger.config import Settings
+from agentledger.core.context import frozen_form
 from agentledger.errors import IntegrityViolationError
 from ckpt_support import Stack, created, running
 from helpers import assert_eventually
@@ -98,3 +99,39 @@ async def test_every_instance_refuses_a_generation_another_one_finished_put_back
                     await store.generation(TENANT, gen.generation_id)
     finally:
         await other.stop()
+
+
+PUT_BACK = ("UPDATE context_generations SET digest = frozen_digest, artifact_uri = NULL,"
+            " staged_checkpoint_id = NULL, finish_mac = NULL WHERE generation_id = $1")
+
+
+async def test_a_compacted_generation_put_back_is_refused_by_an_instance_started_after_it_finished(
+        stack: Stack) -> None:
+    """A compacted build's row put back to its frozen version would serve the fallback instead
+    of the answer given, its staged checkpoint gone. An instance started after the finish never
+    heard of it (no note, nothing in memory), and refuses the row all the same: a compacted
+    build erases its frozen input once finished. Before, it served the frozen fallback as final.
+    A row whose frozen input is there (a direct build: frozen and final are one) is served."""
+    from agentledger.services.context_builder.service import ContextBuilder  # noqa: PLC0415
+    from test_context_compaction import staged  # noqa: PLC0415
+
+    gen = await staged(stack, "compacted")
+    assert stack.db is not None
+    frozen_digest = await stack.db.fetchval("SELECT frozen_digest FROM context_generations WHERE generation_id = $1",
+                                            gen.generation_id)
+    assert frozen_form(gen).digest == frozen_digest  # what was frozen, re-derived from the answer
+    await stack.append([created(TASK), *some_turns(1, 3)])
+    direct, _ = await build(stack.c, input_ordinal=3, window_tokens=4096)
+    later = ContextBuilder(stack.settings)
+    await later.start()
+    try:
+        assert later.store is not None and later.builder is not None
+        assert not later.store.is_finished(TENANT, gen.generation_id)
+        for put_back in (gen, direct):
+            await stack.db.execute(PUT_BACK, put_back.generation_id)
+        with pytest.raises(IntegrityViolationError):
+            await later.builder.stored(TENANT, gen.generation_id)
+        row, _ = await later.builder.stored(TENANT, direct.generation_id)
+        assert row.digest == direct.digest
+    finally:
+        await later.stop()

@@ -67,6 +67,7 @@ from agentledger.contracts.context_api import (
 )
 from agentledger.contracts.memory_api import ReadReply, ReadRequest
 from agentledger.core.context import (
+    FROZEN_FAILURE,
     BudgetTooSmallError,
     Counter,
     InvalidSummaryError,
@@ -97,7 +98,14 @@ from agentledger.core.memory.keys import key_repeats_value
 from agentledger.core.memory.read import Bindings, allowed_scopes
 from agentledger.core.memory.when import usable, when_of
 from agentledger.core.state import WorkingMemory
-from agentledger.errors import ConflictError, ContractError, NotFoundError, PermissionDeniedError, UnavailableError
+from agentledger.errors import (
+    ConflictError,
+    ContractError,
+    IntegrityViolationError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller
 from agentledger.security.sealing import unseal
@@ -404,12 +412,33 @@ class Builder:
             raise NotFoundError(f"no generation {generation_id!r} in tenant {tenant!r}", path=path)
         if row.artifact_uri is None:
             # Frozen, never finished (the builder stopped mid-compaction): the frozen one is final.
-            data = await self.artifacts.get(row.frozen_uri, tenant=tenant)
+            try:
+                data = await self.artifacts.get(row.frozen_uri, tenant=tenant)
+            except NotFoundError as exc:
+                if exc.code != "artifact_missing":
+                    raise
+                return await self._frozen_input_gone(row, exc)
             await self.store.finish(row.tenant, row.generation_id, digest=row.frozen_digest,
                                     uri=row.frozen_uri, staged=None)
             row = row._replace(artifact_uri=row.frozen_uri, digest=row.frozen_digest)
             return row, data
         return row, await self.artifacts.get(row.artifact_uri, tenant=tenant)
+
+    async def _frozen_input_gone(self, row: GenerationRow, missing: NotFoundError) -> tuple[GenerationRow, bytes]:
+        """An unfinished row whose frozen input is gone: a compacted build erases its frozen
+        input once it has finished (``_compacting``), so the build finished and this row was
+        put back to its frozen version outside the services; any instance, however new, can
+        tell. Unless the build finished just now, between the row's read and the artifact's."""
+        again = await self.store.generation(row.tenant, row.generation_id)
+        if again is not None and again.artifact_uri is not None:
+            return again, await self.artifacts.get(again.artifact_uri, tenant=row.tenant)
+        if again is None:
+            raise missing
+        log.error("context.integrity_violation", generation=row.generation_id, where="generation")
+        raise IntegrityViolationError(
+            f"generation {row.generation_id} of tenant {row.tenant} is back at its frozen, unfinished "
+            "row, but its frozen input was erased when its build finished: the row was put back "
+            "outside the services", where="generation")
 
     async def _may_read(self, caller: Caller, row: GenerationRow) -> bool:
         """Whether ``caller`` may see the generation: the scopes it read memory in are the
@@ -648,7 +677,7 @@ class Builder:
         fallback = branch_of("fallback", job.choose(job.units_with(None, first_recent - 1)))
         # The primary branch renders the staged summary (the previous one folded in): the
         # generation holds what the active checkpoint held, whichever branch is selected.
-        frozen_plan = msgspec.structs.replace(the_plan, outcome="fallback", failure="frozen before the compactor ran")
+        frozen_plan = msgspec.structs.replace(the_plan, outcome="fallback", failure=FROZEN_FAILURE)
         frozen = self._generation(job.head, "fallback", [fallback], frozen_plan)
         _, frozen_uri = await self._put(frozen)
         if not await self._freeze(job, frozen, frozen_uri, with_checkpoint=True):
@@ -691,6 +720,14 @@ class Builder:
                  coverage=f"{coverage.first}..{coverage.through}", failure=failure.split(":")[0])
         data, uri = await self._put(final)
         await self._complete(job, final, uri, staged=staged, staged_subjects=staged_subjects, stored=[frozen_uri])
+        # Finished: the frozen input is the final generation's fallback branch (``frozen_form``
+        # re-derives it, and the row's tagged frozen digest pins it), so it is erased. Its absence
+        # tells every instance, one started later included, that a row put back to its frozen
+        # version had finished (``_frozen_input_gone``).
+        try:
+            await self.artifacts.erase(frozen_uri)
+        except Exception as exc:  # noqa: BLE001 - the answer stands; the put-back check is lost for it
+            log.warning("context.frozen_input_kept", generation=generation_id, error=type(exc).__name__)
         return data
 
     @staticmethod

@@ -49,7 +49,7 @@ from agentledger.core.context.compaction import (
     verify,
     verify_checkpoint,
 )
-from agentledger.core.context.generation import canonical_generation, generation_digest
+from agentledger.core.context.generation import FROZEN_FAILURE, canonical_generation, frozen_form, generation_digest
 from agentledger.core.context.render import (
     AccountingError,
     Rendered,
@@ -63,10 +63,12 @@ from agentledger.core.context.select import Selection, select
 from agentledger.core.context.units import Reduction, Unit, rank_relevance, structured_reductions, value
 
 __all__ = [
-    "REFUSALS", "AccountingError", "BudgetTooSmallError", "Counter", "InvalidSummaryError", "Reduction",
+    "FROZEN_FAILURE", "REFUSALS", "AccountingError", "BudgetTooSmallError", "Counter", "InvalidSummaryError",
+    "Reduction",
     "Rendered", "Selection", "TurnLike", "Unit", "budget", "canonical_generation", "canonical_summary",
     "cas_check", "checkpoint_id_for", "checkpoint_payload", "compact_structured", "counter_for",
-    "empty_summary", "escape_data", "escape_frame", "forgotten_checkpoint", "generation_digest", "key_id",
+    "empty_summary", "escape_data", "escape_frame", "forgotten_checkpoint", "frozen_form", "generation_digest",
+    "key_id",
     "lineage_id", "model_encoding", "parse_summary", "plan", "policy_version", "private_key_bytes",
     "private_key_from_bytes", "public_key_bytes", "public_key_from_bytes", "rank_relevance", "receipt_payload",
     "render", "select", "sign", "source_digest", "source_genesis", "stage_candidate", "structured_reductions",

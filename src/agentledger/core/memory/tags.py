@@ -54,7 +54,7 @@ def _history_parts(tenant: str, row: tuple[object, ...]) -> tuple[integrity.Part
     whatever time zone it was given or is read back in)."""
     *head, at = row
     assert isinstance(at, datetime)
-    return ("history", tenant, *head, (at - _EPOCH) // _MICROSECOND)  # type: ignore[misc]
+    return ("history", tenant, *head, (at - _EPOCH) // _MICROSECOND)  # type: ignore[arg-type]
 
 
 def history_tag(epoch: int, key: bytes, tenant: str, row: tuple[object, ...]) -> str:
