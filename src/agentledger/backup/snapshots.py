@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 
 from agentledger.errors import RuntimeStateError
 
@@ -28,6 +31,8 @@ from agentledger.errors import RuntimeStateError
 CHUNK_BYTES = 256 * 1024
 # How long one API answer or one chunk may take on a busy host.
 API_TIMEOUT_S = 30.0
+# How long a restore's chunk is sent again while the server taking it is not known yet.
+RESTORE_INTEREST_S = 10.0
 
 
 def _answer(data: bytes, what: str) -> dict[str, Any]:
@@ -84,6 +89,21 @@ async def restore(nc: Client, stream: str, archive: Path, config: dict[str, Any]
         raise RuntimeStateError(f"the restore of {stream}: JetStream named no subject to send it to")
     with archive.open("rb") as f:
         while chunk := f.read(CHUNK_BYTES):
-            await nc.request(target, chunk, timeout=API_TIMEOUT_S)
-    end = await nc.request(target, b"", timeout=API_TIMEOUT_S * 4)
+            await _send(nc, target, chunk, API_TIMEOUT_S)
+    end = await _send(nc, target, b"", API_TIMEOUT_S * 4)
     return dict(_answer(end.data, f"the restore of {stream}").get("state", {}))
+
+
+async def _send(nc: Client, target: str, chunk: bytes, timeout: float) -> Msg:  # noqa: ASYNC109 - per chunk
+    """One chunk of a restore. On a cluster the server that takes the chunks may be another node
+    than the client's, and its interest in ``target`` can reach the client's node after the
+    answer naming it did: "no responders" then means the chunk was not delivered, so it is sent
+    again (for a while), never skipped."""
+    deadline = time.monotonic() + RESTORE_INTEREST_S
+    while True:
+        try:
+            return await nc.request(target, chunk, timeout=timeout)
+        except NoRespondersError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.05)
