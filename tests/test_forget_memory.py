@@ -514,6 +514,16 @@ async def test_forget_a_tenant(env: Env) -> None:
     await env.c.memory_read(OTHER, "cluster region", key="cluster region", project_id="p1", task_id="t1")
     await env.c.memory_read(TENANT, "cluster region", key="cluster region", project_id="p1")
     mine = await env.snapshot(TENANT)
+
+    async def reach_tenants() -> set[str]:
+        """Tenants of the put-back reference's entries (``reach_log``)."""
+        info = await env.js.stream_info(env.settings.reach_stream, subjects_filter=">")
+        return {subject.split(".")[-2] for subject in info.state.subjects or {}}
+
+    async def both_referenced() -> bool:
+        return await reach_tenants() == {TENANT, OTHER}
+
+    await assert_eventually(both_referenced, timeout=30, message="the reference never held both tenants")
     # The ledger step (the lead's): every message of the tenant's memory ledger, securely erased.
     seqs = await env.memory_seqs(OTHER)
     assert len(seqs) == 4
@@ -524,6 +534,7 @@ async def test_forget_a_tenant(env: Env) -> None:
     assert plans["memory:counts"]["records"] == 2
     assert plans["read_receipts:counts"] == {"receipts": 1, "usage": 1}
     assert all(not rows for rows in (await env.snapshot(OTHER)).values())
+    assert await reach_tenants() == {TENANT}
     await env.assert_erased(seqs)
     assert await env.snapshot(TENANT) == mine
     await env.assert_replays()

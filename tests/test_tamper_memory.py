@@ -18,14 +18,15 @@ import pytest
 
 from agentledger.contracts import events as ev
 from agentledger.contracts import memory_api as api
+from agentledger.core import integrity
 from agentledger.core.ledger_chain import CHAIN, parse
 from agentledger.core.memory.authority import record_id_for, scope_key
 from agentledger.errors import IntegrityViolationError
 from agentledger.security import auth
 from agentledger.security.identity import Caller
-from agentledger.services.memory_policy.reach_seed import seed_reach
+from agentledger.services.memory_policy import reach_log
 from agentledger.services.memory_policy.record_reach import RecordReach
-from agentledger.services.memory_policy.replay import verify_memory
+from agentledger.services.memory_policy.replay import rebuild_memory, verify_memory
 from agentledger.services.memory_policy.service import MemoryPolicy
 from helpers import assert_eventually
 from ledger_tamper import Stored, append_raw, messages
@@ -176,10 +177,11 @@ async def committed_seqs(mem: Mem) -> dict[tuple[str, str], int]:
 
 
 async def test_an_old_version_put_back_is_not_read_after_a_restart(mem: Mem) -> None:
-    """The reference of the put-back check survives a restart: the new process folds the
-    ``_memory`` ledger at start (``reach_seed``) and knows each record at the ledger sequence
-    its committed row holds, every row of a history with a supersede and a revoke. A row put
-    back to the version before the revoke, once the service was restarted, is refused."""
+    """The reference of the put-back check survives a restart: the new process reads the
+    entries the projection published as it committed (``reach_log``) and knows each record at
+    the ledger sequence its committed row holds, every row of a history with a supersede and a
+    revoke. A row put back to the version before the revoke, once the service was restarted,
+    is refused."""
     c = mem.c
     reply = await c.memory_propose(TENANT, [
         proposal("a", "the release branch is rel-7", key="release branch"),
@@ -216,7 +218,7 @@ async def test_an_old_version_put_back_is_not_read_after_a_restart(mem: Mem) -> 
 
 async def test_a_standby_instance_seeds_the_same_reference(mem: Mem) -> None:
     """A second memory-policy instance beside the leading one never folds (it waits for the
-    leadership lock) and serves reads: it seeds its reference from the ledger at start too."""
+    leadership lock) and serves reads: it reads the stored entries of its reference at start too."""
     reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch")])
     await mem.c.memory_feedback(TENANT, reply.decisions[0].record_id, "revoke", "fb-1", reason="wrong")
     await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
@@ -235,9 +237,9 @@ async def test_a_standby_instance_seeds_the_same_reference(mem: Mem) -> None:
 
 async def test_a_standby_follows_the_versions_the_leader_commits_after_its_start(mem: Mem) -> None:
     """A standby started before a record was revoked knows the revoked version (the leading
-    instance publishes what each batch committed, ``reach_notes``), so the record's row put back
+    instance publishes what each batch committed, ``reach_log``), so the record's row put back
     to the version before the revoke is refused by the standby's own read and get, not only by
-    the leader's. Its start-up fold alone knew the older version: the put-back row matched it."""
+    the leader's. Its start-up read alone knew the older version: the put-back row matched it."""
     a, b, old = await two_records(mem)
     standby = MemoryPolicy(mem.stack.settings)
     await standby.start()
@@ -275,8 +277,8 @@ async def test_a_standby_follows_the_versions_the_leader_commits_after_its_start
 
 def test_a_note_of_another_projection_starts_the_reference_over() -> None:
     """A rebuild switched in another projection: what was noted of the old one is dropped, and
-    a seed folded from the old one after a note of the new one is not used (its versions may
-    not be the new projection's)."""
+    a seed read for the old one after a note of the new one is not used (its versions may not
+    be the new projection's)."""
     reach = RecordReach()
     generation = reach.generation
     reach.projection = 7
@@ -289,34 +291,132 @@ def test_a_note_of_another_projection_starts_the_reference_over() -> None:
     assert reach.projection is None and reach.reached(reach.mark(), TENANT, "r1") == 0
 
 
-async def test_a_seed_stopped_early_never_names_a_newer_version(mem: Mem) -> None:
-    """A seed bounded before the ledger's end (``AGENTLEDGER_MEMORY_SEED_MAX_MESSAGES``) knows
-    older versions only: at or below every committed row (a current row is never refused), below
-    the revoked one."""
-    reply = await mem.c.memory_propose(TENANT, [proposal("a", "the release branch is rel-7", key="release branch"),
-                                                proposal("b", "builds are cached", key="build cache")])
-    a = reply.decisions[0].record_id
+async def reach_entries(mem: Mem) -> dict[str, Any]:
+    """The stored entries of the put-back reference: subject → (projection, key, seq) or None
+    when its tag does not hold."""
+    nc = await auth.connect(mem.stack.settings, auth.OPERATOR_ROLE)
+    try:
+        js, stream = nc.jetstream(), mem.stack.settings.reach_stream
+        info = await js.stream_info(stream, subjects_filter=">")
+        out = {}
+        for subject in info.state.subjects or {}:
+            msg = await js.get_last_msg(stream, subject)
+            out[subject] = reach_log.decode(mem.service.projection.memory_fold.keys, subject, msg.data)
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_the_reference_holds_one_entry_per_record_whatever_the_history(mem: Mem) -> None:
+    """What a restart reads is one entry per record, each naming the ledger sequence its
+    committed row holds, however many versions the records went through: its cost does not
+    grow with the ``_memory`` ledger (a fold of it did)."""
+    a, _b, _ = await two_records(mem)
+    for i in range(5):
+        await mem.c.memory_feedback(TENANT, a, "confirm", f"fb-{i}", reason="checked")
+    await mem.c.memory_feedback(TENANT, a, "revoke", "fb-last", reason="wrong")
+    await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")  # committed
+    assert mem.service.projection is not None
+    projection = mem.service.projection.reach.projection
+    committed = await committed_seqs(mem)
+
+    async def one_per_record() -> bool:
+        entries = await reach_entries(mem)
+        return sorted(e for e in entries.values()) == sorted((projection, k, s) for k, s in committed.items())
+
+    await assert_eventually(one_per_record, timeout=30, message="the stream does not hold one entry per record")
+
+
+async def test_a_forged_reach_entry_never_refuses_a_current_row(mem: Mem) -> None:
+    """Someone who can publish in the services' account or write the stream's files puts an
+    entry naming a far newer version of a record: its tag does not hold, so neither the running
+    leader (it passes by) nor an instance started after (it is stored) takes it, and the
+    record's current row is still served by both. An entry copied onto another record's subject
+    is dropped too."""
+    a, b, _ = await two_records(mem)
+    await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert mem.service.projection is not None
+    projection = mem.service.projection.reach.projection
+    assert projection is not None
+    committed = await committed_seqs(mem)
+    settings = mem.stack.settings
+    newer = committed[(TENANT, a)] + 1000
+    forged = reach_log._Entry(projection, TENANT, a, newer, integrity.tag(  # under a key guessed, not held
+        1, b"k" * 32, reach_log.DOMAIN, (projection, TENANT, a, newer)))
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        js = nc.jetstream()
+        await js.publish(reach_log.entry_subject(settings.prefix, projection, TENANT, a), reach_log._encode(forged))
+        genuine = await js.get_last_msg(settings.reach_stream, reach_log.entry_subject(
+            settings.prefix, projection, TENANT, b))
+        await js.publish(reach_log.entry_subject(settings.prefix, projection, TENANT, a + "x"), genuine.data)
+        # After them, on the same connection: once the leader noted this one, it saw those.
+        await reach_log.publish(nc, settings, mem.service.projection.memory_fold.keys, projection,
+                                [((TENANT, "mem_sentinel"), 5)])
+    finally:
+        await nc.close()
+    leader = mem.service.projection.reach
+
+    async def sentinel_noted() -> bool:
+        return leader.reached(leader.mark(), TENANT, "mem_sentinel") == 5
+
+    await assert_eventually(sentinel_noted, timeout=30, message="the leader never noted the entry after the forged one")
+    assert leader.reached(leader.mark(), TENANT, a) == committed[(TENANT, a)]
+    read = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert a in [i.record_id for i in read.items]
+    standby = MemoryPolicy(settings)
+    await standby.start()
+    try:
+        assert standby.projection is not None and standby.projection.seeding is not None
+        await standby.projection.seeding
+        reach = standby.projection.reach
+        mark = reach.mark()
+        assert reach.reached(mark, TENANT, a) == 0  # its genuine entry was replaced: not known
+        assert reach.reached(mark, TENANT, b) == committed[(TENANT, b)]
+        assert reach.reached(mark, TENANT, a + "x") == 0
+        assert standby.reader is not None
+        read = await standby.reader.read(Caller(), api.ReadRequest(
+            tenant=TENANT, query="release branch", key="release branch", project_id="p1"))
+        assert a in [i.record_id for i in read.items]
+    finally:
+        await standby.stop()
+
+
+async def test_a_rebuild_writes_the_reference_of_the_projection_it_switched_in(mem: Mem) -> None:
+    """``replay`` builds the memory projection anew (another watermark table): it writes the
+    entries of the projection it switched in, the running leader drops the old projection's,
+    and a row put back afterwards is refused by the leader and by an instance started after."""
+    a, _b, old = await two_records(mem)
     await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
     await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
     assert mem.service.projection is not None
+    before = mem.service.projection.reach.projection
+    counts = await rebuild_memory(mem.stack.settings)
+    assert counts["reach_entries"] == 2
     committed = await committed_seqs(mem)
-    reach = RecordReach()
     assert mem.stack.db is not None
-    nc = await auth.connect(mem.stack.settings, auth.OPERATOR_ROLE)
+    after = int(await mem.stack.db.fetchval("SELECT 'memory_watermark'::regclass::oid"))
+    assert after != before
+
+    async def switched() -> bool:
+        entries = await reach_entries(mem)
+        return sorted(entries.values()) == sorted((after, k, s) for k, s in committed.items())
+
+    await assert_eventually(switched, timeout=30, message="the reference was not switched to the rebuilt projection")
+    await put_back(mem, a, old)
+    read = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    assert integrity_dropped(read, a), read.receipt.candidates
+    standby = MemoryPolicy(mem.stack.settings)
+    await standby.start()
     try:
-        bounded = msgspec.structs.replace(mem.stack.settings, memory_seed_max_messages=2)
-        assert await seed_reach(nc, bounded, mem.stack.db, mem.service.projection.memory_fold, reach) > 0
+        assert standby.projection is not None and standby.projection.seeding is not None
+        assert await standby.projection.seeding == 2
+        assert standby.reader is not None
+        read = await standby.reader.read(Caller(), api.ReadRequest(
+            tenant=TENANT, query="release branch", key="release branch", project_id="p1"))
+        assert integrity_dropped(read, a), read.receipt.candidates
     finally:
-        await nc.close()
-    mark = reach.mark()
-    known = {k: reach.reached(mark, *k) for k in committed}
-    assert all(known[k] <= committed[k] for k in committed), (known, committed)
-    assert 0 < known[(TENANT, a)] < committed[(TENANT, a)]
-    # A clear meanwhile (the projection initialised again) drops a seed folded before it.
-    stale = RecordReach()
-    generation = stale.generation
-    stale.clear()
-    assert stale.seed([((TENANT, a), 1)], generation) == 0 and stale.reached(stale.mark(), TENANT, a) == 0
+        await standby.stop()
 
 
 async def test_an_edited_receipt_is_refused(mem: Mem) -> None:

@@ -49,6 +49,7 @@ from agentledger.core.memory.tags import check_receipt, receipt_tag
 from agentledger.errors import UnavailableError
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import marker_key_of
+from agentledger.services.memory_policy import reach_log
 from agentledger.services.memory_policy.projection import DURABLE
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, WATERMARK, MemoryStore
 from agentledger.services.tombstone_fanout.registry import ForgetContext
@@ -168,7 +169,8 @@ class MemoryHandler:
 
     index = "memory"
     tables = PROJECTION_TABLES
-    stores: tuple[str, ...] = ()
+    # The put-back reference (``reach_log``): ids and sequences only, dropped with a whole tenant.
+    stores: tuple[str, ...] = ("reach",)
 
     async def plan(self, ctx: ForgetContext) -> dict[str, Any] | None:
         sel = ctx.selector
@@ -228,6 +230,8 @@ class MemoryHandler:
             await MemoryStore().lock_watermark(conn)
             for sql in _DELETE.values():
                 await conn.execute(sql, ctx.tenant)
+        # The put-back reference's entries of the tenant (ids and sequences only).
+        await reach_log.purge(ctx.nc, ctx.settings, reach_log.tenant_subjects(ctx.settings.prefix, ctx.tenant))
         rows = plan["rows"]
         return {"records": int(rows["memory_records"]), "groups": int(rows["memory_groups"]),
                 "history": int(rows["memory_history"]), "held": int(rows["memory_held"])}

@@ -34,15 +34,15 @@ from agentledger.projection.live import SubjectProjection
 from agentledger.projection.spec import Rows, SubjectFold
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
-from agentledger.services.memory_policy import reach_notes
+from agentledger.services.memory_policy import reach_log
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
-from agentledger.services.memory_policy.reach_seed import seed_reach
 from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 from agentledger.shell.tasks import stop_task
 
 DURABLE = "memory-policy"
+_RECORD_SEQS = "SELECT tenant, record_id, ledger_seq FROM memory_records"
 
 log = structlog.get_logger()
 
@@ -103,36 +103,60 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, vectors: Vectors) -> None:
         self.memory_fold = MemoryFold(vectors, keys_of(settings), marker_key_of(settings))
         super().__init__(settings, nc, pool, self.memory_fold)
-        # What the reads compare a record's ``ledger_seq`` with: the versions committed here, or
-        # (on a standby) by the leading instance (``reach_notes``).
+        # What the reads compare a record's ``ledger_seq`` with: the versions the projection
+        # committed, here or (on a standby) by the leading instance (``reach_log``).
         self.reach = RecordReach()
-        # The fold of the ledger that gives ``reach`` the records not folded here (``reach_seed``);
-        # its result is how many records it seeded.
+        # The start-up read of ``reach_log`` for the live projection; its result is how many
+        # records it gave ``reach``.
         self.seeding: asyncio.Task[int] | None = None
-        self._notes: Subscription | None = None
+        self._entries: Subscription | None = None
+        # Projections whose entries passed by and are not the live one (since the last ``clear``).
+        self._not_live: set[int] = set()
+        # The projection this process last led (its entries go once another is switched in).
+        self._led: int | None = None
 
     async def start(self) -> None:
-        """The leader's notes listened to, then the base's; a standby (never initialised) seeds
-        ``reach`` too."""
-        self._notes = await reach_notes.listen(self._nc, self.settings.prefix, self._noted)
+        """The entries listened to, then the base's; a standby (never initialised) reads the
+        stored ones too."""
+        self._entries = await reach_log.listen(self._nc, self.settings.prefix, self.memory_fold.keys, self._entry)
         await super().start()
         if self.seeding is None:
             self._seed()
 
     async def stop(self) -> None:
-        if self._notes is not None:
+        if self._entries is not None:
             with contextlib.suppress(Exception):
-                await self._notes.unsubscribe()
+                await self._entries.unsubscribe()
         await stop_task(self.seeding)
         await super().stop()
 
     async def _initialize(self) -> None:
-        """The base's, then the index of rows an older version wrote derived again (``reindex``),
-        and ``reach`` seeded again from the ledger."""
-        self.reach.clear()  # the projection may have been rebuilt
+        """The base's, the index of rows an older version wrote derived again (``reindex``), and,
+        when the projection is not the one ``reach`` knows (the first start, a rebuild switched
+        in), ``reach`` started over from the stored entries; a projection this process led
+        before has its entries dropped."""
         await super()._initialize()
-        self.reach.projection = self._projection
+        if await reach_log.ensure_stream(self._nc, self.settings) and self._projection is not None:
+            # Records committed by a version without the stream: their rows as they are now.
+            conn = await self._writer.get()
+            rows = [((r[0], r[1]), r[2]) for r in await conn.fetch(_RECORD_SEQS)]
+            await reach_log.publish(self._nc, self.settings, self.memory_fold.keys, self._projection, rows,
+                                    first=True)
+        if self._projection != self.reach.projection:
+            self._restart_reach(self._projection)
+        before, self._led = self._led, self._projection
+        if before is not None and before != self._projection:
+            try:
+                await reach_log.purge(self._nc, self.settings, reach_log.projection_subjects(self.settings.prefix,
+                                                                                             before))
+            except Exception as exc:  # noqa: BLE001 - they are never read for the new projection
+                log.warning("memory.reach_purge_failed", projection=before, error=type(exc).__name__)
         await reindex_old_rows(await self._writer.get(), self.store, self.memory_fold.vectors)
+
+    def _restart_reach(self, projection: int | None) -> None:
+        self.reach.clear()
+        self._not_live.clear()
+        self.reach.projection = projection
         self._seed()
 
     def _seed(self) -> None:
@@ -141,31 +165,47 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         self.seeding = asyncio.create_task(self._seed_once(), name="memory-reach-seed")
 
     async def _seed_once(self) -> int:
-        """The seed; a failure (NATS or PostgreSQL away) leaves ``reach`` as it was, logged."""
+        """The stored entries of the live projection into ``reach`` (as one more committed batch,
+        for the records not noted since: ``RecordReach.seed``); a failure (NATS or PostgreSQL
+        away) leaves ``reach`` as it was, logged."""
         try:
-            return await seed_reach(self._nc, self.settings, self._pool, self.memory_fold, self.reach)
+            generation = self.reach.generation
+            async with self._pool.acquire() as conn:
+                position = await self.memory_fold.store().position(conn)
+            if position is None:
+                return 0
+            rows = await reach_log.read(self._nc, self.settings, self.memory_fold.keys, position[1])
+            seeded = self.reach.seed(rows, generation, position[1])
+            log.info("memory.reach_seeded", records=seeded, entries=len(rows))
+            return seeded
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the seed only adds checks; the service runs without it
             log.warning("memory.reach_seed_failed", error=type(exc).__name__)
             return 0
 
-    def _noted(self, projection: int, rows: list[reach_notes.Row]) -> None:
-        """A batch the leading instance committed: noted here as this process's own commits are
-        (a leader notes its own as it commits, and takes no one else's). A note of another
-        projection than the one ``reach`` knows (a rebuild switched in) starts it over."""
-        if self.leader:
-            return
-        if self.reach.projection is not None and self.reach.projection != projection:
-            log.info("memory.reach_projection_changed", was=self.reach.projection, now=projection)
-            self.reach.clear()
-            self._seed()
-        self.reach.projection = projection
-        self.reach.note(rows)
+    async def _entry(self, projection: int, key: reach_log.Key, seq: int) -> None:
+        """An entry as it is published: noted as a committed batch. One of another projection
+        than the one ``reach`` knows is checked against the live position once: if that
+        projection is live now (a rebuild switched in), ``reach`` starts over with it."""
+        if projection != self.reach.projection:
+            if projection in self._not_live:
+                return
+            async with self._pool.acquire() as conn:
+                position = await self.memory_fold.store().position(conn)
+            if position is None or position[1] != projection:
+                self._not_live.add(projection)
+                return
+            if self.reach.projection is None:  # a standby's first: its start-up read is of the same one
+                self.reach.projection = projection
+            elif projection != self.reach.projection:
+                log.info("memory.reach_projection_changed", was=self.reach.projection, now=projection)
+                self._restart_reach(projection)
+        self.reach.note([(key, seq)])
 
     async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
         """The base's transaction; the records it left behind noted once it committed, and
-        published to the other instances (``reach_notes``)."""
+        published (``reach_log``)."""
         self.memory_fold.folded = []
         try:
             await super()._write(items, poison)
@@ -175,6 +215,6 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
             self.memory_fold.folded = []
         if folded and self._projection is not None:
             try:
-                await reach_notes.publish(self._nc, self.settings.prefix, self._projection, folded)
-            except Exception as exc:  # noqa: BLE001 - a lost note costs a standby one check, never the commit
-                log.warning("memory.reach_note_unsent", error=type(exc).__name__)
+                await reach_log.publish(self._nc, self.settings, self.memory_fold.keys, self._projection, folded)
+            except Exception as exc:  # noqa: BLE001 - a lost entry costs one check, never the commit
+                log.warning("memory.reach_entry_unsent", error=type(exc).__name__)

@@ -11,10 +11,9 @@ A read's statements may see the tables from before a commit this process noted w
 ran, so each read takes a ``mark`` first and compares with what was committed by then only
 (each entry keeps the version before its newest one for that).
 
-A record this process has not folded since it started (after a restart, or on a standby
-while another instance folds) gets its reference from a fold of the ledger at start
-(``reach_seed``); on a standby, the versions the leading instance commits later are noted as
-it publishes them (``reach_notes``).
+The records this process has not folded itself (after a restart, or on a standby while
+another instance folds) get theirs from the entries the leading instance publishes after each
+commit (``reach_log``): read from the stream at start, noted as they pass after.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ class RecordReach:
         # key -> (seq, stamp, previous seq, previous stamp)
         self._seen: dict[Key, tuple[int, int, int, int]] = {}
         self._stamp = 0
-        # Moves at each ``clear``: a seed folded before it is dropped (``seed``).
+        # Moves at each ``clear``: a seed read before it is dropped (``seed``).
         self.generation = 0
         # The projection (its watermark table's id) whose versions these are; None: not known yet.
         self.projection: int | None = None
@@ -55,11 +54,11 @@ class RecordReach:
                 self._seen[key] = (seq, self._stamp, old[0], old[1])
 
     def seed(self, rows: Iterable[tuple[Key, int]], generation: int, projection: int | None = None) -> int:
-        """A fold of the ledger's committed versions (``reach_seed``) into ``projection``, for
+        """The stored entries of ``projection``'s committed versions (``reach_log.read``), for
         the records not noted since, as one more committed batch: a read that took its mark
-        before it may see tables from before the watermark the fold read, so it does not use
-        these. Nothing if ``clear`` ran since the fold began at ``generation``, or if what was
-        noted since is of another projection; how many records were seeded."""
+        before it does not use these. Nothing if ``clear`` ran since the read began at
+        ``generation``, or if what was noted since is of another projection; how many records
+        were seeded."""
         if generation != self.generation:
             return 0
         if projection is not None:

@@ -25,12 +25,14 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.memory.state import MemoryState
 from agentledger.models.embedding import load_embedder
-from agentledger.projection.stream import read_subject
+from agentledger.projection.stream import connect, read_subject
 from agentledger.projection.subject import rebuild_subject, verify_subject
 from agentledger.security.integrity_keys import keys_of
 from agentledger.security.sealing import marker_key_of
+from agentledger.services.memory_policy import reach_log
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold
 from agentledger.services.memory_policy.projection import MemoryFold
+from agentledger.services.memory_policy.store import MemoryStore
 
 
 async def read_tenant(nc: Client, settings: Settings, tenant: str, upto: int,
@@ -48,7 +50,18 @@ def fold_tenant(events: list[tuple[int, ev.EventBase]], key_secret: bytes = b"")
 async def rebuild_memory(settings: Settings) -> dict[str, int]:
     """Rebuild the memory projection from the ledger beside the live one and switch to it."""
     fold = MemoryFold(Vectors(load_embedder(settings)), keys_of(settings), marker_key_of(settings))
-    return await rebuild_subject(settings, fold)
+    counts = await rebuild_subject(settings, fold)
+    # The put-back reference of the projection switched in: its records at the versions the
+    # rebuild folded (the live leader writes the newer ones as it goes on).
+    nc, conn = await connect(settings)
+    try:
+        position = await MemoryStore().position(conn)
+        if position is not None:
+            counts["reach_entries"] = await reach_log.publish_rebuilt(nc, settings, fold.keys, position[1], fold.folded)
+    finally:
+        await conn.close()
+        await nc.close()
+    return counts
 
 
 async def verify_memory(settings: Settings, wait_s: float = 60.0) -> list[str]:

@@ -129,4 +129,4 @@ def stores_of(settings: Settings) -> dict[str, str]:
             "leases": f"KV_{settings.leases_bucket}", "artifacts": f"OBJ_{artifacts_bucket(settings)}",
             "bindings": f"KV_{bindings_bucket(settings.prefix)}",
             "tenants": f"KV_{tenants_bucket(settings.prefix)}", "usage": f"KV_{settings.usage_bucket}",
-            "numbering": f"KV_{numbering.bucket(settings)}"}
+            "numbering": f"KV_{numbering.bucket(settings)}", "reach": settings.reach_stream}

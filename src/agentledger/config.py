@@ -59,9 +59,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Rebuilds (replay, verify, the projector's rebuild of an empty projection): what the fold
     # may hold in memory, in bytes; past it, it writes what it holds to the new projection.
     rebuild_memory_bytes: int = 256 << 20
-    # Memory-policy: how many `_memory` messages its start-up fold reads for the put-back check's
-    # reference (services/memory_policy/reach_seed.py; ~13 s of one core and ~90 MB per 100,000).
-    memory_seed_max_messages: int = 100_000
     # Writer and readers: unwrapped data-subject keys kept in memory, in bytes.
     key_cache_bytes: int = 16 << 20
     # Leases one tenant may hold at once (live ones); a grant beyond it is `too_many_leases`.
@@ -248,6 +245,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return stream_name(self.prefix, "KEYS")
 
     @property
+    def reach_stream(self) -> str:
+        """Stream of each memory record's newest committed ledger sequence (memory_policy/reach_log)."""
+        return stream_name(self.prefix, "REACH")
+
+    @property
     def leases_bucket(self) -> str:
         """KV bucket of the task execution leases."""
         return stream_name(self.prefix, "LEASES")
@@ -315,7 +317,7 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "max_event_bytes", "max_artifact_bytes", "max_batch_events", "max_inflight_batches",
         "projector_batch", "max_ledger_bytes", "max_keys_bytes", "max_artifact_store_bytes",
         "max_reply_bytes", "view_cache_bytes", "projector_cache_bytes", "key_cache_bytes",
-        "rebuild_memory_bytes", "memory_seed_max_messages",
+        "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims", "tenant_max_connections",
         "tenant_max_subscriptions", "tenant_max_payload_bytes", "ledger_reserve_bytes",
         "tenant_max_ledger_bytes", "tenant_max_artifact_bytes", "tenant_max_memory_records"}

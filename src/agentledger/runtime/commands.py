@@ -356,6 +356,11 @@ async def ensure_bucket_replicas(settings: Settings) -> None:
         streams = [f"KV_{tenants_bucket(settings.prefix)}", f"KV_{bindings_bucket(settings.prefix)}",
                    f"KV_{settings.keys_bucket}", f"KV_{settings.leases_bucket}",
                    f"OBJ_{artifacts.artifacts_bucket(settings)}"]
+        # The memory put-back reference: created by memory-policy's leader (which fills it the
+        # first time), brought to the count here once it exists.
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.stream_info(settings.reach_stream)
+            streams.append(settings.reach_stream)
         for name in streams:
             config = (await js.stream_info(name)).config
             if config.num_replicas != replicas:

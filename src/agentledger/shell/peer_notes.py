@@ -1,7 +1,6 @@
 """Notes one instance of a service publishes to every other instance of it (core NATS, no queue
 group, so each instance, the sender too, receives each note), for what an instance remembers
-to refuse rows put back outside the services: the record versions the memory projection
-committed (``memory_policy/reach_notes``), the generations a context-builder finished
+to refuse rows put back outside the services: the generations a context-builder finished
 (``context_builder/finished_notes``).
 
 A note subject lives in the services' account and matches none of its exports: no tenant can
