@@ -14,7 +14,7 @@ import pytest
 
 from agentledger.config import Settings
 from agentledger.core.context import frozen_form
-from agentledger.errors import IntegrityViolationError
+from agentledger.errors import IntegrityViolationError, NotFoundError
 from ckpt_support import Stack, created, running
 from helpers import assert_eventually
 from test_context_service import TASK, TENANT, build, some_turns
@@ -133,5 +133,49 @@ async def test_a_compacted_generation_put_back_is_refused_by_an_instance_started
             await later.builder.stored(TENANT, gen.generation_id)
         row, _ = await later.builder.stored(TENANT, direct.generation_id)
         assert row.digest == direct.digest
+    finally:
+        await later.stop()
+
+
+async def test_a_frozen_input_left_by_a_build_that_died_is_erased_at_the_next_start(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compacted build finishes its row, then erases its frozen input. Its process killed (or
+    its erase failing) between the two used to leave the frozen input for good: a row put back
+    to frozen was then served, as the fallback, by every instance that had not heard the finish.
+    The row now carries the erase as still due (``frozen_kept``, set in the finish's
+    transaction), and the next instance to start erases what was left: a row put back then is
+    refused by it, as if the build had completed."""
+    from agentledger.services.context_builder.service import ContextBuilder  # noqa: PLC0415
+    from test_context_compaction import staged  # noqa: PLC0415
+
+    assert stack.context is not None and stack.context.builder is not None
+
+    async def dies(uri: str) -> bool:
+        raise ConnectionResetError("the process died here")
+
+    monkeypatch.setattr(stack.context.builder.artifacts, "erase", dies)
+    gen = await staged(stack, "compacted")
+    monkeypatch.undo()
+    assert stack.db is not None
+    row = await stack.db.fetchrow("SELECT frozen_uri, frozen_kept FROM context_generations WHERE generation_id = $1",
+                                  gen.generation_id)
+    assert row["frozen_kept"]
+    frozen = row["frozen_uri"]
+    assert await stack.context.builder.artifacts.get(frozen, tenant=TENANT)  # left behind
+    later = ContextBuilder(stack.settings)
+    await later.start()
+    try:
+        assert later.store is not None and later.builder is not None
+
+        async def erased() -> bool:
+            return not await stack.db.fetchval(  # type: ignore[union-attr]
+                "SELECT frozen_kept FROM context_generations WHERE generation_id = $1", gen.generation_id)
+
+        await assert_eventually(erased, timeout=30, message="the next start never erased the frozen input left")
+        with pytest.raises(NotFoundError):
+            await later.builder.artifacts.get(frozen, tenant=TENANT)
+        await stack.db.execute(PUT_BACK, gen.generation_id)
+        with pytest.raises(IntegrityViolationError):
+            await later.builder.stored(TENANT, gen.generation_id)
     finally:
         await later.stop()

@@ -580,11 +580,12 @@ class Builder:
     async def _complete(self, job: _Job, gen: Generation, uri: str, *, staged: CompactionCheckpoint | None = None,
                         staged_subjects: list[str] | None = None, stored: Sequence[str] = ()) -> None:
         """Stage the checkpoint and finish the row, unless a forget request overtook the build:
-        then what it stored is erased and the build answers ``forgotten``."""
+        then what it stored is erased and the build answers ``forgotten``. ``stored``: the frozen
+        input of a compacted build, marked on the row as still to be erased."""
         r = job.request
         if await self.store.complete(tenant=r.tenant, task_id=r.task_id, generation_id=gen.generation_id,
                                      epoch=job.state.epoch, forgets=job.forgets, digest=gen.digest, uri=uri,
-                                     staged=staged, staged_subjects=staged_subjects):
+                                     staged=staged, staged_subjects=staged_subjects, frozen_kept=bool(stored)):
             return
         for stale in {uri, *stored}:
             with contextlib.suppress(Exception):
@@ -724,11 +725,33 @@ class Builder:
         # re-derives it, and the row's tagged frozen digest pins it), so it is erased. Its absence
         # tells every instance, one started later included, that a row put back to its frozen
         # version had finished (``_frozen_input_gone``).
+        await self._erase_frozen(request.tenant, generation_id, frozen_uri)
+        return data
+
+    async def _erase_frozen(self, tenant: str, generation_id: str, frozen_uri: str) -> bool:
+        """A finished compacted build's frozen input erased and its row's mark cleared; whether
+        it was. Left marked on a failure, for ``erase_frozen_left``."""
         try:
             await self.artifacts.erase(frozen_uri)
-        except Exception as exc:  # noqa: BLE001 - the answer stands; the put-back check is lost for it
+            await self.store.frozen_erased(tenant, generation_id)
+        except Exception as exc:  # noqa: BLE001 - the answer stands; the next start erases it
             log.warning("context.frozen_input_kept", generation=generation_id, error=type(exc).__name__)
-        return data
+            return False
+        return True
+
+    async def erase_frozen_left(self, batch: int = 500) -> int:
+        """At start: the frozen inputs finished compacted builds left (their process died, or its
+        erase failed, between the finish and the erase), erased; how many. Until then a row of
+        theirs put back to frozen is refused only by instances that heard the finish."""
+        erased = 0
+        while left := await self.store.frozen_left(batch):
+            done = [await self._erase_frozen(tenant, gid, uri) for tenant, gid, uri in left]
+            erased += sum(done)
+            if not all(done):
+                break
+        if erased:
+            log.info("context.frozen_inputs_erased", generations=erased)
+        return erased
 
     @staticmethod
     def _covered_subjects(job: _Job, coverage: Coverage) -> list[str] | None:

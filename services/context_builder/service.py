@@ -90,6 +90,16 @@ class ContextBuilder(Shell):
         self.builder = Builder(s, self._nc, self.store, store, bindings=self._bindings, key=key,
                                documents=self.documents, compactors=self._extra_compactors)
         self.committer = Committer(s, self._nc, self.store, self.builder, key)
+        parts.task(self._erase_frozen_left(), name="context-frozen-sweep")
+
+    async def _erase_frozen_left(self) -> None:
+        """``Builder.erase_frozen_left`` beside the service; a failure (NATS or PostgreSQL away)
+        is logged, and the next start tries again."""
+        assert self.builder is not None
+        try:
+            await self.builder.erase_frozen_left()
+        except Exception as exc:  # noqa: BLE001 - builds and reads go on without it
+            log.warning("context.frozen_sweep_failed", error=type(exc).__name__)
 
     def endpoints(self) -> list[Endpoint]:
         assert self.builder is not None and self.committer is not None and self.documents is not None

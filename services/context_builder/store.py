@@ -104,7 +104,12 @@ _INSERT_GEN = ("INSERT INTO context_generations ({columns}, created_at, subjects
                " $16)"
                " ON CONFLICT (generation_id) DO NOTHING").replace("{columns}", _GEN_COLUMNS)
 _FINISH_GEN = ("UPDATE context_generations SET digest = $2, artifact_uri = $3, staged_checkpoint_id = $4,"
-               " finish_mac = $6 WHERE generation_id = $1 AND tenant = $5 AND artifact_uri IS NULL")
+               " finish_mac = $6, frozen_kept = $7 WHERE generation_id = $1 AND tenant = $5 AND artifact_uri IS NULL")
+# A compacted build's frozen input erased (``Builder._compacting``), or left by a process that died
+# before it erased it (``frozen_left``).
+_FROZEN_ERASED = "UPDATE context_generations SET frozen_kept = false WHERE generation_id = $1 AND tenant = $2"
+_FROZEN_LEFT = ("SELECT tenant, generation_id, frozen_uri FROM context_generations WHERE frozen_kept"
+                " AND artifact_uri IS NOT NULL AND artifact_uri <> frozen_uri LIMIT $1")
 _GET_GEN = ("SELECT {columns}, subjects, mac, finish_mac FROM context_generations WHERE generation_id = $1"
             " AND tenant = $2").replace("{columns}", _GEN_COLUMNS)
 # The end of a build: its row still there (a forget request did not delete it meanwhile) ...
@@ -233,7 +238,7 @@ class ContextStore:
     async def finish(self, tenant: str, generation_id: str, *, digest: str, uri: str,
                      staged: str | None) -> None:
         await self.pool.execute(_FINISH_GEN, generation_id, digest, uri, staged, tenant,
-                                self._finish_tag(tenant, generation_id, digest, uri, staged))
+                                self._finish_tag(tenant, generation_id, digest, uri, staged), False)
         await self._finished_here(tenant, generation_id)
 
     async def _finished_here(self, tenant: str, generation_id: str) -> None:
@@ -271,10 +276,11 @@ class ContextStore:
 
     async def complete(self, *, tenant: str, task_id: str, generation_id: str, epoch: int, forgets: int,
                        digest: str, uri: str, staged: CompactionCheckpoint | None = None,
-                       staged_subjects: Sequence[str] | None = ()) -> bool:
+                       staged_subjects: Sequence[str] | None = (), frozen_kept: bool = False) -> bool:
         """The end of a build, in one transaction: stage its checkpoint and finish its row, unless
         a forget request overtook the build (its row deleted, or its conversation moved on to
         another lineage or deleted): then nothing is staged, its row is dropped, and False.
+        ``frozen_kept``: its frozen input is still to be erased (a compacted build's).
 
         The generation row is locked ``FOR UPDATE`` (a forget's delete waits, or went first)
         and the conversation ``FOR SHARE`` (a forget moving it on waits, or went first).
@@ -292,9 +298,17 @@ class ContextStore:
                 await self.stage(staged, staged_subjects, conn=conn)
             staged_id = staged.checkpoint_id if staged is not None else None
             await conn.execute(_FINISH_GEN, generation_id, digest, uri, staged_id, tenant,
-                               self._finish_tag(tenant, generation_id, digest, uri, staged_id))
+                               self._finish_tag(tenant, generation_id, digest, uri, staged_id), frozen_kept)
         await self._finished_here(tenant, generation_id)
         return True
+
+    async def frozen_erased(self, tenant: str, generation_id: str) -> None:
+        await self.pool.execute(_FROZEN_ERASED, generation_id, tenant)
+
+    async def frozen_left(self, limit: int) -> list[tuple[str, str, str]]:
+        """Finished compacted generations whose frozen input was not erased yet: (tenant,
+        generation id, frozen uri), at most ``limit``."""
+        return [(r[0], r[1], r[2]) for r in await self.pool.fetch(_FROZEN_LEFT, limit)]
 
     async def generation(self, tenant: str, generation_id: str) -> GenerationRow | None:
         """One generation row, or None; ``IntegrityViolationError`` when it fails its tags."""

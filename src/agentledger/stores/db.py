@@ -464,6 +464,14 @@ _MIGRATIONS: list[tuple[int, str]] = [
         TRUNCATE {s}.memory_groups, {s}.memory_records, {s}.memory_history, {s}.memory_held;
         UPDATE {s}.memory_watermark SET seq = 0;
     """),
+    # A compacted build erases its frozen input once its row is finished
+    # (services/context_builder/build.py): ``frozen_kept`` marks a finished row whose frozen input
+    # is not erased yet, so what a process killed between the two left is erased at the next start.
+    (16, """
+        ALTER TABLE {s}.context_generations ADD COLUMN IF NOT EXISTS frozen_kept boolean NOT NULL DEFAULT false;
+        CREATE INDEX IF NOT EXISTS context_generations_frozen_kept ON {s}.context_generations (tenant)
+            WHERE frozen_kept;
+    """),
 ]
 
 SCHEMA_VERSION = _MIGRATIONS[-1][0]
