@@ -34,7 +34,7 @@ EXPECTED = {
     "detector_lookalike_fp",
     "detector_personal_recall",
     "detector_false_redactions",
-    "memory_read_p50", "memory_read_p99", "memory_read_integrity_p50",
+    "memory_reach_start", "memory_read_p50", "memory_read_p99", "memory_read_integrity_p50",
     "memory_read_e2e_integrity_p50", "memory_read_e2e_p50", "memory_read_e2e_p99",
     "memory_vector_recall_at_10", "memory_decisions_per_s", "memory_propose_latency_p50",
     "memory_propose_latency_p99", "forget_subject_p50", "forget_subject_p99",

@@ -191,8 +191,12 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         if projection != self.reach.projection:
             if projection in self._not_live:
                 return
-            async with self._pool.acquire() as conn:
-                position = await self.memory_fold.store().position(conn)
+            try:
+                async with self._pool.acquire() as conn:
+                    position = await self.memory_fold.store().position(conn)
+            except Exception as exc:  # noqa: BLE001 - a lost entry costs one check (reach_log)
+                log.warning("memory.reach_entry_unchecked", error=type(exc).__name__)
+                return
             if position is None or position[1] != projection:
                 self._not_live.add(projection)
                 return

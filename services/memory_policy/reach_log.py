@@ -43,6 +43,7 @@ from nats.js.errors import NotFoundError
 from agentledger.config import Settings
 from agentledger.core import integrity
 from agentledger.errors import UnavailableError
+from agentledger.projection.stream import seq_pending
 from agentledger.security.integrity_keys import IntegrityKeys
 
 log = structlog.get_logger()
@@ -179,7 +180,7 @@ async def read(nc: Client, settings: Settings, keys: IntegrityKeys, projection: 
         entry = decode(keys, msg.subject, msg.data)
         if entry is not None:
             rows.append((entry[1], entry[2]))
-        if msg.metadata.num_pending == 0 and not done.done():
+        if seq_pending(msg)[1] == 0 and not done.done():
             done.set_result(None)
 
     try:

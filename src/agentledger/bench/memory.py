@@ -5,6 +5,8 @@
 projection's own ``write_loaded`` — rows, groups, history, ``simple`` tsvector, WordLlama
 embeddings — no ledger in between), starts the memory-policy service, then measures:
 
+* what a starting process reads for its put-back reference, one entry per loaded record,
+  against the raw delivery of the same entries (``memory_reach_start``, ``memory_reach``);
 * the reads (``memory_reads``): the gated read against the same searches ungated
   (``memory_read_p50`` / ``_p99``), the same reads end to end through the service
   (``memory_read_e2e_p50`` / ``_p99``), and recall@10 of the vector statement under a filter
@@ -33,6 +35,7 @@ import msgspec
 
 from agentledger.bench.common import ServiceProcess, Stack, emit, pct
 from agentledger.bench.memory_corpus import Sizes, load_records, sizes_of
+from agentledger.bench.memory_reach import bench_reach_start
 from agentledger.bench.memory_reads import (
     POOL_SETTINGS,
     Query,
@@ -48,6 +51,7 @@ from agentledger.models.embedding import WordLlamaEmbedder
 from agentledger.security import auth
 from agentledger.security.integrity_keys import keys_of
 from agentledger.services.memory_policy.fold import Vectors
+from agentledger.services.memory_policy.store import MemoryStore
 
 SERVICE = "agentledger-memory-policy"
 # Starts of the on/off pair (the check on the other instance each time).
@@ -72,6 +76,9 @@ async def bench_memory(stack: Stack) -> None:
         print(f"# memory: {rows} records in {load_s:.1f} s ({statuses})", file=sys.stderr, flush=True)
         ctx = {"records": rows, "tenants": sizes.tenants, "statuses": statuses}
         service = await ServiceProcess.start(stack, "memory_policy", SERVICE)
+        position = await MemoryStore().position(conn)
+        assert position is not None
+        await bench_reach_start(stack, position[1], rows, ctx)
         client = await connect(stack.settings, timeout=60)
         await bench_reads(conn, client, sizes, embedder=embedder, rng=rng, ctx=ctx)
         service = await bench_read_integrity(stack, service, client, sizes=sizes, embedder=embedder,
