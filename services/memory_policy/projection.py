@@ -79,8 +79,9 @@ class MemoryFold(SubjectFold[MemoryStore]):
         self.keys = keys  # record rows are tagged as they are written
         # The marker key: what buried keys' digests are keyed with (``core.memory.state``).
         self.key_secret = key_secret
-        # The records the batch being committed leaves at each ledger sequence (``record_reach``).
-        self.folded: list[tuple[tuple[str, str], int]] = []
+        # Each record the batch being committed leaves, at its ledger sequence (``record_reach``;
+        # in a rebuild, every record it folded).
+        self.folded: dict[tuple[str, str], int] = {}
 
     async def fold_tenant(self, conn: asyncpg.Connection, store: MemoryStore, tenant: str,
                           events: Sequence[tuple[int, ev.EventBase]]) -> dict[str, int]:
@@ -88,8 +89,10 @@ class MemoryFold(SubjectFold[MemoryStore]):
         loaded = await load_state(conn, store, tenant, events, self.key_secret)
         folded = fold(loaded.state, events, Folded())
         rows = loaded.state.rows
-        self.folded.extend(((tenant, rid), row.ledger_seq) for gk in folded.changed | folded.groups
-                           for rid, row in rows.get(gk, {}).items())
+        for gk in folded.changed | folded.groups:
+            for rid, row in rows.get(gk, {}).items():
+                if row.ledger_seq > self.folded.get((tenant, rid), 0):
+                    self.folded[(tenant, rid)] = row.ledger_seq
         return {"rows": await write_loaded(conn, store, tenant, loaded, folded=folded, vectors=self.vectors,
                                          keys=self.keys)}
 
@@ -210,15 +213,16 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
     async def _write(self, items: list[tuple[int, Any]], poison: str | None = None) -> None:
         """The base's transaction; the records it left behind noted once it committed, and
         published (``reach_log``)."""
-        self.memory_fold.folded = []
+        self.memory_fold.folded = {}
         try:
             await super()._write(items, poison)
             folded = self.memory_fold.folded
-            self.reach.note(folded)
+            self.reach.note(folded.items())
         finally:
-            self.memory_fold.folded = []
+            self.memory_fold.folded = {}
         if folded and self._projection is not None:
             try:
-                await reach_log.publish(self._nc, self.settings, self.memory_fold.keys, self._projection, folded)
+                await reach_log.publish(self._nc, self.settings, self.memory_fold.keys, self._projection,
+                                        folded.items())
             except Exception as exc:  # noqa: BLE001 - a lost entry costs one check, never the commit
                 log.warning("memory.reach_entry_unsent", error=type(exc).__name__)

@@ -57,7 +57,8 @@ async def rebuild_memory(settings: Settings) -> dict[str, int]:
     try:
         position = await MemoryStore().position(conn)
         if position is not None:
-            counts["reach_entries"] = await reach_log.publish_rebuilt(nc, settings, fold.keys, position[1], fold.folded)
+            counts["reach_entries"] = await reach_log.publish_rebuilt(nc, settings, fold.keys, position[1],
+                                                                       fold.folded.items())
     finally:
         await conn.close()
         await nc.close()
