@@ -82,7 +82,7 @@ from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import db
-from agentledger.stores.ledger import ensure_stream, ledger_subject, task_last_seq
+from agentledger.stores.ledger import ensure_stream, get_message, ledger_subject, task_last_seq
 
 __all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
 
@@ -616,20 +616,15 @@ class Projector(Shell):
                 await asyncio.wait_for(self._progress.wait(), timeout=min(left, READ_POLL_S))
 
     async def _in_ledger(self, tenant: str, task_id: str) -> bool:
-        """Whether the ledger holds a message of this task (one direct get, no scan; a miss is
-        asked again of the stream's leader, since a replica that lags may not hold it yet)."""
+        """Whether the ledger holds a message of this task (one direct get, no scan;
+        ``get_message`` asks the leader again on a miss)."""
         assert self._nc is not None
         subject = ledger_subject(self.settings.prefix, tenant, task_id)
         try:
-            reply = await self._nc.request(f"$JS.API.DIRECT.GET.{self.settings.stream}",
-                                           msgspec.json.encode({"last_by_subj": subject}), timeout=2)
-            if (reply.headers or {}).get("Nats-Sequence"):
-                return True
-            await self._nc.jetstream().get_msg(self.settings.stream, subject=subject)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NotFoundError,
-                nats.js.errors.ServiceUnavailableError):
+            headers, _ = await get_message(self._nc, self.settings, last_of=subject, wait_s=2)
+        except UnavailableError:
             return False
-        return True
+        return bool(headers)
 
     def _keyring(self) -> Keyring:
         """Opened on the first request that reveals personal values."""

@@ -14,6 +14,8 @@ message to its task's previous one under the integrity key (``core.ledger_chain`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import blake3
 import msgspec
 import nats
@@ -66,21 +68,11 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
                         seq: int) -> Head:
     """The chain head a task's message at ``seq`` makes (its own tag checked; ``GENESIS`` for
     an unchained one), for a reader that folds the task on from there (a checkpoint's cursor,
-    a state's watermark). One direct get (a miss is asked again of the leader). A message that
-    is not there, or not this task's, is ``IntegrityViolationError``: what was folded up to it
-    is no longer what the ledger holds;
-    unless the whole ledger now starts after it (``RESYNC``: a ledger gap, see
+    a state's watermark). One direct get (``get_message``). A message that is not there, or not
+    this task's, is ``IntegrityViolationError``: what was folded up to it is no longer what the
+    ledger holds; unless the whole ledger now starts after it (``RESYNC``: a ledger gap, see
     ``core.ledger_chain``)."""
-    try:
-        reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}",
-                                 msgspec.json.encode({"seq": seq}), timeout=5)
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-        raise UnavailableError("JetStream did not answer a direct get") from exc
-    headers, body = dict(reply.headers or {}), reply.data
-    if not headers.get("Nats-Subject"):
-        # Any replica answers a direct get; one that lags (a node just back from a pause) does
-        # not hold a message folded a moment ago. Only the stream's leader may say it is gone.
-        headers, body = await _leader_get(nc, settings, seq)
+    headers, body = await get_message(nc, settings, seq=seq)
     if headers.get("Nats-Subject") != ledger_subject(settings.prefix, tenant, task_id):
         if not headers.get("Nats-Subject"):
             info = await nc.jetstream().stream_info(settings.stream)
@@ -95,17 +87,40 @@ async def chain_head_at(nc: Client, settings: Settings, key_of: KeyOf, *, tenant
     return head if head is not None else GENESIS
 
 
-async def _leader_get(nc: Client, settings: Settings, seq: int) -> tuple[dict[str, str], bytes]:
-    """The message at ``seq`` as the stream's leader holds it (headers with ``Nats-Subject``
-    as a direct get's reply has them); no headers when there is none."""
+def _found(headers: dict[str, str], body: bytes) -> bool:
+    return bool(headers.get("Nats-Subject"))
+
+
+async def get_message(nc: Client, settings: Settings, *, seq: int | None = None, last_of: str | None = None,
+                      wait_s: float = 5.0,
+                      settled: Callable[[dict[str, str], bytes], bool] = _found) -> tuple[dict[str, str], bytes]:
+    """The ledger message at ``seq``, or the last one on subject ``last_of``: (headers with
+    ``Nats-Subject`` and ``Nats-Sequence``, body), or ``({}, b"")`` when there is none.
+
+    A direct get first, which any replica answers: one that lags (a node just back from a
+    pause) does not yet hold a message acknowledged a moment ago, so an answer that is not
+    ``settled`` (by default: no message) is asked again of the stream's leader, which holds
+    every acknowledged write, before it counts. ``UnavailableError`` when neither answers
+    (the direct get within ``wait_s``).
+    """
+    query = {"seq": seq} if seq is not None else {"last_by_subj": last_of}
     try:
-        msg = await nc.jetstream().get_msg(settings.stream, seq=seq)
+        reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}", msgspec.json.encode(query),
+                                 timeout=wait_s)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        raise UnavailableError("JetStream did not answer a direct get") from exc
+    headers, body = dict(reply.headers or {}), reply.data
+    if settled(headers, body):
+        return headers, body
+    try:
+        msg = await nc.jetstream().get_msg(settings.stream, seq=seq, subject=last_of)
     except nats.js.errors.NotFoundError:
         return {}, b""
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
             nats.js.errors.ServiceUnavailableError) as exc:
         raise UnavailableError("the ledger's leader did not answer a get") from exc
-    return {**(msg.headers or {}), "Nats-Subject": msg.subject or ""}, msg.data or b""
+    return ({**(msg.headers or {}), "Nats-Subject": msg.subject or "", "Nats-Sequence": str(msg.seq or "")},
+            msg.data or b"")
 
 
 def msg_id(tenant: str, task_id: str, event_id: str) -> str:

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import blake3
 import msgspec
-import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
@@ -53,12 +52,12 @@ from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TAS
 from agentledger.core import ledger_chain
 from agentledger.core.integrity import WITNESS
 from agentledger.core.ledger_chain import Head
-from agentledger.errors import IntegrityViolationError
+from agentledger.errors import IntegrityViolationError, UnavailableError
 from agentledger.projection.stream import read_ordered
 from agentledger.security import auth
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.private_files import write_private
-from agentledger.stores.ledger import ledger_subject, subject_key
+from agentledger.stores.ledger import get_message, ledger_subject, subject_key
 
 # How often a writer publishes what it committed.
 WITNESS_INTERVAL_S = 5.0
@@ -380,27 +379,19 @@ async def last_head(nc: Client, settings: Settings, key_of: ledger_chain.KeyOf, 
                     task_id: str, *, witnessed: Head) -> tuple[Head, int] | None:
     """(head, seq) of a task's last ledger message, its own tag checked; None: no message.
 
-    One direct get. Any replica answers it, and one that lags (a node just back from a pause)
-    holds an older last message, or none: an answer behind ``witnessed`` is asked again of the
-    stream's leader before it counts."""
+    One direct get (``get_message``): an answer behind ``witnessed`` (a replica that lags holds
+    an older last message, or none) is asked again of the stream's leader before it counts."""
     subject = ledger_subject(settings.prefix, tenant, task_id)
+
+    def settled(headers: dict[str, str], body: bytes) -> bool:
+        found = _head_of(key_of, tenant, task_id, subject, headers=headers, body=body)
+        return found is not None and not ledger_chain.behind(found[0], witnessed)
+
     try:
-        reply = await nc.request(f"$JS.API.DIRECT.GET.{settings.stream}",
-                                 msgspec.json.encode({"last_by_subj": subject}), timeout=5)
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+        headers, body = await get_message(nc, settings, last_of=subject, settled=settled)
+    except UnavailableError as exc:
         raise _unanswered() from exc
-    found = _head_of(key_of, tenant, task_id, subject, headers=dict(reply.headers or {}), body=reply.data)
-    if found is not None and not ledger_chain.behind(found[0], witnessed):
-        return found
-    try:
-        msg = await nc.jetstream().get_msg(settings.stream, subject=subject)
-    except nats.js.errors.NotFoundError:
-        return None
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
-            nats.js.errors.ServiceUnavailableError) as exc:
-        raise _unanswered() from exc
-    headers = {**(msg.headers or {}), "Nats-Subject": msg.subject or "", "Nats-Sequence": str(msg.seq or "")}
-    return _head_of(key_of, tenant, task_id, subject, headers=headers, body=msg.data or b"")
+    return _head_of(key_of, tenant, task_id, subject, headers=headers, body=body)
 
 
 def _unanswered() -> IntegrityViolationError:
