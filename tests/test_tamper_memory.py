@@ -382,6 +382,49 @@ async def test_a_forged_reach_entry_never_refuses_a_current_row(mem: Mem) -> Non
         await standby.stop()
 
 
+async def test_a_deleted_reference_is_written_again_from_the_ledger_not_the_rows(mem: Mem) -> None:
+    """The reference's stream deleted (or a version without it upgraded), and a record's row put
+    back to the version before its revoke meanwhile: the next leader creates the stream and
+    writes each record's entry from a fold of the ``_memory`` ledger, so the put-back row is
+    refused, not taken as the reference."""
+    a, b, old = await two_records(mem)
+    await mem.c.memory_feedback(TENANT, a, "revoke", "fb-1", reason="wrong")
+    await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+    committed = await committed_seqs(mem)
+    await mem.service.stop()
+    settings = mem.stack.settings
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        await nc.jetstream().delete_stream(settings.reach_stream)
+    finally:
+        await nc.close()
+    await put_back(mem, a, old)
+    service = MemoryPolicy(settings)
+    await service.start()
+    try:
+        assert service.projection is not None and service.projection.backfilling is not None
+        assert await service.projection.backfilling == len(committed)
+        projection = service.projection.reach.projection
+
+        async def rewritten() -> bool:
+            entries = await reach_entries(mem)
+            return sorted(entries.values()) == sorted((projection, k, s) for k, s in committed.items())
+
+        await assert_eventually(rewritten, timeout=30, message="the reference was not written again from the ledger")
+        reach = service.projection.reach
+
+        async def noted() -> bool:
+            return reach.reached(reach.mark(), TENANT, a) == committed[(TENANT, a)]
+
+        await assert_eventually(noted, timeout=30, message="the leader never noted the backfilled entry")
+        read = await mem.c.memory_read(TENANT, "release branch", key="release branch", project_id="p1")
+        assert integrity_dropped(read, a), read.receipt.candidates
+        ok = await mem.c.memory_read(TENANT, "release train", key="release train", project_id="p1")
+        assert b in [i.record_id for i in ok.items]
+    finally:
+        await service.stop()
+
+
 async def test_a_rebuild_writes_the_reference_of_the_projection_it_switched_in(mem: Mem) -> None:
     """``replay`` builds the memory projection anew (another watermark table): it writes the
     entries of the projection it switched in, the running leader drops the old projection's,

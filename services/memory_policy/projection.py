@@ -36,13 +36,13 @@ from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy import reach_log
 from agentledger.services.memory_policy.fold import Folded, Vectors, fold, load_state, write_loaded
+from agentledger.services.memory_policy.reach_backfill import backfill
 from agentledger.services.memory_policy.record_reach import RecordReach
 from agentledger.services.memory_policy.reindex import reindex_old_rows
 from agentledger.services.memory_policy.store import PROJECTION_TABLES, MemoryStore
 from agentledger.shell.tasks import stop_task
 
 DURABLE = "memory-policy"
-_RECORD_SEQS = "SELECT tenant, record_id, ledger_seq FROM memory_records"
 
 log = structlog.get_logger()
 
@@ -112,6 +112,9 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         # The start-up read of ``reach_log`` for the live projection; its result is how many
         # records it gave ``reach``.
         self.seeding: asyncio.Task[int] | None = None
+        # The leader's one-time entries of the records committed before the stream existed
+        # (``reach_backfill``); its result is how many it wrote.
+        self.backfilling: asyncio.Task[int] | None = None
         self._entries: Subscription | None = None
         # Projections whose entries passed by and are not the live one (since the last ``clear``).
         self._not_live: set[int] = set()
@@ -131,6 +134,7 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
             with contextlib.suppress(Exception):
                 await self._entries.unsubscribe()
         await stop_task(self.seeding)
+        await stop_task(self.backfilling)
         await super().stop()
 
     async def _initialize(self) -> None:
@@ -140,11 +144,9 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
         before has its entries dropped."""
         await super()._initialize()
         if await reach_log.ensure_stream(self._nc, self.settings) and self._projection is not None:
-            # Records committed by a version without the stream: their rows as they are now.
-            conn = await self._writer.get()
-            rows = [((r[0], r[1]), r[2]) for r in await conn.fetch(_RECORD_SEQS)]
-            await reach_log.publish(self._nc, self.settings, self.memory_fold.keys, self._projection, rows,
-                                    first=True)
+            # Records committed before the stream existed: from the ledger (``reach_backfill``).
+            await stop_task(self.backfilling)
+            self.backfilling = asyncio.create_task(self._backfill(self._projection), name="memory-reach-backfill")
         if self._projection != self.reach.projection:
             self._restart_reach(self._projection)
         before, self._led = self._led, self._projection
@@ -185,6 +187,17 @@ class MemoryProjection(SubjectProjection[MemoryStore]):
             raise
         except Exception as exc:  # noqa: BLE001 - the seed only adds checks; the service runs without it
             log.warning("memory.reach_seed_failed", error=type(exc).__name__)
+            return 0
+
+    async def _backfill(self, projection: int) -> int:
+        """``reach_backfill``; a failure is logged (those records are then referenced again as
+        they next change, or after a rebuild)."""
+        try:
+            return await backfill(self._nc, self.settings, self._pool, self.memory_fold, projection)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the backfill only adds checks; the service runs without it
+            log.warning("memory.reach_backfill_failed", error=type(exc).__name__)
             return 0
 
     async def _entry(self, projection: int, key: reach_log.Key, seq: int) -> None:

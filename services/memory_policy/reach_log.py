@@ -10,7 +10,9 @@ stream's size is one entry per record, whatever the history, and is read at star
 ordered consumer that delivers the last entry of each subject.
 
 - **Written** by the leading instance after each committed batch (``publish``), one entry per
-  record the batch left, and by a rebuild for the projection it switched in. Core NATS
+  record the batch left, by a rebuild for the projection it switched in, and once, when the
+  leader creates the stream, for the records committed before it (``reach_backfill``: from a
+  fold of the ledger, never from the rows). Core NATS
   publishes and one flush: the stream stores them, and every instance subscribed to the
   subjects (``listen``) notes them as they pass, so a standby follows the leader's commits.
 - **Read** at start (``read``) for the live projection (the id of its watermark table, so a
@@ -95,8 +97,8 @@ def stream_config(settings: Settings) -> StreamConfig:
 
 
 async def ensure_stream(nc: Client, settings: Settings) -> bool:
-    """Create the stream unless it exists; whether it was created (the leader then fills it
-    from the rows of a projection made before it, ``MemoryProjection._initialize``)."""
+    """Create the stream unless it exists; whether it was created (the leader then writes the
+    entries of the records committed before, ``reach_backfill``)."""
     js = nc.jetstream()
     try:
         await js.stream_info(settings.reach_stream)
@@ -127,6 +129,11 @@ def decode(keys: IntegrityKeys, subject: str, data: bytes) -> tuple[int, Key, in
     return entry.projection, (entry.tenant, entry.record_id), entry.seq
 
 
+def is_token(name: str) -> bool:
+    """Whether ``name`` (a tenant, a record id) can stand as one subject token here."""
+    return _TOKEN.match(name) is not None
+
+
 def newest(rows: Iterable[tuple[Key, int]]) -> dict[Key, int]:
     """Each record's highest sequence among ``rows``."""
     out: dict[Key, int] = {}
@@ -144,7 +151,7 @@ async def publish(nc: Client, settings: Settings, keys: IntegrityKeys, projectio
     headers = _FIRST if first else None
     sent = 0
     for (tenant, rid), seq in newest(rows).items():
-        if not (_TOKEN.match(tenant) and _TOKEN.match(rid)):
+        if not (is_token(tenant) and is_token(rid)):
             log.warning("memory.reach_entry_skipped", reason="tenant or record id is not a subject token")
             continue
         data = _encode(_Entry(projection, tenant, rid, seq, _tag(keys, projection, tenant, rid, seq)))
