@@ -342,7 +342,7 @@ async def test_a_forged_reach_entry_never_refuses_a_current_row(mem: Mem) -> Non
     settings = mem.stack.settings
     newer = committed[(TENANT, a)] + 1000
     forged = reach_log._Entry(projection, TENANT, a, newer, integrity.tag(  # under a key guessed, not held
-        1, b"k" * 32, reach_log.DOMAIN, (projection, TENANT, a, newer)))
+        1, b"k" * 32, integrity.MEMORY_REACH, (projection, TENANT, a, newer)))
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
         js = nc.jetstream()

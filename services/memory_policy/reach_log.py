@@ -50,7 +50,6 @@ from agentledger.security.integrity_keys import IntegrityKeys
 
 log = structlog.get_logger()
 
-DOMAIN = b"agentledger/memory-reach/v1"
 # Without one for this long while entries are still due, the start-up read gives up (the
 # service runs on without the reference; it is read again at the next start).
 IDLE_TIMEOUT_S = 30.0
@@ -109,7 +108,7 @@ async def ensure_stream(nc: Client, settings: Settings) -> bool:
 
 
 def _tag(keys: IntegrityKeys, projection: int, tenant: str, record_id: str, seq: int) -> str:
-    return integrity.tag(keys.current, keys.mac_key, DOMAIN, (projection, tenant, record_id, seq))
+    return integrity.tag(keys.current, keys.mac_key, integrity.MEMORY_REACH, (projection, tenant, record_id, seq))
 
 
 def decode(keys: IntegrityKeys, subject: str, data: bytes) -> tuple[int, Key, int] | None:
@@ -121,8 +120,8 @@ def decode(keys: IntegrityKeys, subject: str, data: bytes) -> tuple[int, Key, in
         log.warning("memory.reach_entry_undecodable", size=len(data))
         return None
     parts = (entry.projection, entry.tenant, entry.record_id, entry.seq)
-    if not integrity.matches(entry.tag, keys.mac_key_of, DOMAIN, parts) or subject.rsplit(".", 3)[1:] != [
-            str(entry.projection), entry.tenant, entry.record_id]:
+    named = subject.rsplit(".", 3)[1:] == [str(entry.projection), entry.tenant, entry.record_id]
+    if not named or not integrity.matches(entry.tag, keys.mac_key_of, integrity.MEMORY_REACH, parts):
         log.warning("memory.reach_entry_refused", projection=entry.projection, tenant=entry.tenant,
                     record=entry.record_id, reason="its tag or subject does not hold")
         return None
