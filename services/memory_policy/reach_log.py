@@ -207,8 +207,7 @@ async def read(nc: Client, settings: Settings, keys: IntegrityKeys, projection: 
                 await asyncio.wait_for(asyncio.shield(done), timeout=idle_timeout)
             if not done.done():
                 if count[0] == seen:
-                    raise UnavailableError(f"no memory reach entry for {idle_timeout}s after {count[0]}",
-                                           code="nats_unavailable")
+                    raise UnavailableError(f"no memory reach entry for {idle_timeout}s after {count[0]}")
                 seen = count[0]
         return rows
     finally:

@@ -35,7 +35,7 @@ import msgspec
 
 from agentledger.bench.common import ServiceProcess, Stack, emit, pct
 from agentledger.bench.memory_corpus import Sizes, load_records, sizes_of
-from agentledger.bench.memory_reach import bench_reach_start
+from agentledger.bench.memory_reach import bench_reach_start, publish_loaded
 from agentledger.bench.memory_reads import (
     POOL_SETTINGS,
     Query,
@@ -75,6 +75,7 @@ async def bench_memory(stack: Stack) -> None:
                                                       keys=keys_of(stack.settings))
         print(f"# memory: {rows} records in {load_s:.1f} s ({statuses})", file=sys.stderr, flush=True)
         ctx = {"records": rows, "tenants": sizes.tenants, "statuses": statuses}
+        await publish_loaded(stack, conn)
         service = await ServiceProcess.start(stack, "memory_policy", SERVICE)
         position = await MemoryStore().position(conn)
         assert position is not None
