@@ -350,6 +350,9 @@ async def test_a_forged_reach_entry_never_refuses_a_current_row(mem: Mem) -> Non
         genuine = await js.get_last_msg(settings.reach_stream, reach_log.entry_subject(
             settings.prefix, projection, TENANT, b))
         await js.publish(reach_log.entry_subject(settings.prefix, projection, TENANT, a + "x"), genuine.data)
+        # Raw bytes on the record's subject: a NUL, invalid UTF-8, 512 KB of noise.
+        for raw in (b"\x00", b"\xff\xfe\xc3\x28", bytes(range(256)) * 2048):
+            await js.publish(reach_log.entry_subject(settings.prefix, projection, TENANT, a), raw)
         # After them, on the same connection: once the leader noted this one, it saw those.
         await reach_log.publish(nc, settings, mem.service.projection.memory_fold.keys, projection,
                                 [((TENANT, "mem_sentinel"), 5)])

@@ -44,8 +44,7 @@ from nats.js.errors import NotFoundError
 
 from agentledger.config import Settings
 from agentledger.core import integrity
-from agentledger.errors import UnavailableError
-from agentledger.projection.stream import seq_pending
+from agentledger.projection.stream import seq_pending, until_done
 from agentledger.security.integrity_keys import IntegrityKeys
 
 log = structlog.get_logger()
@@ -80,6 +79,10 @@ def _root(prefix: str) -> str:
 
 def entry_subject(prefix: str, projection: int, tenant: str, record_id: str) -> str:
     return f"{_root(prefix)}.{projection}.{tenant}.{record_id}"
+
+
+def projection_subjects(prefix: str, projection: int) -> str:
+    return f"{_root(prefix)}.{projection}.>"
 
 
 def tenant_subjects(prefix: str, tenant: str) -> str:
@@ -133,23 +136,14 @@ def is_token(name: str) -> bool:
     return _TOKEN.match(name) is not None
 
 
-def newest(rows: Iterable[tuple[Key, int]]) -> dict[Key, int]:
-    """Each record's highest sequence among ``rows``."""
-    out: dict[Key, int] = {}
-    for key, seq in rows:
-        if seq > out.get(key, 0):
-            out[key] = seq
-    return out
-
-
 async def publish(nc: Client, settings: Settings, keys: IntegrityKeys, projection: int,
                   rows: Iterable[tuple[Key, int]], *, first: bool = False) -> int:
-    """One entry per record of ``rows`` (its highest sequence), flushed; with ``first``, only
-    where its subject holds none yet. How many were sent (a tenant or id that is not a subject
-    token is skipped: the writer lets none through)."""
+    """One entry per ``(record, sequence)`` of ``rows`` (one each: a batch's newest), flushed;
+    with ``first``, only where its subject holds none yet. How many were sent (a tenant or id
+    that is not a subject token is skipped: the writer lets none through)."""
     headers = _FIRST if first else None
     sent = 0
-    for (tenant, rid), seq in newest(rows).items():
+    for (tenant, rid), seq in rows:
         if not (is_token(tenant) and is_token(rid)):
             log.warning("memory.reach_entry_skipped", reason="tenant or record id is not a subject token")
             continue
@@ -199,16 +193,9 @@ async def read(nc: Client, settings: Settings, keys: IntegrityKeys, projection: 
         return rows
     try:
         info = await sub.consumer_info()
-        if info.num_pending == 0 and sub.delivered == 0:
-            return rows
-        seen = -1
-        while not done.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), timeout=idle_timeout)
-            if not done.done():
-                if count[0] == seen:
-                    raise UnavailableError(f"no memory reach entry for {idle_timeout}s after {count[0]}")
-                seen = count[0]
+        if info.num_pending or sub.delivered:
+            await until_done(done, count, idle_timeout,
+                             lambda: f"no memory reach entry for {idle_timeout}s after {count[0]}")
         return rows
     finally:
         with contextlib.suppress(Exception):  # best effort: the consumer is ephemeral
@@ -219,16 +206,3 @@ async def purge(nc: Client, settings: Settings, subject: str) -> None:
     """Drop the entries on ``subject`` (a filter); nothing when the stream does not exist."""
     with contextlib.suppress(NotFoundError):
         await nc.jetstream().purge_stream(settings.reach_stream, subject=subject)
-
-
-def projection_subjects(prefix: str, projection: int) -> str:
-    return f"{_root(prefix)}.{projection}.>"
-
-
-async def publish_rebuilt(nc: Client, settings: Settings, keys: IntegrityKeys, projection: int,
-                          rows: Iterable[tuple[Key, int]]) -> int:
-    """A rebuild's: the records it folded, under the projection it switched in, where the live
-    leader has not written one since (``first``)."""
-    await ensure_stream(nc, settings)
-    return await publish(nc, settings, keys, projection, rows, first=True)
-

@@ -53,7 +53,7 @@ class RecordReach:
             elif seq > old[0]:
                 self._seen[key] = (seq, self._stamp, old[0], old[1])
 
-    def seed(self, rows: Iterable[tuple[Key, int]], generation: int, projection: int | None = None) -> int:
+    def seed(self, rows: Iterable[tuple[Key, int]], generation: int, projection: int) -> int:
         """The stored entries of ``projection``'s committed versions (``reach_log.read``), for
         the records not noted since, as one more committed batch: a read that took its mark
         before it does not use these. Nothing if ``clear`` ran since the read began at
@@ -61,10 +61,9 @@ class RecordReach:
         were seeded."""
         if generation != self.generation:
             return 0
-        if projection is not None:
-            if self.projection is not None and self.projection != projection:
-                return 0
-            self.projection = projection
+        if self.projection is not None and self.projection != projection:
+            return 0
+        self.projection = projection
         self._stamp += 1
         n = 0
         for key, seq in rows:

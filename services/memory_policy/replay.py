@@ -57,8 +57,10 @@ async def rebuild_memory(settings: Settings) -> dict[str, int]:
     try:
         position = await MemoryStore().position(conn)
         if position is not None:
-            counts["reach_entries"] = await reach_log.publish_rebuilt(nc, settings, fold.keys, position[1],
-                                                                       fold.folded.items())
+            # Only where the live leader has not written a newer one since (``first``).
+            await reach_log.ensure_stream(nc, settings)
+            counts["reach_entries"] = await reach_log.publish(nc, settings, fold.keys, position[1],
+                                                              fold.folded.items(), first=True)
     finally:
         await conn.close()
         await nc.close()

@@ -176,16 +176,17 @@ async def connect(settings: Settings) -> tuple[Client, asyncpg.Connection]:
     return nc, conn
 
 
-async def _until_done(done: asyncio.Future[None], count: list[int], upto: int, idle_timeout: float) -> None:
-    """Wait for the read to finish while messages keep arriving."""
+async def until_done(done: asyncio.Future[None], count: list[int], idle_timeout: float,
+                     stalled: Callable[[], str]) -> None:
+    """Wait for a read to finish while messages keep arriving (``count[0]``: how many so far);
+    ``UnavailableError`` saying ``stalled()`` when none arrived for ``idle_timeout``."""
     seen = -1
     while True:
         try:
             await asyncio.wait_for(asyncio.shield(done), timeout=idle_timeout)
         except TimeoutError:
             if count[0] == seen:
-                raise UnavailableError(f"no ledger message for {idle_timeout}s while replaying at seq {count[1]}"
-                                       f" of {upto}") from None
+                raise UnavailableError(stalled()) from None
             seen = count[0]
         else:
             return
@@ -239,7 +240,8 @@ async def read_ordered(nc: Client, settings: Settings, handle: Handler, *, subje
     sub = await nc.jetstream().subscribe(subject, stream=settings.stream, cb=on_msg, ordered_consumer=True,
                                          config=config, pending_msgs_limit=0, pending_bytes_limit=0)
     try:
-        await _until_done(done, count, upto, idle_timeout)
+        await until_done(done, count, idle_timeout, lambda: f"no ledger message for {idle_timeout}s while "
+                         f"replaying at seq {count[1]} of {upto}")
     finally:
         with contextlib.suppress(Exception):  # best effort: the consumer is ephemeral
             await sub.unsubscribe()
