@@ -1,10 +1,11 @@
 """Which language a stretch of text is in: CLD2, Google's compact language detector.
 
-The instruction detector's word classes know 22 languages; the language rule
+The instruction detector's word classes know 42 languages; the language rule
 (``language.py``) holds external text in any other, since the detector's silence on it says
 nothing. Telling "a language we know" from "some language" by counting our own function words
-let close relatives through (Galician read as Portuguese, Croatian as Polish by its short words
-"i" and "u", Afrikaans as Dutch, Nepali as Hindi because both are written in Devanagari). CLD2
+let close relatives through (before they had classes of their own, Galician was read as
+Portuguese and Croatian as Polish by its short words "i" and "u"; Nepali is read as Hindi because
+both are written in Devanagari). CLD2
 names the language itself, 83 of them, from character statistics, offline and in microseconds a
 sentence; it is a pure function of the text, so the core stays free of I/O.
 
@@ -72,3 +73,4 @@ def reads_reversed(text: str) -> bool:
     if back is None or not back.reliable or back.score < REVERSED_MIN_SCORE:
         return False
     return ahead is None or back.score > REVERSED_MARGIN * ahead.score
+

@@ -89,8 +89,29 @@ _DESTINATION = r"(?:[\w.+-]+@[\w-]+(?:\.[\w-]+)+|(?:https?|s?ftp|wss?)://|\bwww\
 # What a kind cannot be found without (a cheap test before its patterns look at every sentence).
 _NEEDS: dict[str, tuple[str, ...]] = {"exfiltration": ("@", "://", "www.", "![")}
 
+# A text that declares its own end and then sets a new task: the fake boundary of the published
+# indirect-injection benchmarks ("END OF DOCUMENT. NEW TASK: …"), per language. A real footer
+# ("End of document. Appendix A follows.") sets no task.
+_END = (r"(?:\bend\s+of\s+(?:the\s+)?(?:document|text|file|page|e-?mail|message|content|input|context|data|report)"
+        r"|\bfin\s+del?\s+(?:documento|texto|mensaje|archivo)|\bfin\s+du\s+(?:document|texte|message)"
+        r"|\bende\s+(?:des|der)\s+(?:Dokuments?|Textes|Nachricht|Datei)|\bfim\s+do\s+(?:documento|texto)"
+        r"|\bfine\s+del\s+(?:documento|testo)|конец\s+(?:документа|текста|сообщения)|кінець\s+(?:документа|тексту)"
+        r"|\bkoniec\s+(?:dokumentu|tekstu)|\beinde\s+(?:van\s+(?:het\s+)?)?(?:document|tekst)|\bbelge(?:nin)?\s+sonu"
+        r"|\bakhir\s+dokumen|hết\s+tài\s+liệu|kết\s+thúc\s+tài\s+liệu|τέλος\s+(?:του\s+)?εγγράφου"
+        r"|文档结束|文件结束|文本结束|文書(?:の)?終(?:わり|了)|ドキュメント(?:の)?終(?:わり|了)|문서\s*(?:의\s*)?끝"
+        r"|نهاية\s+(?:المستند|الوثيقة|النص)|סוף\s+(?:ה)?מסמך|दस्तावेज़\s+समाप्त|สิ้นสุดเอกสาร|จบเอกสาร"
+        r"|پایان\s+(?:سند|متن)|</(?:document|context|data|information|input)>|\[/?(?:end|eof)\]|-{3,}\s*end\b)")
+_NEW_TASK = (r"(?:\bnew\s+(?:task|instructions?|objective|goal|assignment|request)|\bnueva\s+(?:tarea|instrucción)"
+             r"|\bnouvelle\s+(?:tâche|instruction|consigne)|\bneue\s+(?:Aufgabe|Anweisung)|\bnova\s+(?:tarefa|instrução)"
+             r"|\bnuov[oa]\s+(?:compito|istruzion\w+|attività)|нов(?:ая|ое)\s+(?:задач|задани|инструкци)\w*"
+             r"|нов[еа]\s+(?:завдання|задача|інструкція)|\bnowe\s+zadanie|\bnowa\s+instrukcja"
+             r"|\bnieuwe\s+(?:taak|opdracht|instructie)|\byeni\s+(?:görev|talimat)|\btugas\s+baru|nhiệm\s+vụ\s+mới"
+             r"|νέα\s+(?:εργασία|οδηγία)|新任务|新的任务|新指令|新しい(?:タスク|指示)|새\s*(?:로운\s*)?(?:작업|지시|과제)"
+             r"|مهمة\s+جديدة|משימה\s+חדשה|नया\s+कार्य|งานใหม่|وظیفه\s+جدید|دستور\s+جدید)")
+
 _PATTERNS: dict[str, list[str]] = {
     "override_instructions": [
+        rf"{_END}[\s\S]{{0,80}}?{_NEW_TASK}",
         # en
         rf"\b(?:ignore|disregard|forget|override|bypass|skip|drop|abandon|discard|neglect)\s+{_EN_PRIOR}{_EN_RULES}\b",
         rf"\b(?:do not|don't|stop)\s+(?:follow(?:ing)?|obey(?:ing)?)\s+{_EN_PRIOR}{_EN_RULES}\b",
@@ -191,6 +212,8 @@ _PATTERNS: dict[str, list[str]] = {
         r"\b(?:system\s+override|admin\s+override|developer\s+override)\b",
         r"<\|im_start\|>\s*system|<<SYS>>|\[/?(?:SYSTEM|INST)\]|<\s*/?\s*system\s*>|^#{2,}\s*system\s*(?:prompt|message)?\s*[:：]?\s*$",
         r"\byour\s+(?:system\s+prompt|system\s+instructions)\s+(?:is|are|says?|now)\b",
+        # a chat message with a system or developer role written into data
+        r"[\"']role[\"']\s*:\s*[\"'](?:system|developer)[\"']",
         r"(?:系统提示|系統提示|系统指令|系统消息|システムプロンプト|システムメッセージ|системн(?:ый|ого|ые)\s+(?:промпт|подсказк|инструкци|сообщени)\w*|prompt\s+(?:del|do)\s+sistema|prompt\s+système|invite\s+système|System-?[Pp]rompt|Systemanweisung\w*)",
     ],
     "role_play": [

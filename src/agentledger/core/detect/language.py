@@ -1,11 +1,11 @@
 """Whether the instruction detector can judge a text at all: its script and its language.
 
-The instruction patterns and the word classes (``address.py``) know 22 languages. A text in any
+The instruction patterns and the word classes (``address.py``) know 42 languages. A text in any
 other says nothing to them, and their silence is then no evidence that it is harmless: an
-attack in Estonian or Tamil passes as a fact. This module tells such text apart, so that the
+attack in Maltese or Tamil passes as a fact. This module tells such text apart, so that the
 memory policy can hold it for review instead of writing it on the detector's silence:
 
-- by script: a segment whose letters are mostly in a script none of the 22 languages is
+- by script: a segment whose letters are mostly in a script none of the 42 languages is
   written in (Tamil, Bengali, Georgian, Armenian, Ethiopic, …) is not judged;
 - by function words: in Latin, Cyrillic and Arabic script, a segment of six words or more of
   which fewer than ``MIN_COVERAGE`` are function words of any one known language (articles,
@@ -16,7 +16,7 @@ memory policy can hold it for review instead of writing it on the detector's sil
 - by name: each line, sentence, quoted or parenthesised stretch of four words or more is given
   to CLD2 (``identify.py``), which names its language among 83; one it reliably names outside
   ``KNOWN`` (half of the stretch or more) is not judged. The two tests above let a close
-  relative through (Galician read as Portuguese, Croatian as Polish by its "i" and "u", Nepali
+  relative through (Macedonian read as Serbian or Bulgarian, Belarusian as Ukrainian, Nepali
   as Hindi by its script); a name does not. A text is judged as it stands and as each layer a
   model would read out of it (``unveil.layers``: one word a line joined, quoted-printable
   decoded, words turned round), so laying a sentence out one word a line does not hide its
@@ -35,7 +35,7 @@ import functools
 import re
 import unicodedata
 
-from agentledger.core.detect import unveil
+from agentledger.core.detect import lexicon, unveil
 from agentledger.core.detect.identify import identify
 
 # Scripts the detector reads as a whole (one known language each, or the CJK three).
@@ -44,7 +44,7 @@ _KNOWN_SCRIPTS = ("CJK", "HIRAGANA", "KATAKANA", "HANGUL", "THAI", "HEBREW", "GR
 # Scripts shared by known and unknown languages: judged by their function words.
 _WORD_SCRIPTS = ("LATIN", "CYRILLIC", "ARABIC")
 # Function words per known language written in a shared script (en es fr de pt it tr pl nl vi id
-# ru uk ar fa), closed classes only.
+# ru uk ar fa, then those of lexicon.LANGUAGES), closed classes only.
 _FUNCTION_WORDS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s in (
     "the a an of to in on at for with from by and or but not no is are was were be been has have had do "
     "does did will would can could should must may this that these those it its you your we our they "
@@ -65,7 +65,8 @@ _FUNCTION_WORDS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s i
     "bir ve ile için bu şu o da de ki mi mı mu mü değil var yok ama veya gibi daha çok en her ne "
     "sen ben biz siz onlar olarak olan",
     "i w we z ze na do od o u za po przez dla a ale lub nie jest są był była być to ten ta te tego "
-    "się że jak czy gdy już tak co który która które jego jej ich ty pan",
+    "się że jak czy gdy już tak co który która które jego jej ich ty pan przed przy pod nad bez oraz także też "
+    "jako tylko może wszystkie wszystko nasz wasz swoje mój twój proszę",
     "de het een en of maar niet geen is zijn was waren wordt worden heeft hebben te in op aan met "
     "van voor bij uit naar door dat die dit deze je jij u we wij ze zij hij ik als ook nog wel er om",
     "và của là có không được cho các những một này đó khi nếu thì với trong để người bạn tôi chúng "
@@ -80,7 +81,7 @@ _FUNCTION_WORDS: tuple[frozenset[str], ...] = tuple(frozenset(s.split()) for s i
     "و ب ل بين عند إذا كما أي",
     "و در به از که را این آن با برای است بود هست نیست شد می ها های یک هر اگر تا یا اما هم "
     "من تو او ما شما آنها خود",
-))
+)) + lexicon.function_words()
 _ANY_FUNCTION_WORD = frozenset().union(*_FUNCTION_WORDS)
 _ARABIC = 13  # the index of Arabic's function words
 MIN_COVERAGE = 0.12
@@ -120,7 +121,9 @@ def _script_of(c: str) -> str:
 
 def _prose_words(segment: str) -> list[str]:
     """The words of ``segment`` that say what language it is in, in the scripts judged by their
-    words, without capitalised words (names, brands) that are not a function word; none when most
+    words, without the capitalised words inside a clause (names, brands, a title's nouns) that are not
+    a function word (a clause's first word stays, or a sentence turned by a shift of its letters
+    would lose it); none when most
     of its words are in clauses of one or two (a list of names, tags or ingredients is in no
     language)."""
     clauses = [[w for w in _WORD.findall(c) if _script_of(w[0]) == "word"]
@@ -128,7 +131,8 @@ def _prose_words(segment: str) -> list[str]:
     words = [w for c in clauses for w in c]
     if 2 * sum(len(c) for c in clauses if len(c) >= MIN_CLAUSE) < len(words):
         return []
-    return [w.casefold() for w in words]
+    return [f for c in clauses for i, w in enumerate(c)
+            if (f := w.casefold()) in _ANY_FUNCTION_WORD or i == 0 or not w[0].isupper()]
 
 
 def _judge(segment: str) -> str | None:
@@ -156,7 +160,7 @@ def _judge(segment: str) -> str | None:
 # The languages of the word classes, as CLD2 names them (``iw`` Hebrew, ``zh-Hant`` traditional
 # Chinese).
 KNOWN = frozenset(("en", "zh", "zh-Hant", "es", "fr", "de", "ja", "ru", "pt", "it", "ko", "ar", "iw", "hi", "th",
-                   "el", "uk", "tr", "pl", "nl", "vi", "id", "fa"))
+                   "el", "uk", "tr", "pl", "nl", "vi", "id", "fa", *lexicon.LANGUAGES))
 MIN_NAMED_WORDS = 4
 MIN_NAMED_SHARE = 50
 ROT13_MIN_SCORE = 500.0
@@ -172,6 +176,7 @@ def _named_unknown(segment: str) -> str | None:
                 and found.percent >= MIN_NAMED_SHARE):
             return f"it is in {found.name}, a language the detector has no word classes for"
     return None
+
 
 
 def _reads_as_rot13(segment: str) -> bool:

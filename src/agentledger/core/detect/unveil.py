@@ -80,12 +80,20 @@ _LEET_WORD = re.compile(r"(?<![\w@!$\\])(?=[\w@!$]*[^\W\d_])(?=[\w@!$]*[013457@!
 # sentence keeps its period in front of its first word, ".ravs", so it stays one stretch).
 _RUN = re.compile(r"(?:[^\n()\"«»“”„:.!?。！？]|[:.!?](?!\s))+")
 _MARKUP = re.compile(r"<[^<>]*>|\{[^{}]*\}")
+# Links and addresses: names, not prose, in either direction ("https://shop.test/logo.png").
+_LINK = re.compile(r"\b\w+://\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|//\S+")
 # Encoded text: base64, base32 and hex runs long enough to hold a sentence.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 # A query parameter's value (``?cfg=SWdub3Jl…``), in base64 or its URL-safe alphabet, unpadded.
 _BASE64_PARAM = re.compile(r"(?<=\w=)[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _BASE32 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Z2-7]{16,}={0,6}(?![A-Za-z0-9+/=])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+# A sentence written as a kebab-case name ("ai-agent-must-push-credentials-to-x"): a branch, a slug or
+# a file name of four words or more, read with spaces, "ai", "llm" and "gpt" in capitals (such a
+# name's case carries nothing). Snake case is left alone: it names the tests in runtime evidence
+# ("test_ignore_previous_instructions_is_quarantined PASSED").
+_IDENTIFIER = re.compile(r"(?<![\w.-])[^\W\d_]+(?:-[^\W\d_]+){3,}(?![\w-])")
+_ACRONYM = re.compile(r"\b(?:ai|llm|gpt)\b")
 _SIMPLE_ESCAPES = {'\\"': '"', "\\\\": "\\", "\\/": "/", "\\n": "\n", "\\r": "\n", "\\t": " "}
 
 
@@ -158,6 +166,10 @@ def _leet(word: str) -> bool:
     return letters >= 2 and 2 * letters >= len(word)
 
 
+def _spelled_out(m: re.Match[str]) -> str:
+    return _ACRONYM.sub(lambda a: a.group().upper(), m.group().replace("-", " "))
+
+
 def as_letters(text: str) -> str:
     """``text`` with small capitals, negative squared letters and regional indicators as the
     letters they show."""
@@ -178,7 +190,8 @@ def reversed_runs(text: str) -> list[tuple[int, int]]:
 
 @functools.lru_cache(maxsize=1024)
 def _reversed_runs(text: str) -> tuple[tuple[int, int], ...]:
-    return tuple(m.span() for m in _RUN.finditer(text) if identify.reads_reversed(_MARKUP.sub(" ", m.group())))
+    return tuple(m.span() for m in _RUN.finditer(text)
+                 if identify.reads_reversed(_LINK.sub(" ", _MARKUP.sub(" ", m.group()))))
 
 
 def _unreversed(text: str, runs: list[tuple[int, int]]) -> str:
@@ -246,6 +259,8 @@ def _relaid(text: str) -> list[str]:
         out.append(_SMUGGLED.sub(_unsmuggled, text))
     if runs := reversed_runs(text):
         out.append(_unreversed(text, runs))
+    if "-" in text and _IDENTIFIER.search(text):
+        out.append(_IDENTIFIER.sub(_spelled_out, text))
     if "-" in text and len(_CHOPPED_WORD.findall(text)) >= 2:
         out.append(_HYPHENATED.sub("", text))
     if not text.isascii() and len(_LETTER_LIKE.findall(text)) >= 3:
