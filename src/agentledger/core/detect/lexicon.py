@@ -79,52 +79,6 @@ def _vocative(greeting: str, nouns: str, article: str = "") -> str:
     return rf"\b(?:{greeting})\b[\s,]*{article}{_JOB}(?:{nouns})\b\s*[,:!]"
 
 
-_CS_ASKS = _trigger(r"(?:někdo|kdokoli(?:v)?)\s+(?:\w+\s+){0,2}?(?:zept|pt[áa]|opt)\w*",
-                    r"řekni|řekněte|odpověz|odpovězte|doporuč|doporučte|nasměruj|nasměrujte|pošli|zmiň")
-_CS_ONLY = (r"\b(?:jen|jenom|pouze|výhradně)\s+(?:[\w-]+\s+){0,2}?doporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\b"
-            r"|\bdoporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\s+(?:[\w-]+\s+){0,2}?(?:jen|jenom|pouze|výhradně)\b")
-_CS: dict[str, str] = {
-    "agent": r"\basistent\w*|\bchat\s*bot\w*|\bjazykov\w*\s+model\w*|\buměl\w*\s+inteligenc\w*"
-             r"|\b(?:AI|virtuáln\w*)\s*-?\s*agent\w*",
-    "ai_terms": r"\buměl\w*\s+inteligenc\w*|\bjazykov\w*\s+model\w*|\bvirtuáln\w*\s+asistent\w*"
-                r"|\bAI\s*-?\s*asistent\w*|\bchatbot\w*",
-    "directive": r"\b(?:mus(?:í|íš|íte|íme|ejí)|by(?:s|ste)?\s+měl[aiy]?|měl[aiy]?\s+by(?:s|ste)?|je\s+(?:třeba|nutné)"
-                 r"|povin(?:en|na|ni|no|ny)|prosím|vždy|vždycky|nikdy|odteď|od\s+teď|od\s+nynějška|napříště"
-                 r"|pamatuj(?:te)?|zapamatuj(?:te)?\s+si|nezapomeň(?:te)?"
-                 r"|bez\s+(?:potvrzení|ptaní|dotazu|souhlasu|schválení)"
-                 r"|(?:řekni|řekněte|odpověz|odpovězte|doporuč|doporučte)\s+(?:mu|jí|jim)"
-                 r"|(?:mu|jí|jim)\s+(?:řekni|řekněte|odpověz|odpovězte|doporuč|doporučte))\b"
-                 + "|" + _CS_ASKS + "|" + _CS_ONLY,
-    "you": r"\b(?:ty|tebe|tobě|tebou|tě|tvůj|tvoj\w*|tvá|tvé|tvých|tvým|tvou|tvého|tvému|vy|vás|vám|vámi|váš"
-           r"|vaš\w*)\b",
-    "principal": r"\b(?:administrátor\w*|správc\w*|vývojář\w*|vlastník\w*\s+účtu|držitel\w*\s+účtu"
-                 r"|provozovatel\w*|uživatel(?:ka)?\s+(?:si\s+)?(?:požádal\w*|přeje|přál\w*|chce|chtěl\w*|žádá))",
-    "instructions": r"\b(?:předchozí\w*|dřívější\w*|původní\w*|výchozí\w*|stávající\w*|dosavadní\w*)\s+(?:\w+\s+){0,2}?"
-                    r"(?:instrukc\w*|pokyn\w*|pravid\w*|nastavení\w*|prompt\w*)"
-                    r"|\bsystémov\w*\s+(?:prompt\w*|pokyn\w*|instrukc\w*)",
-    "memory": r"\bpamě(?:ť|ti|tí)\b",
-    "conversation": r"\bhistori\w*\s+(?:konverzac\w*|rozhovor\w*|chat\w*|zpráv)|\buživatelsk\w*\s+(?:údaj\w*|profil\w*"
-                    r"|dat\w*)|\búdaj\w*\s+(?:o\s+)?uživatel\w*|\bprofil\w*\s+uživatel\w*|\bdata\s+uživatel\w*"
-                    r"|\b(?:všechny|veškeré)\s+zprávy\b|\bkaždou\s+zprávu\b",
-    "outputs": r"\bkažd\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*|relac\w*)"
-               r"|\bvšech\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*)"
-               r"|\bvšechn\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*)"
-               r"|\bbudoucí\w*\s+(?:konverzac\w*|rozhovor\w*|relac\w*|odpově\w*)"
-               + "|" + _CS_ASKS + "|" + _CS_ONLY,
-    "long_term": r"\bdlouhodob\w*\s+pamě\w*|\btrval\w*\s+pamě\w*|"
-                 + _forever(r"ulož|uložte|zapamatuj(?:te)?(?:\s+si)?|zapiš|zapište|uchovej|uchovejte|pamatuj(?:te)?",
-                            r"trvale|natrvalo|navždy|napořád"),
-    "save": r"\b(?:ulož|uložte|zapamatuj|zapamatujte|zapiš|zapište|zaznamenej|zaznamenejte|přidej|přidejte"
-            r"|uchovej|uchovejte|pamatuj|pamatujte)\b",
-    "vocative": _vocative(r"mil[ýáíé]|drah[ýáíé]|vážen[ýáíé]|ahoj|dobrý\s+den|pozor|upozornění|poznámka\s+pro"
-                          r"|zpráva\s+pro|vzkaz\s+pro",
-                          r"\w*asistent\w*|\w*agent\w*|chatbot\w*|bot(?:e|a|u|ovi)?|AI"),
-    "function_words": "a i v ve na s se z ze do od o u k ke za po pro při před pod nad bez mezi je jsou byl byla "
-                      "bylo být to ten ta ty toto tento tato že jak ale nebo když jestli aby co který která které "
-                      "jeho její jejich si už jen také tak jsem jsme jste mi mu ho jim tam kde musí může má mají bude "
-                      "budou není vždy velmi",
-}
-
 _SK_ASKS = _trigger(r"(?:niekto|ktokoľvek)\s+(?:\w+\s+){0,2}?(?:opýta|spýta|pýta)\w*",
                     r"povedz|povedzte|odpovedz|odpovedzte|odporuč|odporučte|nasmeruj|nasmerujte|pošli|spomeň")
 _SK_ONLY = _only(r"odporuč(?:te)?|odporúčaj(?:te)?|odporúčaš|odporúčate|odporúčal[ai]?", r"len|iba|výlučne|výhradne")
@@ -862,40 +816,6 @@ _TL: dict[str, str] = {
                       "po ba may mayroon wala lahat bawat nang",
 }
 
-_MS_ASKS = _trigger(r"(?:seseorang|sesiapa)\s+(?:\w+\s+){0,2}?(?:bertanya|tanya)",
-                    r"beritahu|katakan|jawab|cadangkan|syorkan|arahkan|hantar", "jangan")
-_MS_ONLY = _only(r"cadangkan|syorkan|sarankan", r"hanya|sahaja|cuma")
-_MS: dict[str, str] = {
-    "agent": r"\bpembantu\b(?!\s+rumah\b)|\bejen\s+AI\b|\bchatbot\w*|\bbot\s+sembang\b|\bmodel\s+bahasa\b"
-             r"|\bkecerdasan\s+buatan\b",
-    "ai_terms": r"\bkecerdasan\s+buatan\b|\bpembantu\s+(?:AI|maya|digital)\b|\bmodel\s+bahasa\b|\bbot\s+sembang\b"
-                r"|\bejen\s+AI\b",
-    "directive": r"\b(?:mesti|mestilah|hendaklah|wajib|sila|tolong|sentiasa|jangan\s+sekali-kali"
-                 r"|tidak\s+sekali-kali|mulai\s+(?:dari\s+)?(?:sekarang|hari\s+ini)|dari\s+sekarang|ingatlah"
-                 r"|jangan\s+lupa|tanpa\s+(?:pengesahan|bertanya|kebenaran|kelulusan)"
-                 r"|(?:beritahu|katakan\s+kepada|cadangkan\s+kepada)\s+(?:dia|mereka))\b"
-                 + "|" + _MS_ASKS + "|" + _MS_ONLY,
-    "you": r"\b(?:anda|awak)\b",
-    "principal": r"\b(?:pentadbir(?:\s+sistem)?|pembangun\s+perisian|pemaju\s+perisian|pemilik\s+akaun"
-                 r"|pemegang\s+akaun|pengguna\s+(?:telah\s+)?(?:meminta|mahu|mahukan|ingin))\b",
-    "instructions": r"\b(?:arahan|panduan|peraturan)\s+(?:\w+\s+)?(?:sebelum\s+ini|terdahulu|asal|sebelumnya)\b"
-                    r"|\b(?:arahan|gesaan)\s+sistem\b",
-    "memory": r"\bingatan(?:mu|nya)?\b",
-    "conversation": r"\bsejarah\s+(?:perbualan|sembang|mesej)\b|\bmaklumat\s+pengguna\b|\bsemua\s+mesej\b",
-    "outputs": r"\b(?:setiap|semua)\s+(?:jawapan|respons|maklum\s+balas|pengguna|perbualan|sesi)\b"
-               r"|\b(?:perbualan|sesi)\s+(?:akan\s+datang|masa\s+depan)\b"
-               + "|" + _MS_ASKS + "|" + _MS_ONLY,
-    "long_term": r"\b(?:memori|ingatan)\s+jangka\s+panjang\b|"
-                 + _forever(r"simpan|simpanlah|ingat|ingatlah|catat",
-                            r"selama-lamanya|secara\s+kekal|buat\s+selama-lamanya"),
-    "save": r"\b(?:simpan|simpanlah|ingat|ingatlah|catat|tambah|tambahkan|rekod|masukkan)\b",
-    "vocative": _vocative(r"hai|helo|kepada|yang\s+dihormati|perhatian|nota\s+untuk|mesej\s+untuk",
-                          r"pembantu|ejen|bot|AI"),
-    "function_words": "dan yang di ke dari dengan untuk dalam pada ini itu adalah ialah tidak bukan akan sudah "
-                      "telah ada atau tetapi juga saya anda kami kita mereka ia dia jika kerana seperti lebih "
-                      "semua boleh perlu oleh bagi kepada sebagai hanya masih sahaja",
-}
-
 _AF_ASKS = _trigger(r"iemand\s+(?:\w+\s+){0,3}?(?:vra|vrae)", r"sê|vertel|antwoord|beveel|verwys|stuur|noem",
                     "moenie")
 _AF_ONLY = (r"\bjy\s+(?:slegs|net|uitsluitlik)\s+(?:[\w-]+\s+){0,4}?aanbeveel\b"
@@ -948,12 +868,6 @@ LANGUAGES: dict[str, dict[str, str]] = {
     "hr": _SH_LATIN, "bs": _SH_LATIN, "sr": _both(_SH_LATIN, _SR_CYRILLIC), "sr-ME": _both(_SH_LATIN, _SR_CYRILLIC),
     "sl": _SL, "bg": _BG, "lt": _LT, "lv": _LV, "et": _ET, "sw": _SW, "tl": _TL, "af": _AF,
 }
-# Written but not registered (so text in them is still held for review): CLD2 names other text
-# these languages at a low score, and a known name lets it be judged on classes that cannot read
-# it. English turned by rot13 reads as Czech (score about 400), which hid that the detector misses a
-# Vietnamese order turned by rot13 beside it; Kurdish reads as Malay (score under 200). Register
-# them once the language rule trusts only a confident name (or rot13 is undone line by line).
-WITHHELD: dict[str, dict[str, str]] = {"cs": _CS, "ms": _MS}
 CLASSES = ("agent", "ai_terms", "directive", "you", "principal", "instructions", "memory", "conversation", "outputs",
            "long_term", "save", "vocative", "function_words")
 
