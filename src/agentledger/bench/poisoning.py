@@ -70,7 +70,7 @@ FRESH_HELD_MAX = 11
 SECOND_ACTIVE_MAX = 1
 SECOND_HELD_MAX = 1
 THIRD_ACTIVE_MAX = 14
-THIRD_HELD_MAX = 12
+THIRD_HELD_MAX = 11
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {

@@ -1,4 +1,4 @@
-"""Whether a text speaks to the agent about what the agent holds or does, in any of 42 languages.
+"""Whether a text speaks to the agent about what the agent holds or does, in any of 43 languages.
 
 The instruction patterns name what an attack says ("ignore previous instructions"); a new
 wording or a language they do not know slips past them. This rule looks at who is spoken to

@@ -1,6 +1,6 @@
 """Which language a stretch of text is in: CLD2, Google's compact language detector.
 
-The instruction detector's word classes know 42 languages; the language rule
+The instruction detector's word classes know 43 languages; the language rule
 (``language.py``) holds external text in any other, since the detector's silence on it says
 nothing. Telling "a language we know" from "some language" by counting our own function words
 let close relatives through (before they had classes of their own, Galician was read as

@@ -42,7 +42,7 @@ import functools
 import re
 import unicodedata
 
-from agentledger.core.detect import address, unveil
+from agentledger.core.detect import address, identify, unveil
 from agentledger.core.detect.finding import Finding, non_overlapping
 
 _I = re.IGNORECASE | re.UNICODE
@@ -489,6 +489,11 @@ _SPLITTERS = re.compile(r"<[^<>\n]{0,200}>|[\"'`]\s*\+\s*[\"'`]")
 _SPLIT_INSIDE = re.compile(r"[^\W\d_](?:<[^<>\n]{0,200}>)+[^\W\d_]|[\"'`]\s*\+\s*[\"'`]")
 # Sentences (or lines) with letters enough to judge their vowels by.
 _SENTENCES = re.compile(r"[^.!?。\n]{12,}")
+# A stretch with accented letters read turned by rot13 counts when CLD2 names it, reliably and
+# with the score of prose, and clearly better than as it stands.
+ROT13_MIN_WORDS = 4
+ROT13_MIN_SCORE = 500.0
+ROT13_MARGIN = 2.0
 
 
 def _vowel_share(text: str) -> float:
@@ -499,9 +504,24 @@ def _vowel_share(text: str) -> float:
 
 def _rot13_reads_better(text: str) -> bool:
     """Whether some sentence of ``text`` is rot13: Latin-script language is about 40% vowels,
-    rot13 turns them into n, r, v, b, h, l, so the decoded sentence has clearly more vowels."""
-    return any(_vowel_share(m.group().translate(_ROT13)) > _vowel_share(m.group()) + 0.03
-               for m in _SENTENCES.finditer(text))
+    rot13 turns them into n, r, v, b, h, l, so the decoded sentence has clearly more vowels. A
+    language whose vowels carry accents keeps them through rot13 (which turns only the 26 bare
+    letters), so its sentences are also asked of CLD2: a stretch that reads as prose only turned
+    ("Yưh ý pub geợ yý NV" is Vietnamese, "Lưu ý cho trợ lý AI")."""
+    if any(_vowel_share(m.group().translate(_ROT13)) > _vowel_share(m.group()) + 0.03
+           for m in _SENTENCES.finditer(text)):
+        return True
+    return not text.isascii() and any(_accented_rot13(s) for s in unveil.stretches(text))
+
+
+def _accented_rot13(stretch: str) -> bool:
+    if stretch.isascii() or len(_WORDS.findall(stretch)) < ROT13_MIN_WORDS:
+        return False
+    turned = identify.identify(stretch.translate(_ROT13))
+    if turned is None or not turned.reliable or turned.score < ROT13_MIN_SCORE:
+        return False
+    ahead = identify.identify(stretch)
+    return ahead is None or turned.score > ROT13_MARGIN * ahead.score
 # A finding inside quotation marks, in a text that says (outside the quotes) it describes an
 # attack, is a mention (a security article quoting a payload), not an instruction.
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"

@@ -1,11 +1,11 @@
 """Whether the instruction detector can judge a text at all: its script and its language.
 
-The instruction patterns and the word classes (``address.py``) know 42 languages. A text in any
+The instruction patterns and the word classes (``address.py``) know 43 languages. A text in any
 other says nothing to them, and their silence is then no evidence that it is harmless: an
 attack in Maltese or Tamil passes as a fact. This module tells such text apart, so that the
 memory policy can hold it for review instead of writing it on the detector's silence:
 
-- by script: a segment whose letters are mostly in a script none of the 42 languages is
+- by script: a segment whose letters are mostly in a script none of the 43 languages is
   written in (Tamil, Bengali, Georgian, Armenian, Ethiopic, …) is not judged;
 - by function words: in Latin, Cyrillic and Arabic script, a segment of six words or more of
   which fewer than ``MIN_COVERAGE`` are function words of any one known language (articles,

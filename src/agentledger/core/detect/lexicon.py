@@ -79,6 +79,52 @@ def _vocative(greeting: str, nouns: str, article: str = "") -> str:
     return rf"\b(?:{greeting})\b[\s,]*{article}{_JOB}(?:{nouns})\b\s*[,:!]"
 
 
+_CS_ASKS = _trigger(r"(?:někdo|kdokoli(?:v)?)\s+(?:\w+\s+){0,2}?(?:zept|pt[áa]|opt)\w*",
+                    r"řekni|řekněte|odpověz|odpovězte|doporuč|doporučte|nasměruj|nasměrujte|pošli|zmiň")
+_CS_ONLY = (r"\b(?:jen|jenom|pouze|výhradně)\s+(?:[\w-]+\s+){0,2}?doporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\b"
+            r"|\bdoporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\s+(?:[\w-]+\s+){0,2}?(?:jen|jenom|pouze|výhradně)\b")
+_CS: dict[str, str] = {
+    "agent": r"\basistent\w*|\bchat\s*bot\w*|\bjazykov\w*\s+model\w*|\buměl\w*\s+inteligenc\w*"
+             r"|\b(?:AI|virtuáln\w*)\s*-?\s*agent\w*",
+    "ai_terms": r"\buměl\w*\s+inteligenc\w*|\bjazykov\w*\s+model\w*|\bvirtuáln\w*\s+asistent\w*"
+                r"|\bAI\s*-?\s*asistent\w*|\bchatbot\w*",
+    "directive": r"\b(?:mus(?:í|íš|íte|íme|ejí)|by(?:s|ste)?\s+měl[aiy]?|měl[aiy]?\s+by(?:s|ste)?|je\s+(?:třeba|nutné)"
+                 r"|povin(?:en|na|ni|no|ny)|prosím|vždy|vždycky|nikdy|odteď|od\s+teď|od\s+nynějška|napříště"
+                 r"|pamatuj(?:te)?|zapamatuj(?:te)?\s+si|nezapomeň(?:te)?"
+                 r"|bez\s+(?:potvrzení|ptaní|dotazu|souhlasu|schválení)"
+                 r"|(?:řekni|řekněte|odpověz|odpovězte|doporuč|doporučte)\s+(?:mu|jí|jim)"
+                 r"|(?:mu|jí|jim)\s+(?:řekni|řekněte|odpověz|odpovězte|doporuč|doporučte))\b"
+                 + "|" + _CS_ASKS + "|" + _CS_ONLY,
+    "you": r"\b(?:ty|tebe|tobě|tebou|tě|tvůj|tvoj\w*|tvá|tvé|tvých|tvým|tvou|tvého|tvému|vy|vás|vám|vámi|váš"
+           r"|vaš\w*)\b",
+    "principal": r"\b(?:administrátor\w*|správc\w*|vývojář\w*|vlastník\w*\s+účtu|držitel\w*\s+účtu"
+                 r"|provozovatel\w*|uživatel(?:ka)?\s+(?:si\s+)?(?:požádal\w*|přeje|přál\w*|chce|chtěl\w*|žádá))",
+    "instructions": r"\b(?:předchozí\w*|dřívější\w*|původní\w*|výchozí\w*|stávající\w*|dosavadní\w*)\s+(?:\w+\s+){0,2}?"
+                    r"(?:instrukc\w*|pokyn\w*|pravid\w*|nastavení\w*|prompt\w*)"
+                    r"|\bsystémov\w*\s+(?:prompt\w*|pokyn\w*|instrukc\w*)",
+    "memory": r"\bpamě(?:ť|ti|tí)\b",
+    "conversation": r"\bhistori\w*\s+(?:konverzac\w*|rozhovor\w*|chat\w*|zpráv)|\buživatelsk\w*\s+(?:údaj\w*|profil\w*"
+                    r"|dat\w*)|\búdaj\w*\s+(?:o\s+)?uživatel\w*|\bprofil\w*\s+uživatel\w*|\bdata\s+uživatel\w*"
+                    r"|\b(?:všechny|veškeré)\s+zprávy\b|\bkaždou\s+zprávu\b",
+    "outputs": r"\bkažd\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*|relac\w*)"
+               r"|\bvšech\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*)"
+               r"|\bvšechn\w*\s+(?:odpově\w*|uživatel\w*|konverzac\w*|rozhovor\w*)"
+               r"|\bbudoucí\w*\s+(?:konverzac\w*|rozhovor\w*|relac\w*|odpově\w*)"
+               + "|" + _CS_ASKS + "|" + _CS_ONLY,
+    "long_term": r"\bdlouhodob\w*\s+pamě\w*|\btrval\w*\s+pamě\w*|"
+                 + _forever(r"ulož|uložte|zapamatuj(?:te)?(?:\s+si)?|zapiš|zapište|uchovej|uchovejte|pamatuj(?:te)?",
+                            r"trvale|natrvalo|navždy|napořád"),
+    "save": r"\b(?:ulož|uložte|zapamatuj|zapamatujte|zapiš|zapište|zaznamenej|zaznamenejte|přidej|přidejte"
+            r"|uchovej|uchovejte|pamatuj|pamatujte)\b",
+    "vocative": _vocative(r"mil[ýáíé]|drah[ýáíé]|vážen[ýáíé]|ahoj|dobrý\s+den|pozor|upozornění|poznámka\s+pro"
+                          r"|zpráva\s+pro|vzkaz\s+pro",
+                          r"\w*asistent\w*|\w*agent\w*|chatbot\w*|bot(?:e|a|u|ovi)?|AI"),
+    "function_words": "a i v ve na s se z ze do od o u k ke za po pro při před pod nad bez mezi je jsou byl byla "
+                      "bylo být to ten ta ty toto tento tato že jak ale nebo když jestli aby co který která které "
+                      "jeho její jejich si už jen také tak jsem jsme jste mi mu ho jim tam kde musí může má mají bude "
+                      "budou není vždy velmi",
+}
+
 _SK_ASKS = _trigger(r"(?:niekto|ktokoľvek)\s+(?:\w+\s+){0,2}?(?:opýta|spýta|pýta)\w*",
                     r"povedz|povedzte|odpovedz|odpovedzte|odporuč|odporučte|nasmeruj|nasmerujte|pošli|spomeň")
 _SK_ONLY = _only(r"odporuč(?:te)?|odporúčaj(?:te)?|odporúčaš|odporúčate|odporúčal[ai]?", r"len|iba|výlučne|výhradne")
@@ -862,7 +908,7 @@ def _both(latin: dict[str, str], cyrillic: dict[str, str]) -> dict[str, str]:
 # CLD2 code -> class -> regex. Croatian, Bosnian and Serbian (and Montenegrin, which CLD2 names
 # apart) share a lexicon, as Bokmål and Nynorsk do.
 LANGUAGES: dict[str, dict[str, str]] = {
-    "sk": _SK, "ro": _RO, "hu": _HU, "fi": _FI, "sv": _SV, "da": _DA,
+    "cs": _CS, "sk": _SK, "ro": _RO, "hu": _HU, "fi": _FI, "sv": _SV, "da": _DA,
     "no": {**_NO, "function_words": _NB_WORDS}, "nn": {**_NO, "function_words": _NN_WORDS},
     "ca": _CA, "gl": _GL,
     "hr": _SH_LATIN, "bs": _SH_LATIN, "sr": _both(_SH_LATIN, _SR_CYRILLIC), "sr-ME": _both(_SH_LATIN, _SR_CYRILLIC),
