@@ -18,7 +18,14 @@ sentence with the one before it) is reported when it names
   something (``DIRECTIVE``: modal verbs, "is expected to", "please", "always", "from now on");
 - or a label addressed to the agent with an order after it on its line (``LABEL``: "note for
   the agent:", "TODO(ai):", "X-Agent-Directive:"), or its instructions declared void (``VOID``:
-  "all previously supplied guidance is hereby rescinded").
+  "all previously supplied guidance is hereby rescinded");
+- or the agent greeted by its job with an order or a second person after the greeting
+  (``VOCATIVE``: "Dear shopping assistant, please …"), an order over every answer (``HOLDS``'
+  outputs with a ``DIRECTIVE``), or long-term memory with a verb of writing to it (``LONG_TERM``
+  and ``SAVE``).
+
+The first 22 languages are written here, class by class; the later ones in ``lexicon.py``,
+language by language, and each class here is compiled with theirs.
 
 A document's words to its human reader name none of what the agent holds ("make sure you back
 up your laptop", "format the memory card"), and an article that describes an attack speaks
