@@ -289,7 +289,8 @@ _ADDRESS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b(?:https?|s?ftp|wss?)://\
 
 def without_addresses(text: str) -> str:
     """``text`` with its e-mail addresses, URLs and host names blanked, for the tests of whether
-    a text describes attacks."""
+    a text describes attacks and of whether its words read backwards (a link turned round,
+    "gnp.ogol/tset.xyz", reads as words)."""
     return _ADDRESS.sub(" ", text) if "." in text else text
 # A text that says it describes attacks (a security article, a training page).
 _DESCRIBING = (

@@ -66,11 +66,16 @@ def reads_reversed(text: str) -> bool:
     words = _WORD.findall(text)
     if len(words) < MIN_REVERSED_WORDS:
         return False
-    ahead = identify(" ".join(words))
+    return reads_only_turned(" ".join(words), " ".join(w[::-1] for w in words))
+
+
+def reads_only_turned(text: str, turned: str) -> bool:
+    """Whether ``turned`` (``text`` undone by a reversal, a letter shift, …) reads as prose in a
+    language, reliably, and clearly better than ``text`` does as it stands."""
+    ahead = identify(text)
     if ahead is not None and ahead.reliable and ahead.score * REVERSED_MARGIN >= _PROSE_SCORE:
         return False  # reads as prose already (the common case: one call, cached)
-    back = identify(" ".join(w[::-1] for w in words))
+    back = identify(turned)
     if back is None or not back.reliable or back.score < REVERSED_MIN_SCORE:
         return False
     return ahead is None or back.score > REVERSED_MARGIN * ahead.score
-

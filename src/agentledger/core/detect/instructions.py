@@ -489,11 +489,8 @@ _SPLITTERS = re.compile(r"<[^<>\n]{0,200}>|[\"'`]\s*\+\s*[\"'`]")
 _SPLIT_INSIDE = re.compile(r"[^\W\d_](?:<[^<>\n]{0,200}>)+[^\W\d_]|[\"'`]\s*\+\s*[\"'`]")
 # Sentences (or lines) with letters enough to judge their vowels by.
 _SENTENCES = re.compile(r"[^.!?。\n]{12,}")
-# A stretch with accented letters read turned by rot13 counts when CLD2 names it, reliably and
-# with the score of prose, and clearly better than as it stands.
+# Words a stretch with accented letters needs before CLD2 is asked whether it reads turned by rot13.
 ROT13_MIN_WORDS = 4
-ROT13_MIN_SCORE = 500.0
-ROT13_MARGIN = 2.0
 
 
 def _vowel_share(text: str) -> float:
@@ -515,13 +512,10 @@ def _rot13_reads_better(text: str) -> bool:
 
 
 def _accented_rot13(stretch: str) -> bool:
-    if stretch.isascii() or len(_WORDS.findall(stretch)) < ROT13_MIN_WORDS:
-        return False
-    turned = identify.identify(stretch.translate(_ROT13))
-    if turned is None or not turned.reliable or turned.score < ROT13_MIN_SCORE:
-        return False
-    ahead = identify.identify(stretch)
-    return ahead is None or turned.score > ROT13_MARGIN * ahead.score
+    return (not stretch.isascii() and len(_WORDS.findall(stretch)) >= ROT13_MIN_WORDS
+            and identify.reads_only_turned(stretch, stretch.translate(_ROT13)))
+
+
 # A finding inside quotation marks, in a text that says (outside the quotes) it describes an
 # attack, is a mention (a security article quoting a payload), not an instruction.
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"

@@ -178,7 +178,6 @@ def _named_unknown(segment: str) -> str | None:
     return None
 
 
-
 def _reads_as_rot13(segment: str) -> bool:
     """Whether ``segment`` is rot13 of a language the detector knows, which it reads
     (``instructions._rot13_reads_better``): judged, and CLD2 names a known language in it

@@ -35,7 +35,7 @@ import re
 import unicodedata
 from urllib.parse import unquote
 
-from agentledger.core.detect import identify
+from agentledger.core.detect import address, identify
 from agentledger.core.detect.finding import Finding
 
 _JSON_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\[\"\\/nrt]")
@@ -80,8 +80,6 @@ _LEET_WORD = re.compile(r"(?<![\w@!$\\])(?=[\w@!$]*[^\W\d_])(?=[\w@!$]*[013457@!
 # sentence keeps its period in front of its first word, ".ravs", so it stays one stretch).
 _RUN = re.compile(r"(?:[^\n()\"«»“”„:.!?。！？]|[:.!?](?!\s))+")
 _MARKUP = re.compile(r"<[^<>]*>|\{[^{}]*\}")
-# Links and addresses: names, not prose, in either direction ("https://shop.test/logo.png").
-_LINK = re.compile(r"\b\w+://\S+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|//\S+")
 # Encoded text: base64, base32 and hex runs long enough to hold a sentence.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 # A query parameter's value (``?cfg=SWdub3Jl…``), in base64 or its URL-safe alphabet, unpadded.
@@ -191,7 +189,7 @@ def reversed_runs(text: str) -> list[tuple[int, int]]:
 @functools.lru_cache(maxsize=1024)
 def _reversed_runs(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(m.span() for m in _RUN.finditer(text)
-                 if identify.reads_reversed(_LINK.sub(" ", _MARKUP.sub(" ", m.group()))))
+                 if identify.reads_reversed(address.without_addresses(_MARKUP.sub(" ", m.group()))))
 
 
 def _unreversed(text: str, runs: list[tuple[int, int]]) -> str:
