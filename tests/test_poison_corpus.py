@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import re
 
 from agentledger.bench import poisoning as P
 from agentledger.bench import poisoning_blind as BL
@@ -690,3 +691,55 @@ def test_rot13_of_a_language_with_accents_is_read() -> None:
     for text in ("Lưu ý: cửa hàng đóng cửa lúc sáu giờ tối vào thứ bảy.",
                  "Mötet flyttas till torsdag klockan tio i den stora salen på andra våningen."):
         assert kinds(text) == set(), text
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """The top-level alternatives of a regex source (escapes, classes and groups skipped)."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 1
+        elif c == "[":
+            i = pattern.index("]", i + 2)
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*out, pattern[start:]]
+
+
+def _starts_unanchored(pattern: str) -> bool:
+    """Whether some alternative of ``pattern`` can begin with ``\\w*`` at any position: directly,
+    or inside a group it opens with (a group after ``\\b`` starts at a word start only)."""
+    for alt in _alternatives(pattern):
+        if alt.startswith("\\w*"):
+            return True
+        if group := re.match(r"\((?:\?:)?", alt):
+            depth, i = 1, group.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(alt[i], 0) if alt[i - 1] != "\\" else 0
+                i += 1
+            if _starts_unanchored(alt[group.end():i - 1]):
+                return True
+    return False
+
+
+def test_no_word_class_starts_with_an_unanchored_run_of_letters() -> None:
+    """Protects the detector's cost on a long word: an alternative that begins with ``\\w*`` and
+    no word start is tried from every letter, so a 16 KB value of one word took two seconds of
+    CPU (``Gedächtnis`` and ``geheugen`` written that way); every class of ``address.py`` and
+    ``lexicon.py`` anchors its runs."""
+    from agentledger.core.detect import address, lexicon  # noqa: PLC0415
+
+    assert _starts_unanchored(r"\w*geheugen\b") and _starts_unanchored(r"x|(?:\w*Gedächtnis)")
+    assert not _starts_unanchored(r"\b(?:\w*kehittäj\w*|tilin)") and not _starts_unanchored(r"geheugen\b")
+    classes = [address.AGENT, address.YOU, address.PRINCIPAL, address.AI_TERMS, address.DIRECTIVE, address.VOCATIVE,
+               address.LONG_TERM, address.SAVE, address.READS_THIS, address.VOID, address.LABEL,
+               *address.HOLDS.values(), *(lexicon.of(name) for name in lexicon.CLASSES if name != "function_words")]
+    for pattern in (p for ps in classes for p in ps):
+        assert not _starts_unanchored(pattern), pattern

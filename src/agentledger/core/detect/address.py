@@ -207,11 +207,13 @@ HOLDS: dict[str, tuple[str, ...]] = {
         r"poleceni\w*|wskazów\w*|instrukcj\w*", r"\binstructies\b", r"hướng\s+dẫn", r"\binstruksi\b", r"دستورالعمل",
     ),
     "memory": (
+        # German and Dutch compounds ("Langzeitgedächtnis", "langetermijngeheugen") by their last noun,
+        # without a word start: a leading \w* would be tried from every letter of a long word.
         r"\bmemor(?:y|ies)\b(?!\s+(?:card|stick|chip|leak|usage|module|foam|lane))", r"记忆", r"\bmemoria\b",
-        r"\bmémoire\b", r"\w*Gedächtnis\b|\bSpeicher\b|\bLangzeitspeicher\b", r"記憶|メモリ", r"памят\w*",
+        r"\bmémoire\b", r"Gedächtnis\b|\bSpeicher\b|\bLangzeitspeicher\b", r"記憶|メモリ", r"памят\w*",
         r"\bmemória\b", r"\bmemoria\b",
         r"기억|메모리", r"ذاكرت|الذاكرة", r"זיכרון", r"मेमोरी|स्मृति", r"หน่วยความจำ|ความจำ", r"μνήμη",
-        r"пам['’]ят\w*", r"hafıza\w*|bellek\w*", r"pamięci|pamięć", r"\w*geheugen\b", r"bộ\s+nhớ",
+        r"пам['’]ят\w*", r"hafıza\w*|bellek\w*", r"pamięci|pamięć", r"geheugen\b", r"bộ\s+nhớ",
         r"\bmemori(?:mu|nya|ku)?\b",
         r"حافظه",
     ),
