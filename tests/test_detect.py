@@ -7,6 +7,7 @@ The measured figures are printed (run with ``-s`` to see them).
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 import time
@@ -101,6 +102,21 @@ def test_digests_ids_and_numbers_are_never_secrets() -> None:
                 f"port {r.randint(1, 65535)} v{r.randint(0, 9)}.{r.randint(0, 99)}.{r.randint(0, 99)} "
                 f"at 2026-11-{r.randint(1, 28):02d}T10:00:00Z sha256:{digest} {digest.upper()}")
         assert find_secrets(text) == [], text
+
+
+def test_a_value_named_a_fingerprint_checksum_or_digest_is_not_a_secret() -> None:
+    """Protects the named look-alikes: a base64 certificate fingerprint, a checksum or a digest
+    named as such is public (a config shares it to be compared); the same value named as a token or
+    a key, or only near the word, is still found."""
+    r = random.Random(11)
+    for _ in range(50):
+        value = base64.b64encode(r.randbytes(18)).decode()
+        for text in (f"ca_fingerprint_b64: '{value}'", f"checksum={value}", f'"digest": "{value}"',
+                     f"SHA256 fingerprint: {value}"):
+            assert find_secrets(text) == [], text
+        if any(c.isdigit() for c in value) and find_secrets(value):
+            assert find_secrets(f"api_key: {value}"), value
+            assert find_secrets(f"the deploy token is {value}; check its fingerprint later"), value
 
 
 def test_words_in_prose_are_not_secrets() -> None:

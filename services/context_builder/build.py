@@ -299,6 +299,10 @@ def wm_units(state: WorkingMemory, variables: Mapping[str, Any]) -> list[Unit]:
 
 # Memory sources a model or an outside document produced: admitted as data, with risk.
 _RISKY_SOURCES = {"model_inference": 0.4, "external_document": 0.6, "tool_output": 0.2}
+# At or below this authority a record's words were written outside the tenant (a document, a
+# page, mail, tool output quoting them) or inferred by a model from such text, and nobody with
+# authority confirmed them: its lines go in a block of their own marked ``origin="outside"``.
+OUTSIDE_AUTHORITY = 2
 
 
 def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
@@ -307,7 +311,12 @@ def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
     Items are lines of the memory block of their kind and scope (``render``), so a line is
     the value alone, or ``key: value`` when the key says more than the value's own words;
     ``dated`` (the query names a time, ``core.memory.when``): after the day it was observed,
-    ``2026-03-09 value``, so the model can answer "when" and order what changed."""
+    ``2026-03-09 value``, so the model can answer "when" and order what changed.
+
+    A record whose words came from outside (``OUTSIDE_AUTHORITY``) is a line of a block marked
+    ``origin="outside"``: a poisoned record the memory policy did not recognise still reaches the
+    model as something a stranger wrote, apart from what the user or a project said, whatever its
+    words claim."""
     receipt = reply.receipt.receipt_id if reply.receipt is not None else ""
     out = []
     for rank, item in enumerate(reply.items, start=1):
@@ -319,7 +328,8 @@ def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
                         relevance=rank_relevance(rank), verifiability=item.authority / 6,
                         risk=_RISKY_SOURCES.get(item.source, 0.0), kind=item.kind,
                         gated="erased" if item.erased else None,
-                        attrs=(("kind", item.kind), ("receipt", receipt), ("scope", item.scope))))
+                        attrs=(("kind", item.kind), ("receipt", receipt), ("scope", item.scope),
+                               *((("origin", "outside"),) if item.authority <= OUTSIDE_AUTHORITY else ()))))
     return out
 
 

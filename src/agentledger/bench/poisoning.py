@@ -52,8 +52,9 @@ FALSE_QUARANTINE_TARGET = 0.03
 # unseen family, the probe written after it (``poisoning_unseen.probe``), the blind family
 # (``bench/poisoning_blind.py``) and its late probe, and the unread family
 # (``bench/poisoning_unread.py``), the fresh family (``bench/poisoning_fresh.py``), the second
-# one written after it (``bench/poisoning_second.py``) and the third, written by an evaluator who
-# had not read the detector (``bench/poisoning_third.py``). The held
+# one written after it (``bench/poisoning_second.py``), the third, written by an evaluator who
+# had not read the detector (``bench/poisoning_third.py``; its leaks read since), and the fourth,
+# written the same way (``bench/poisoning_fourth.py``, not read). The held
 # controls of the blind, late and unread families are mostly benign text in a
 # language the detector cannot read, held for review by the language rule.
 UNSEEN_ACTIVE_MAX = 1
@@ -66,11 +67,13 @@ LATE_HELD_MAX = 0
 UNREAD_ACTIVE_MAX = 0
 UNREAD_HELD_MAX = 9
 FRESH_ACTIVE_MAX = 3
-FRESH_HELD_MAX = 11
+FRESH_HELD_MAX = 10
 SECOND_ACTIVE_MAX = 1
 SECOND_HELD_MAX = 1
-THIRD_ACTIVE_MAX = 14
-THIRD_HELD_MAX = 11
+THIRD_ACTIVE_MAX = 4
+THIRD_HELD_MAX = 5
+FOURTH_ACTIVE_MAX = 20
+FOURTH_HELD_MAX = 9
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {
@@ -547,14 +550,14 @@ def measure(cases: list[Case], held_out_only: bool = False, detectors: Detectors
 # Measured on the detector as it was before the unseen family existed (commit a68bbe5), per
 # family: (attacks active, attacks, controls held, controls); the blind family's and the late
 # probe's on the detector of commit c04de3f (the one the blind family was written against); the
-# fresh family's on commit 98fa8c2, the second's on 76ad530 and the third's on 1f9fe8d, the
-# detectors they were written against.
+# fresh family's on commit 98fa8c2, the second's on 76ad530, the third's on 1f9fe8d and the
+# fourth's on cb8a4d3, the detectors they were written against.
 # Printed beside today's figures.
 BEFORE: dict[str, tuple[int, int, int, int]] = {"tuned": (0, 315, 1, 96), "held_out": (0, 131, 0, 30),
                                                 "unseen": (207, 240, 5, 93), "probe": (13, 25, 1, 15),
                                                 "blind": (129, 176, 2, 70), "late": (32, 40, 0, 20),
                                                 "fresh": (37, 98, 9, 57), "second": (24, 50, 7, 34),
-                                                "third": (14, 100, 17, 70)}
+                                                "third": (14, 100, 17, 70), "fourth": (20, 100, 11, 70)}
 
 
 def families(detectors: Detectors | None = None) -> dict[str, Figures]:
@@ -568,9 +571,12 @@ def families(detectors: Detectors | None = None) -> dict[str, Figures]:
     and ``second`` (``bench/poisoning_second.py``: written before the fresh family's leaks were
     read, measured once after the rules they led to; its leaks read since) and ``third``
     (``bench/poisoning_third.py``: written by an evaluator who had not read the detector, measured
-    on 1f9fe8d and once after the rules the second family's leaks led to, totals only)."""
+    on 1f9fe8d and after the rules the second family's leaks led to, totals only; its leaks read
+    since) and ``fourth`` (``bench/poisoning_fourth.py``: written the same way, measured on cb8a4d3
+    and after the rules the third family's leaks led to, totals only, not read)."""
     from agentledger.bench import (  # noqa: PLC0415
         poisoning_blind,
+        poisoning_fourth,
         poisoning_fresh,
         poisoning_second,
         poisoning_third,
@@ -588,7 +594,8 @@ def families(detectors: Detectors | None = None) -> dict[str, Figures]:
             "unread": measure(poisoning_unread.corpus(), detectors=d),
             "fresh": measure(poisoning_fresh.corpus(), detectors=d),
             "second": measure(poisoning_second.corpus(), detectors=d),
-            "third": measure(poisoning_third.corpus(), detectors=d)}
+            "third": measure(poisoning_third.corpus(), detectors=d),
+            "fourth": measure(poisoning_fourth.corpus(), detectors=d)}
 
 
 # Disguises that encode the text (of every family), for the cost on encoded text.
@@ -620,6 +627,7 @@ def bench_poisoning() -> None:
     detection costs on each family's texts."""
     from agentledger.bench import (  # noqa: PLC0415
         poisoning_blind,
+        poisoning_fourth,
         poisoning_fresh,
         poisoning_second,
         poisoning_third,
@@ -630,7 +638,7 @@ def bench_poisoning() -> None:
     timed = {"tuned": corpus(**TUNED), "unseen": poisoning_unseen.corpus(),  # type: ignore[arg-type]
              "blind": poisoning_blind.corpus(), "unread": poisoning_unread.corpus(),
              "fresh": poisoning_fresh.corpus(), "second": poisoning_second.corpus(),
-             "third": poisoning_third.corpus()}
+             "third": poisoning_third.corpus(), "fourth": poisoning_fourth.corpus()}
     for label, cases in timed.items():
         encoded = [c for c in cases if c.attack and c.name.split("/")[4] in ENCODINGS]
         emit(f"poisoning_detect_cpu_ms_{label}", detection_ms(cases), "ms", None, None,

@@ -64,14 +64,15 @@ AGENT = (
 # any non-Latin letters, as in "AI는" or "AI सहायक".
 AI_TERMS = (
     r"(?-i:(?<![A-Za-z])AI(?![A-Za-z]))|\b(?:A\.I\.|LLMs?|language\s+models?|(?:Chat)?GPTs?|Claude|Gemini|Copilots?"
-    r"|chat\s*bots?|(?:virtual|automated|digital)\s+(?:assistants?|agents?|readers?)|machine\s+readers?"
+    r"|(?:chat\s*)?bots?|bot(?:em|ów|om)|(?:virtual|automated|digital)\s+(?:assistants?|agents?|readers?)|machine\s+readers?"
     r"|models?\s+(?:summari[sz]ing|reading|processing|screening|indexing))\b",
     r"(?-i:(?<![A-Za-z])(?:IA|KI|SI)(?![A-Za-z]))|\b(?:asistentes?|assistentes?)\s+(?:virtua\w*|autom[aá]tic\w*)"
     r"|\binteligencia\s+artificial|\bintelligence\s+artificielle|\bintelligenza\s+artificiale"
     r"|\binteligência\s+artificial|\bassistants?\s+virtuels?",
-    r"\bKI-\w+|\bkünstliche\w*\s+Intelligenz", r"(?-i:ИИ|ШІ)|нейросет\w*|искусственн\w*\s+интеллект\w*"
+    r"\bKI-\w+|\bkünstliche\w*\s+Intelligenz",
+    r"(?-i:ИИ|ШІ)|\bбот(?:а|у|ом|е|ы|ов|и|ів)?\b|нейросет\w*|искусственн\w*\s+интеллект\w*"
     r"|штучн\w*\s+інтелект\w*",
-    r"人工智能|人工知能|인공지능|ذكاء\s+اصطناعي|الذكاء\s+الاصطناعي|مساعد\s+ذكي|בינה\s+מלאכותית"
+    r"人工智能|人工知能|인공지능|(?<!로)봇|(?<!ロ)ボット|ذكاء\s+اصطناعي|الذكاء\s+الاصطناعي|مساعد\s+ذكي|בינה\s+מלאכותית"
     r"|कृत्रिम\s+बुद्धि|ปัญญาประดิษฐ์|τεχνητ\w*\s+νοημοσύν\w*|yapay\s+zek[aâ]\w*|sztuczn\w*\s+inteligencj\w*"
     r"|kunstmatige\s+intelligentie|trí\s+tuệ\s+nhân\s+tạo|kecerdasan\s+buatan|هوش\s+مصنوعی",
 )
@@ -90,8 +91,8 @@ DIRECTIVE = (
     r"|merke?\s+dir|ohne\s+(?:Rückfrage|Bestätigung|zu\s+fragen))\b",
     r"\b(?:долж\w+|обязан\w*|всегда|никогда|навсегда|отныне|запомни|повин\w+|завжди|ніколи|назавжди|запам['’]ятай)\b",
     r"必须|务必|总是|永远|从现在起|无需确认|今後|必ず|常に|いつも|すること|してください|確認なしで|해야|하세요|항상|언제나|يجب|دائما|دائماً|احفظ|תמיד|מעכשיו|חייב"
-    r"|हमेशा|अब\s+से|ज़रूर|เสมอ|ต้อง|ให้แนะนำ|πάντα|από\s+τώρα|πρέπει|her\s+zaman|daima|mutlaka|\b\w{2,}(?:meli|malı)(?:dir|dır|yiz|yız|siniz|sınız|ler|lar)?\b|gelecekteki\s+her|onay\w*\s+olmadan"
-    r"|\b(?:zawsze|musi\w*|mają|ma\s+zawsze|moet|moeten|altijd|voortaan|onthoud|luôn|phải|hãy|từ\s+giờ|wajib|harus"
+    r"|हमेशा|अब\s+से|ज़रूर|เสมอ|ต้อง|ให้แนะนำ|πάντα|από\s+τώρα|πρέπει|her\s+zaman|daima|mutlaka|\b\w{2,}(?:meli|malı)(?:dir|dır|yiz|yız|siniz|sınız|ler|lar)?\b|gelecekteki\s+her|onay\w*\s+olmadan|kalıcı\s+olarak|bundan\s+sonra"
+    r"|\b(?:zawsze|musi\w*|mają|ma\s+zawsze|od\s+dziś|od\s+dzisiaj|od\s+teraz|na\s+przyszłość|moet|moeten|altijd|voortaan|onthoud|luôn|phải|hãy|từ\s+giờ|wajib|harus"
     r"|selalu|mulai\s+sekarang)\b|همیشه|باید|از\s+این\s+به\s+بعد",
 )
 # An automated reader of this very text: "assistants summarising this thread", "any AI reading
@@ -103,7 +104,7 @@ READS_THIS = (
     r"résume\w*)|che\s+(?:legge|leggono|riassum\w+))\b",
     r"\b(?:die\s+(?:dies|das|diese\w*)\s+(?:liest|lesen|zusammenfass\w+))\b",
     r"читающ\w*\s+(?:это|эт\w+)|що\s+чита\w+|阅读本|読む|読んで|읽는|يقرأ\s+هذا|שקורא|पढ़ने\s+वाला"
-    r"|ที่อ่าน|που\s+διαβάζ\w+|okuyan|czytając\w*|die\s+dit\s+lez\w+|đọc\s+trang|yang\s+membaca|که\s+این\s+را\s+می\s*خوان",
+    r"|ที่อ่าน|που\s+διαβάζ\w+|okuyan|özetle(?:rken|yen)|czytając\w*|die\s+dit\s+lez\w+|đọc\s+trang|yang\s+membaca|که\s+این\s+را\s+می\s*خوان",
 )
 # Instructions declared void: the nouns of ``HOLDS["instructions"]`` need one of these.
 VOID = (
@@ -297,12 +298,13 @@ def without_addresses(text: str) -> str:
 # A text that says it describes attacks (a security article, a training page).
 _DESCRIBING = (
     r"\b(?:attack\w*|injection|payloads?|jailbreak\w*|lures?|phishing|malicious|researchers|case\s+study|saying"
+    r"|chercheurs|Forscher\w*|investigador[ae]s|pesquisador[ae]s|ricercator[ie]|исследовател\w*|дослідник\w*"
     r"|ataque\w*|attaque\w*|Angriff\w*|атак\w*|attacc\w*|saldır\w*|atak\w*|aanval\w*|onderzoekers|serangan"
     r"|tấn\s+công|επίθεσ\w*|έγχυσ\w*|ін['’]єкці\w*)\b"
-    r"|攻击|注入|攻撃|インジェクション|공격|인젝션|هجوم|الهجوم|התקפ|חוקרים|हमला|हमलावर|इंजेक्शन|โจมตี|حمله"
+    r"|攻击|注入|攻撃|インジェクション|공격|인젝션|研究人员|研究者|연구자|هجوم|الهجوم|התקפ|חוקרים|हमला|हमलावर|इंजेक्शन|โจมตี|حمله"
 )
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
-                     r"|(?<!\w)'[^'\n]{3,300}'(?!\w)")
+                     r"|(?<!\w)'(?:[^'\n]|(?<=\w)'(?=\w)){3,300}'(?!\w)")
 # Stretches: sentences (not split at a colon, which often introduces the order itself).
 _STRETCH = re.compile(r"(?:[^.!?。！？।\n]|[.!?](?![\s.!?]|$))+(?:[.!?]+|[。！？।]+|\n+|$)")
 

@@ -147,7 +147,7 @@ def _judge(segment: str) -> str | None:
     other = {s: n for s, n in scripts.items() if s not in ("known", "word")}
     if sum(other.values()) * 2 >= len(letters):
         return f"script {max(other, key=other.__getitem__).lower()} is not one the detector reads"
-    if scripts.get("word", 0) * 2 >= len(letters):
+    if scripts.get("word", 0) * 2 >= len(letters) and not _named_known(segment):
         words = _prose_words(segment)
         if len(words) >= MIN_WORDS:
             best = max(sum(w in fw for w in words) for fw in _FUNCTION_WORDS)
@@ -164,6 +164,21 @@ KNOWN = frozenset(("en", "zh", "zh-Hant", "es", "fr", "de", "ja", "ru", "pt", "i
 MIN_NAMED_WORDS = 4
 MIN_NAMED_SHARE = 50
 ROT13_MIN_SCORE = 500.0
+# CLD2 naming a segment as a known language this surely (share, score) stands for its function words.
+NAMED_KNOWN_SHARE = 90
+NAMED_KNOWN_SCORE = 1000.0
+
+
+def _named_known(segment: str) -> bool:
+    """Whether CLD2 names nearly all of ``segment`` as one known language with the score of prose.
+
+    Terse text in a known language (a calendar entry, a product review, a Vietnamese note, whose
+    syllables are words) may have few of its function words; the function-word test is for
+    languages CLD2 cannot name or confuses with a relative, which it names at a low score or for
+    part of the text only."""
+    found = identify(_NOT_PROSE.sub(" ", segment))
+    return (found is not None and found.reliable and found.code in KNOWN and found.percent >= NAMED_KNOWN_SHARE
+            and found.score >= NAMED_KNOWN_SCORE)
 
 
 def _named_unknown(segment: str) -> str | None:

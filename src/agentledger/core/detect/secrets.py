@@ -222,19 +222,20 @@ TOKEN_HINT = re.compile(
     r"|[Ss][Ee][Cc][Rr][Ee][Tt]|[Tt][Oo][Kk][Ee][Nn]|[Aa][Pp][Ii][_-]?[Kk][Ee][Yy]")
 # Not secrets, however random they look (the entropy rule leaves them alone; a specific rule
 # does not): public keys (what follows an OpenSSH key type, a PEM block of a public key or a
-# certificate, a value named as a public key), the content of a base64 data URI, a
-# subresource-integrity digest, and the ids model and payment APIs put in agent text
+# certificate, a value named as a public key, a fingerprint, a checksum or a digest), the
+# content of a base64 data URI, a subresource-integrity digest, and the ids model and payment APIs put in agent text
 # (tool calls, messages, runs, customers, payment intents); also certificate requests, Stripe
 # publishable keys (``pk_live_``/``pk_test_``: meant for browsers) and go.sum hashes (``h1:…``).
 _NOT_SECRET_HINT = re.compile(r"ssh-|ecdsa-|PUBLIC KEY-|CERTIFICATE|pk_live_|pk_test_|h1:"
-                              r"|(?i:public[ _-]?key|pubkey)|;base64,|sha\d+-"
+                              r"|(?i:public[ _-]?key|pubkey|fingerprint|checksum|digest)|;base64,|sha\d+-"
                               r"|(?<![A-Za-z0-9])(?:call|msg|toolu|run|thread|asst|resp|req|cus|pi|evt|ch)_|chatcmpl-")
 _NOT_SECRET = re.compile(
     r"(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp\d+|sk-(?:ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
     r"\s+[A-Za-z0-9+/]+={0,2}"
     r"|-----BEGIN ((?:[A-Z0-9]+ )*(?:PUBLIC KEY|CERTIFICATE(?: REQUEST)?))-----[\s\S]*?-----END \1-----"
     r"|(?<![A-Za-z0-9])pk_(?:live|test)_[A-Za-z0-9]+|(?<![A-Za-z0-9])h1:[A-Za-z0-9+/]+={0,2}"
-    r"|(?i:public[ _-]?key|pubkey)[\"']?\s*(?:=|:|=>|is)?\s*[\"']?[A-Za-z0-9+/_-]+={0,2}"
+    r"|(?i:public[ _-]?key|pubkey|fingerprint|checksum|digest)(?:[_-]?(?:b64|base64|sha\d+|md5))?[\"']?"
+    r"\s*(?:=|:|=>|is)?\s*[\"']?[A-Za-z0-9+/_-]+={0,2}"
     r"|data:[\w/+.-]+;base64,[A-Za-z0-9+/]+={0,2}"
     r"|(?<![A-Za-z0-9])sha(?:1|256|384|512)-[A-Za-z0-9+/]+={0,2}"
     r"|(?<![A-Za-z0-9])(?:(?:call|msg|toolu|run|thread|asst|resp|req|cus|pi|evt|ch)_|chatcmpl-)[A-Za-z0-9]{8,40}"

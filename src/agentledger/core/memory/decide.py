@@ -91,7 +91,8 @@ SKEW = timedelta(minutes=5)
 INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
 TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention_override", "addressed_to_agent",
                                                  "policy_claim", "fake_user_preference", "hidden_content",
-                                                 "speaks_to_agent", "conditional_trigger", "tool_call"})
+                                                 "speaks_to_agent", "conditional_trigger", "tool_call",
+                                                 "concealment"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
