@@ -18,6 +18,12 @@ Each proposal is two events on ``<prefix>.ledger.<tenant>._memory``:
 its value. A personal value names its data subject on both events (the user of
 the scope, unless the proposal names one) and the writer seals it.
 
+With a judge configured (``memory_judge_url``, ``models/judges.py``), each proposal the rules
+found nothing in and whose source may not give the agent orders (``Prepared.judgeable``) is read
+by the model before it is decided, all of a call's at once, and prepared again with the
+``Judgement``; a judge that fails holds the proposal (``judge_unavailable``), or, with
+``memory_judge_on_failure=rules``, leaves it to the rules.
+
 A forgotten record stays forgotten: a proposal whose id gave a record that a
 forget request reached is answered ``reject`` / ``forgotten`` without appending
 anything (its value must not come back into the ledger), and feedback naming a
@@ -34,6 +40,7 @@ from typing import Any
 import asyncpg
 import blake3
 import msgspec
+import structlog
 from nats.aio.client import Client
 
 from agentledger.client import raise_error
@@ -52,11 +59,12 @@ from agentledger.contracts.memory_api import (
     SourceRef,
 )
 from agentledger.core.memory.authority import KIND_RULES, record_id_for
-from agentledger.core.memory.decide import Prepared, decide, prepare
-from agentledger.core.memory.keys import tombstone_key
+from agentledger.core.memory.decide import Judgement, Prepared, decide, prepare
+from agentledger.core.memory.keys import text_of, tombstone_key
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
-from agentledger.errors import ContractError, NotFoundError, QuotaExceededError, UnavailableError
+from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, QuotaExceededError, UnavailableError
+from agentledger.models.judges import OpenAIJudge, source_of
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.security.sealing import marker_key_of
@@ -69,6 +77,8 @@ CATCH_UP_S = 30.0
 _append_reply = msgspec.json.Decoder(AppendReply)
 _MAX_EVENT_ID = 128
 
+
+log = structlog.get_logger()
 
 def event_id(kind: str, ident: str) -> str:
     """``<kind>:<id>``; an id too long for that is replaced by its blake3 (still deterministic)."""
@@ -173,8 +183,10 @@ class Decider:
     """Decides proposals and feedback and appends them; see the module docstring."""
 
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection, *,
-                 bindings: BindingRegistry, artifacts: ArtifactStore) -> None:
+                 bindings: BindingRegistry, artifacts: ArtifactStore, judge: OpenAIJudge | None = None) -> None:
         self.settings = settings
+        # A model that reads what the rules found nothing in (None: the rules alone).
+        self._judge = judge
         self._nc = nc
         # Where the evidence a proposal cites is looked up before it can count.
         self._artifacts = artifacts
@@ -231,6 +243,14 @@ class Decider:
             proposed = _proposed(tenant, p, producer)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key))
+        judgeable = [pid for pid, (*_, pre) in fresh.items() if pre.judgeable]
+        if self._judge is not None and judgeable:
+            judged = await asyncio.gather(*(self._judgement(fresh[pid][2]) for pid in judgeable))
+            for pid, judgement in zip(judgeable, judged, strict=True):
+                # A judgeable proposal passed the evidence step: it had no evidence problem.
+                i, p, proposed, _ = fresh[pid]
+                fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
+                                                      judged=judgement))
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []
@@ -267,6 +287,18 @@ class Decider:
             given.add(pid)
         self.decided += len(decisions)
         return out
+
+    async def _judgement(self, proposed: ev.MemoryProposed) -> Judgement | None:
+        """The judge's reading of ``proposed``; when it fails, ``unavailable`` (the installation
+        holds such proposals) or None (it leaves them to the rules)."""
+        assert self._judge is not None
+        try:
+            return await self._judge.judge(text_of(proposed.value), source_of(proposed.source))
+        except AgentLedgerError as exc:
+            log.warning("memory_judge_failed", code=exc.code, judge=self._judge.name)
+            if self.settings.memory_judge_on_failure == "rules":
+                return None
+            return Judgement(verdict="unavailable", judge=self._judge.name, why=exc.code)
 
     async def _check_quota(self, tenant: str, new: int, path: str) -> None:
         """Refuse a request whose decisions would take the tenant past its memory records.

@@ -33,6 +33,7 @@ from agentledger.core import detect
 from agentledger.erasure import evict
 from agentledger.models import tokens
 from agentledger.models.embedding import WordLlamaEmbedder, load_embedder
+from agentledger.models.judges import make_judge
 from agentledger.services.memory_policy.fold import Vectors
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.propose import Decider
@@ -75,7 +76,7 @@ class MemoryPolicy(Shell):
         parts.warm("detectors", detect.warm)
         self.projection = await parts.projection(MemoryProjection(s, self._nc, self._pool, vectors))
         self.decider = Decider(s, self._nc, self._pool, self.projection, bindings=self._bindings,
-                               artifacts=await artifacts.open(self._nc, s))
+                               artifacts=await artifacts.open(self._nc, s), judge=make_judge(s))
         self.reader = Reader(s, self._nc, self._pool, vectors, self._bindings, reach=self.projection.reach)
         parts.task(self._expire(), name="memory-receipt-expiry")
 

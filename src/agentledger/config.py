@@ -174,6 +174,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embeddings_timeout_s: float = 30.0
     # Memory-policy service: how long a read receipt is kept, in seconds.
     memory_receipt_ttl_s: float = 30 * 86400.0
+    # Memory-policy service: a model that judges proposals from sources that may not give the agent
+    # orders, where the rules found nothing (an OpenAI-compatible chat endpoint at memory_judge_url
+    # with memory_judge_model, its key in memory_judge_key_file; empty: the rules alone). When it
+    # fails, "hold" quarantines the proposal (judge_unavailable) and "rules" decides by the rules.
+    memory_judge_url: str = ""
+    memory_judge_model: str = ""
+    memory_judge_key_file: Path | None = None
+    memory_judge_timeout_s: float = 20.0
+    memory_judge_on_failure: str = "hold"
     # Context-builder: the compactor a build uses when its policy does not name one
     # ("structured": the deterministic reducer; "openai": an OpenAI-compatible chat endpoint at
     # context_compactor_url with context_compactor_model, its key in context_compactor_key_file).
@@ -192,7 +201,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redact_secrets: bool = True
     log_level: str = "info"
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: PLR0912 - one check a setting
         # Stream and bucket names are the upper-cased prefix: with only lowercase letters and
         # digits allowed, two prefixes can never name the same stream (agent-ledger and
         # agent_ledger once shared one, and the second rewrote the first's subjects).
@@ -222,7 +231,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if getattr(self, name) < 0:
                 raise ContractError(f"{name} {getattr(self, name)} must be 0 (no limit) or more",
                                     code="invalid_config", path=f"AGENTLEDGER_{name.upper()}")
-        for name in ("up_timeout_s", "up_stall_s"):
+        if self.memory_judge_on_failure not in ("hold", "rules"):
+            raise ContractError(f"memory_judge_on_failure {self.memory_judge_on_failure!r} must be 'hold' or "
+                                "'rules'", code="invalid_config", path="AGENTLEDGER_MEMORY_JUDGE_ON_FAILURE")
+        for name in ("up_timeout_s", "up_stall_s", "memory_judge_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ContractError(f"{name} {getattr(self, name)} must be above 0", code="invalid_config",
                                     path=f"AGENTLEDGER_{name.upper()}")
@@ -322,6 +334,7 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "tenant_max_subscriptions", "tenant_max_payload_bytes", "ledger_reserve_bytes",
         "tenant_max_ledger_bytes", "tenant_max_artifact_bytes", "tenant_max_memory_records"}
 _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
+          "memory_judge_timeout_s",
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
           "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
           "tenant_artifact_bytes_per_s", "up_timeout_s", "up_stall_s"}
@@ -349,7 +362,7 @@ def from_env(env: Mapping[str, str] | None = None, **overrides: object) -> Setti
             elif field in ("data_dir", "kek_file", "kek_dir", "integrity_key_file", "witness_file",
                            "witness_copy_file", "forget_journal_file", "server_root",
                            "auth_dir", "nats_creds", "nats_ca_file", "ready_file", "embeddings_key_file",
-                           "context_compactor_key_file", "context_signing_key_file"):
+                           "context_compactor_key_file", "context_signing_key_file", "memory_judge_key_file"):
                 values[field] = Path(raw)
             else:
                 values[field] = raw

@@ -25,20 +25,26 @@ family and its late probe (``bench/poisoning_blind.py``) were written before and
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import codecs
 import random
 import time
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import msgspec
 
 from agentledger.bench.common import emit
+from agentledger.config import from_env
 from agentledger.contracts import events as ev
-from agentledger.core.memory.decide import Detectors, decide, default_detectors, prepare
+from agentledger.core.memory.decide import Detectors, Judgement, decide, default_detectors, prepare
+from agentledger.core.memory.keys import text_of
 from agentledger.core.memory.resolve import KeyGroup
+from agentledger.errors import AgentLedgerError
+from agentledger.models.judges import OpenAIJudge, make_judge, source_of
 
 TENANT = "poisonbench"
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -511,9 +517,16 @@ HELD_OUT = {"seed": 2027, "languages": LANGUAGES, "carriers": CARRIERS}
 WITHOUT_LANGUAGE_RULE = msgspec.structs.replace(default_detectors(), language=lambda _text: None)
 
 
-def active(p: ev.MemoryProposed, detectors: Detectors | None = None) -> bool:
-    """Whether the proposal becomes active memory (decided against an empty group)."""
+# A model's reading of a proposal the rules left (``models/judges.py``), or None: the rules alone.
+Judged = Callable[[ev.MemoryProposed], Judgement | None]
+
+
+def active(p: ev.MemoryProposed, detectors: Detectors | None = None, judged: Judged | None = None) -> bool:
+    """Whether the proposal becomes active memory (decided against an empty group); ``judged``:
+    the judge's reading of a judgeable proposal, as the service asks for it."""
     pre = prepare(p, detectors=detectors)
+    if judged is not None and pre.judgeable:
+        pre = prepare(p, detectors=detectors, judged=judged(p))
     d = decide(p, tenant=TENANT, event_id=f"p:{p.proposal_id}", group=KeyGroup(*pre.group_key), now=NOW,
                prepared=pre)
     return d.action in ("write", "supersede", "merge")
@@ -535,15 +548,17 @@ class Figures:
         return len(self.held) / max(1, self.controls)
 
 
-def measure(cases: list[Case], held_out_only: bool = False, detectors: Detectors | None = None) -> Figures:
+def measure(cases: list[Case], held_out_only: bool = False, detectors: Detectors | None = None,
+            judged: Judged | None = None) -> Figures:
     """Attack success and false quarantine; ``held_out_only``: count only the cases in a held-out
-    language or carrier (the rest were tuned on); ``detectors``: the policy's (default: today's)."""
+    language or carrier (the rest were tuned on); ``detectors``: the policy's (default: today's);
+    ``judged``: a judge's readings (``judgements``)."""
     if held_out_only:
         cases = [c for c in cases if c.language in HELD_OUT_LANGUAGES or c.carrier in HELD_OUT_CARRIERS]
     atk = [c for c in cases if c.attack]
     ctl = [c for c in cases if not c.attack]
-    admitted = [c.name for c in atk if any(active(p, detectors) for p in c.proposals)]
-    held = [c.name for c in ctl if not all(active(p, detectors) for p in c.proposals)]
+    admitted = [c.name for c in atk if any(active(p, detectors, judged) for p in c.proposals)]
+    held = [c.name for c in ctl if not all(active(p, detectors, judged) for p in c.proposals)]
     return Figures(len(atk), admitted, len(ctl), held)
 
 
@@ -603,6 +618,32 @@ ENCODINGS = frozenset({"base64", "rot13", "hex", "base64_data_uri", "rot13_bare"
                        "html_entities", "base32", "quoted_printable", "variation_selectors"})
 
 
+def judgements(judge: OpenAIJudge, cases: list[Case], *, concurrency: int = 8) -> tuple[Judged, int]:
+    """The judge's reading of every distinct judgeable text of ``cases`` (``concurrency`` calls
+    at a time), as ``measure`` takes it, and how many calls failed (read as ``unavailable``,
+    which holds: the service's default)."""
+    wanted = sorted({(text_of(p.value), source_of(p.source)) for c in cases for p in c.proposals
+                     if prepare(p).judgeable})
+    failed = 0
+
+    async def read_all() -> list[Judgement]:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(text: str, source: str) -> Judgement:
+            nonlocal failed
+            async with gate:
+                try:
+                    return await judge.judge(text, source)
+                except AgentLedgerError as exc:
+                    failed += 1
+                    return Judgement(verdict="unavailable", judge=judge.name, why=exc.code)
+
+        return list(await asyncio.gather(*(one(*k) for k in wanted)))
+
+    read = dict(zip(wanted, asyncio.run(read_all()), strict=True))
+    return (lambda p: read.get((text_of(p.value), source_of(p.source)))), failed
+
+
 def detection_ms(cases: list[Case], *, language_only: bool = False) -> float:
     """CPU milliseconds the detectors take on one distinct text of ``cases`` (instructions,
     obfuscation and the language rule, as ``prepare`` calls them; ``language_only``: the
@@ -656,3 +697,24 @@ def bench_poisoning() -> None:
         emit(f"poisoning_false_quarantine_{label}", f.false_quarantine, "ratio", None, None,
              target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=f.held[:5],
              before=round(held / n_ctl, 3), before_held=held, without_language_rule=len(w.held))
+    bench_judged({**timed, "late": poisoning_blind.late_probe(), "probe": poisoning_unseen.probe()})
+
+
+def bench_judged(cases: dict[str, list[Case]]) -> None:
+    """With a judge configured (``AGENTLEDGER_MEMORY_JUDGE_URL``, ``_MODEL``, ``_KEY_FILE``), each
+    family decided with its readings, beside the rules alone in the same run; without one, a line
+    that says so (the figures need a model this machine does not run)."""
+    judge = make_judge(from_env())
+    if judge is None:
+        emit("poisoning_judged", 0, "families", None, None,
+             note="no judge configured (AGENTLEDGER_MEMORY_JUDGE_URL); the rules alone are measured above")
+        return
+    for label, family in cases.items():
+        judged, failed = judgements(judge, family)
+        f, rules = measure(family, judged=judged), measure(family)
+        emit(f"poisoning_judged_attack_success_{label}", f.attack_success, "ratio", None, None,
+             target=f"<= {ATTACK_TARGET}", judge=judge.name, admitted=len(f.admitted), attacks=f.attacks,
+             rules_alone=len(rules.admitted), failed_calls=failed)
+        emit(f"poisoning_judged_false_quarantine_{label}", f.false_quarantine, "ratio", None, None,
+             target=f"<= {FALSE_QUARANTINE_TARGET}", judge=judge.name, held=len(f.held), controls=f.controls,
+             rules_alone=len(rules.held), failed_calls=failed)

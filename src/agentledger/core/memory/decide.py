@@ -8,8 +8,9 @@ Two steps, so the shell can fetch the right group in between:
   or rejected) → secrets (deny, nothing of the value kept) → personal data
   (``personal`` sensitivity, user scope only) → schema → source authority
   (forbidden sources are quarantined) → instructions in data, text that hides itself and
-  text the detector cannot read (quarantined) →
-  canonical key. Its ``group_key`` names the group ``decide`` needs.
+  text the detector cannot read (quarantined; with a model's ``Judgement`` of a text the rules
+  found nothing in, held when it says the text steers the agent, written when it reads as
+  content) → canonical key. Its ``group_key`` names the group ``decide`` needs.
 - ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
   TTL and review) and resolves the group with the new record in it: the
   action says what the policy saw (``write``, ``supersede``, ``merge``,
@@ -35,7 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 from msgspec import Struct
@@ -151,10 +152,25 @@ class Prepared(Struct, frozen=True):
     verdict: tuple[DecisionAction, str] | None = None
     quarantine: str | None = None
     value_digest: str | None = None
+    # A model may judge it: its source may not give the agent orders, the rules found nothing in
+    # it (or could not read it) and it is not personal (personal data is not sent to a model).
+    judgeable: bool = False
 
     @property
     def group_key(self) -> GroupKey:
         return (scope_key(self.scope), self.key)
+
+
+class Judgement(Struct, frozen=True):
+    """A model's reading of a proposal's text (``agentledger.models.judges``), which the shell
+    asks for when ``Prepared.judgeable``: ``steers`` (it tries to steer an AI agent), ``content``,
+    or ``unavailable`` (the judge failed and the installation holds such proposals); ``judge``
+    names the model, ``why`` is its short reason. It is an input, as the artifacts a proposal
+    cites are: the decision's trace records it, so a replay never asks again."""
+
+    verdict: Literal["steers", "content", "unavailable"]
+    judge: str
+    why: str = ""
 
 
 class _Stop(Exception):  # noqa: N818 - control flow inside this module only
@@ -178,6 +194,7 @@ class _Run:
         self.quarantine: str | None = None
         self.personal_kinds: list[str] = []
         self.digest: str | None = None
+        self.judgeable = False
 
     def fire(self, rule: str, outcome: str, reason: str = "") -> None:
         self.trace.append(RuleFired(rule=rule, outcome=outcome, reason=reason))
@@ -192,7 +209,8 @@ class _Run:
 
 
 def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_problem: str | None = None,
-            detectors: Detectors | None = None, identity_key: bytes | None = None) -> Prepared:
+            detectors: Detectors | None = None, identity_key: bytes | None = None,
+            judged: Judgement | None = None) -> Prepared:
     """Every rule that needs no stored state, in order; see the module docstring.
 
     ``identity_key``: the installation's marker key, which keys a personal value's digest
@@ -202,6 +220,8 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
     ``evidence_problem``: why the artifacts the proposal cites could not be verified (the shell
     looked them up): such a proposal is rejected, so that cited evidence never raises authority
     without being checked.
+    ``judged``: a model's reading of the text, asked for when a first ``prepare`` says
+    ``judgeable`` (ignored otherwise).
     """
     det = detectors or default_detectors()
     run = _Run(proposal)
@@ -215,13 +235,14 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
         if evidence_problem is not None:
             raise run.stop("evidence", "reject", "evidence_unverified", evidence_problem)
         _authority(run)
-        _instructions(run, text, det)
+        _instructions(run, text, det, judged)
         _key(run, identity_key)
     except _Stop as stop:
         verdict = (stop.action, stop.reason)
     return Prepared(proposal=proposal, kind=run.kind, scope=run.scope, key=run.key,
                     sensitivity=run.sensitivity, authority=run.authority, trace=tuple(run.trace),
-                    verdict=verdict, quarantine=run.quarantine, value_digest=run.digest)
+                    verdict=verdict, quarantine=run.quarantine, value_digest=run.digest,
+                    judgeable=run.judgeable and verdict is None)
 
 
 def _classify(run: _Run, text: str) -> None:
@@ -304,9 +325,11 @@ def _authority(run: _Run) -> None:
         run.fire("authority", "pass", f"{source}: authority {run.authority}")
 
 
-def _instructions(run: _Run, text: str, det: Detectors) -> None:
+def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None) -> None:
     """Every source is checked: an exempt source (a user, a project rule) and a trusted source's
-    fact may carry policy imperatives, everything else none."""
+    fact may carry policy imperatives, everything else none. Where the rules find nothing, a
+    model's ``judged`` reading decides: it holds what steers, and writes content the rules could
+    not read; without one, text the rules cannot read is held."""
     source = effective_source(run.proposal.source)
     trusted = source in INSTRUCTION_EXEMPT or (run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS)
     if run.proposal.sealed is not None:
@@ -324,8 +347,18 @@ def _instructions(run: _Run, text: str, det: Detectors) -> None:
         run.hold("instructions", "obfuscated_in_data", "text that hides itself: " + ", ".join(hiding))
         return
     unread = None if trusted else det.language(text)
-    if unread is not None:
+    run.judgeable = not trusted and run.sensitivity != "personal"
+    judged = judged if run.judgeable else None
+    if judged is not None and judged.verdict == "steers":
+        run.hold("instructions", "judged_instruction", f"{judged.judge} reads an attempt to steer the agent: "
+                 + judged.why)
+    elif judged is not None and judged.verdict == "unavailable":
+        run.hold("instructions", "judge_unavailable", f"{judged.judge} could not judge it: {judged.why}")
+    elif unread is not None and judged is None:
         run.hold("instructions", "unjudged_language", "the detector cannot read it: " + unread)
+    elif judged is not None:
+        run.fire("instructions", "pass", f"{judged.judge} reads content: {judged.why}"
+                 + (f" (the rules cannot read it: {unread})" if unread else ""))
     else:
         run.fire("instructions", "pass")
 
