@@ -343,7 +343,11 @@ def warm() -> None:
     _asks()
 
 
+@functools.lru_cache(maxsize=4096)
 def _speaks(stretch: str, describing: bool) -> bool:
+    """Whether one stretch speaks to the agent (cached: a sentence is the second half of one
+    stretch and the first of the next, and a text's views and layers repeat most of its
+    sentences)."""
     agent, you, principal, dest, _ = _classes()
     if describing:
         stretch = _QUOTED.sub(" ", stretch)

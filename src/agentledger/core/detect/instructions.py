@@ -625,22 +625,27 @@ def _mapped(start: int, end: int, vindex: list[int] | None, index: list[int] | N
     return start, end
 
 
+@functools.lru_cache(maxsize=1024)
+def _spans(view: str) -> tuple[tuple[str, int, int], ...]:
+    """Every finding of one view, by kind, in its own coordinates (cached: the same view comes
+    back as another text's layer, and a proposal is often prepared twice)."""
+    out = [("speaks_to_agent", a, b) for a, b in address.speaks_to_agent(view)]
+    for kind, pattern in _compiled():
+        if kind in _NEEDS and not any(n in view for n in _NEEDS[kind]):
+            continue
+        out += [(kind, *m.span()) for m in pattern.finditer(view)]
+    return tuple(out)
+
+
 def _match(text: str, by_kind: dict[str, list[Finding]], span: tuple[int, int] | None = None,
            index: list[int] | None = None, derived: bool = False) -> None:
     """Findings of every view of ``text`` into ``by_kind``, in ``text``'s coordinates, mapped
     through ``index`` (text without splitters), or all at ``span`` (decoded text). A derived
     text is not decoded again."""
     for view, vindex in _views(text):
-        for a, b in address.speaks_to_agent(view):
+        for kind, a, b in _spans(view):
             start, end = _mapped(a, b, vindex, index, span)
-            by_kind.setdefault("speaks_to_agent", []).append(Finding("speaks_to_agent", start, end,
-                                                                     "own.speaks_to_agent"))
-        for kind, pattern in _compiled():
-            if kind in _NEEDS and not any(n in view for n in _NEEDS[kind]):
-                continue
-            for m in pattern.finditer(view):
-                start, end = _mapped(*m.span(), vindex, index, span)
-                by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
+            by_kind.setdefault(kind, []).append(Finding(kind, start, end, f"own.{kind}"))
     if derived:
         return
     for decoded, start, end in unveil.encoded_runs(text):
