@@ -243,14 +243,17 @@ class Decider:
             proposed = _proposed(tenant, p, producer)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key))
-        judgeable = [pid for pid, (*_, pre) in fresh.items() if pre.judgeable]
-        if self._judge is not None and judgeable:
-            judged = await asyncio.gather(*(self._judgement(fresh[pid][2]) for pid in judgeable))
-            for pid, judgement in zip(judgeable, judged, strict=True):
-                # A judgeable proposal passed the evidence step: it had no evidence problem.
-                i, p, proposed, _ = fresh[pid]
-                fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
-                                                      judged=judgement))
+        # One call per distinct text and source (a text proposed as a fact and a procedure is read once).
+        asks = {(text_of(proposed.value), source_of(proposed.source)): proposed
+                for *_, proposed, pre in fresh.values() if pre.judgeable}
+        if self._judge is not None and asks:
+            judged = dict(zip(asks, await asyncio.gather(*(self._judgement(p) for p in asks.values())), strict=True))
+            for pid, (i, p, proposed, pre) in list(fresh.items()):
+                if pre.judgeable:
+                    # A judgeable proposal passed the evidence step: it had no evidence problem.
+                    judgement = judged[(text_of(proposed.value), source_of(proposed.source))]
+                    fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
+                                                          judged=judgement))
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []

@@ -153,7 +153,8 @@ class Prepared(Struct, frozen=True):
     quarantine: str | None = None
     value_digest: str | None = None
     # A model may judge it: its source may not give the agent orders, the rules found nothing in
-    # it (or could not read it) and it is not personal (personal data is not sent to a model).
+    # it (or could not read it), no other gate holds it, and it is not personal (personal data is
+    # not sent to a model).
     judgeable: bool = False
 
     @property
@@ -347,7 +348,8 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
         run.hold("instructions", "obfuscated_in_data", "text that hides itself: " + ", ".join(hiding))
         return
     unread = None if trusted else det.language(text)
-    run.judgeable = not trusted and run.sensitivity != "personal"
+    # Not what another gate already holds (a procedure from a page): its reading would change nothing.
+    run.judgeable = not trusted and run.sensitivity != "personal" and run.quarantine is None
     judged = judged if run.judgeable else None
     if judged is not None and judged.verdict == "steers":
         run.hold("instructions", "judged_instruction", f"{judged.judge} reads an attempt to steer the agent: "
