@@ -304,6 +304,7 @@ _DESCRIBING = (
     r"|攻击|注入|攻撃|インジェクション|공격|인젝션|研究人员|研究者|연구자|هجوم|الهجوم|התקפ|חוקרים|हमला|हमलावर|इंजेक्शन|โจมตี|حمله"
 )
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
+                     r"|»[^«»\n]{3,300}[«»]|”[^”\n]{3,300}”|‘[^’\n]{3,300}’"
                      r"|(?<!\w)'(?:[^'\n]|(?<=\w)'(?=\w)){3,300}'(?!\w)")
 # Stretches: sentences (not split at a colon, which often introduces the order itself).
 _STRETCH = re.compile(r"(?:[^.!?。！？।\n]|[.!?](?![\s.!?]|$))+(?:[.!?]+|[。！？।]+|\n+|$)")
@@ -322,7 +323,7 @@ def _with(name: str, patterns: tuple[str, ...]) -> re.Pattern[str]:
 @functools.cache
 def _classes() -> tuple[re.Pattern[str], ...]:
     return (_with("agent", AGENT), _with("you", YOU), _with("principal", PRINCIPAL), _union((_DESTINATION,)),
-            _union((_DESCRIBING,)))
+            _with("describing", (_DESCRIBING,)))
 
 
 @functools.cache

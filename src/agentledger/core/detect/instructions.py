@@ -42,7 +42,7 @@ import functools
 import re
 import unicodedata
 
-from agentledger.core.detect import address, identify, unveil
+from agentledger.core.detect import address, identify, lexicon, unveil
 from agentledger.core.detect.finding import Finding, non_overlapping
 
 _I = re.IGNORECASE | re.UNICODE
@@ -580,12 +580,14 @@ def _accented_rot13(stretch: str) -> bool:
 # A finding inside quotation marks, in a text that says (outside the quotes) it describes an
 # attack, is a mention (a security article quoting a payload), not an instruction.
 _QUOTED = re.compile(r"\"[^\"\n]{3,300}\"|“[^”\n]{3,300}”|„[^“”\n]{3,300}[“”]|«[^»\n]{3,300}»|「[^」\n]{3,300}」"
+                     r"|»[^«»\n]{3,300}[«»]|”[^”\n]{3,300}”|‘[^’\n]{3,300}’"
                      r"|(?<!\w)'(?:[^'\n]|(?<=\w)'(?=\w)){3,300}'(?!\w)")
-_DESCRIBING = re.compile(
+_DESCRIBING = re.compile("|".join((
     r"\b(?:attack(?:er|s)?|injections?|payloads?|phrases?|examples?|such\s+as|e\.g\.|quotes?|quoted|jailbreaks?|saying"
     r"|Angriff\w*|Beispiel\w*|zitiert\w*|ataques?|ejemplos?|attaques?|exemples?|атак\w*|пример\w*|exemplos?"
     r"|attacc\w*|esemp\w*|researchers|chercheurs|Forscher\w*|investigador[ae]s|pesquisador[ae]s|ricercator[ie]"
-    r"|исследовател\w*|дослідник\w*)\b|攻击|例如|注入|攻撃|例えば|공격|예를|研究人员|研究者|연구자", re.IGNORECASE)
+    r"|исследовател\w*|дослідник\w*)\b|攻击|例如|注入|攻撃|例えば|공격|예를|研究人员|研究者|연구자",
+    *lexicon.of("describing"))), re.IGNORECASE)
 
 
 def hidden_parts(text: str) -> list[tuple[int, int]]:

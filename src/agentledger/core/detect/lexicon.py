@@ -24,6 +24,8 @@ like the classes in ``address.py``):
 - ``long_term`` and ``save``: long-term memory, or "permanently" next to a verb of saving, and an
   order to save;
 - ``vocative``: the agent greeted or labelled by its job, with the mark that ends a vocative;
+- ``describing``: words that say a text describes an attack (attack, attacker, researchers), for
+  the mention rule: a quoted order in such a text is a mention;
 - ``function_words``: 40 to 80 closed-class words, space-separated and lowercase, for
   ``language.py``'s coverage test.
 
@@ -84,6 +86,7 @@ _CS_ASKS = _trigger(r"(?:někdo|kdokoli(?:v)?)\s+(?:\w+\s+){0,2}?(?:zept|pt[áa]
 _CS_ONLY = (r"\b(?:jen|jenom|pouze|výhradně)\s+(?:[\w-]+\s+){0,2}?doporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\b"
             r"|\bdoporuč(?:te|uj|ujte|uješ|ujete|oval[ai]?)?\s+(?:[\w-]+\s+){0,2}?(?:jen|jenom|pouze|výhradně)\b")
 _CS: dict[str, str] = {
+    "describing": r"\b(?:útok\w*|útočník\w*|výzkumní\w*)\b",
     "agent": r"\basistent\w*|\bchat\s*bot\w*|\bjazykov\w*\s+model\w*|\buměl\w*\s+inteligenc\w*"
              r"|\b(?:AI|virtuáln\w*)\s*-?\s*agent\w*",
     "ai_terms": r"\buměl\w*\s+inteligenc\w*|\bjazykov\w*\s+model\w*|\bvirtuáln\w*\s+asistent\w*"
@@ -129,6 +132,7 @@ _SK_ASKS = _trigger(r"(?:niekto|ktokoľvek)\s+(?:\w+\s+){0,2}?(?:opýta|spýta|p
                     r"povedz|povedzte|odpovedz|odpovedzte|odporuč|odporučte|nasmeruj|nasmerujte|pošli|spomeň")
 _SK_ONLY = _only(r"odporuč(?:te)?|odporúčaj(?:te)?|odporúčaš|odporúčate|odporúčal[ai]?", r"len|iba|výlučne|výhradne")
 _SK: dict[str, str] = {
+    "describing": r"\b(?:útok\w*|útočník\w*|výskumní\w*)\b",
     "agent": r"\basistent\w*|\bchat\s*bot\w*|\bjazykov\w*\s+model\w*|\bumel\w*\s+inteligenci\w*"
              r"|\b(?:AI|virtuáln\w*)\s*-?\s*agent\w*",
     "ai_terms": r"\bumel\w*\s+inteligenci\w*|\bjazykov\w*\s+model\w*|\bvirtuáln\w*\s+asistent\w*"
@@ -173,6 +177,7 @@ _RO_ASKS = _trigger(r"cineva\s+(?:\w+\s+){0,2}?(?:[îi]ntreab|[îi]ntreb|cere)\w
                     r"|recomanda[țţt]i(?:-(?:i|le))?|trimite(?:-(?:l|i))?|indic[ăa](?:-(?:i|le))?", "nu")
 _RO_ONLY = _only(r"recomanzi|recomanda[țţt]i|recomand[ăa]-(?:le|i)", r"doar|numai|exclusiv")
 _RO: dict[str, str] = {
+    "describing": r"\b(?:atac\w*|cercetători\w*)\b",
     "agent": r"\basistent\w*|\bchat\s*bot\w*|\bmodel\w*\s+(?:mare\s+)?de\s+limbaj\w*"
              r"|\binteligen[țţt][aăe]\w*\s+artificial\w*",
     "ai_terms": r"\binteligen[țţt][aăe]\w*\s+artificial\w*|\bmodel\w*\s+(?:mare\s+)?de\s+limbaj\w*"
@@ -221,6 +226,7 @@ _HU_ASKS = _trigger(r"(?:valaki|bárki)\s+(?:[\w-]+\s+){0,3}?(?:kérdez|rákérd
                     r"mondd|mondja|ajánld|ajánlja|ajánlj|válaszold|válaszolj|küldd|irányítsd", "ne soha")
 _HU_ONLY = _only(r"ajánl(?:j|jon|jál|d|od|asz|jatok|játok|jad)", r"csak|csakis|kizárólag", 3)
 _HU: dict[str, str] = {
+    "describing": r"\b(?:támad\w*|kutatók\w*)\b",
     "agent": r"\basszisztens\w*|\bchat\s*bot\w*|\bnyelvi\s+modell\w*|\bnyelvmodell\w*"
              r"|\bmesterséges\s+intelligenci\w*|\b(?:MI|AI)-?\s*(?:ügynök|ágens)\w*|(?-i:\bMI-\w+|\baz\s+MI\b)",
     "ai_terms": r"\bmesterséges\s+intelligenci\w*|\bnyelvi\s+modell\w*|\bnyelvmodell\w*|\bvirtuális\s+asszisztens\w*"
@@ -265,6 +271,7 @@ _FI_ASKS = _trigger(r"(?:joku|kuka\s+tahansa)\s+(?:\w+\s+){0,2}?(?:kysy|tieduste
 _FI_ONLY = _only(r"suosittele|suositelkaa|suosittelet|suosittelette|suosittelisit",
                  r"vain|ainoastaan|pelkästään|yksinomaan")
 _FI: dict[str, str] = {
+    "describing": r"\b(?:hyökkä\w*|hyökkääj\w*|tutkijat|tutkijoiden)\b",
     "agent": r"\b\w*avustaj\w*|\bassistent\w*|\bchat\s*bot\w*|\b\w*kielimall\w*|\btekoäly\w*",
     "ai_terms": r"\btekoäly\w*|\b\w*kielimall\w*|\bvirtuaali\w*\s*avustaj\w*|\bchatbot\w*|\bkeskustelubot\w*",
     "directive": r"\b(?:täytyy|täytyisi|pitää|pitäisi|tulisi|on\s+pakko|velvollinen\w*|ole\s+hyvä\s+ja"
@@ -307,6 +314,7 @@ _SV_ASKS = _trigger(r"(?:någon|vem\s+som\s+helst)\s+(?:\w+\s+){0,2}?(?:frågar|
 _SV_ONLY = (_only(r"rekommendera|du\s+rekommenderar", r"bara|endast|enbart|uteslutande")
             + r"|\bdu\s+(?:bara|endast|enbart)\s+rekommenderar\b")
 _SV: dict[str, str] = {
+    "describing": r"\b(?:attack\w*|angrepp\w*|angripar\w*|forskar\w*)\b",
     "agent": r"\b\w*assistent\w*|\bchatt?\s*bott?\w*|\b\w*språkmodell\w*|\bartificiell\w*\s+intelligens\w*",
     "ai_terms": r"\bartificiell\w*\s+intelligens\w*|\b\w*språkmodell\w*|\bvirtuell\w*\s+assistent\w*"
                 r"|\bchatt?bott?\w*",
@@ -346,6 +354,7 @@ _DA_ASKS = _trigger(r"(?:nogen|hvem\s+som\s+helst)\s+(?:\w+\s+){0,2}?spørger",
 _DA_ONLY = (_only(r"anbefal|du\s+anbefaler", r"kun|udelukkende")
             + r"|\bdu\s+(?:\w+\s+)?(?:kun|udelukkende)\s+anbefale[r]?\b")
 _DA: dict[str, str] = {
+    "describing": r"\b(?:angreb\w*|angriber\w*|forsker\w*)\b",
     "agent": r"\b\w*assistent\w*|\bchat\s*bot\w*|\b\w*sprogmodel\w*|\bkunstig\w*\s+intelligens\w*",
     "ai_terms": r"\bkunstig\w*\s+intelligens\w*|\b\w*sprogmodel\w*|\bvirtuel\w*\s+assistent\w*|\bchatbot\w*",
     "directive": r"\b(?:skal|skulle|må|bør|burde|er\s+nødt\s+til|er\s+forpligtet\s+til|venligst"
@@ -384,6 +393,7 @@ _NO_ASKS = _trigger(r"(?:noen|nokon|hvem\s+som\s+helst)\s+(?:\w+\s+){0,2}?(?:sp�
 _NO_ONLY = (_only(r"anbefal|du\s+anbefaler", r"bare|kun|berre")
             + r"|\bdu\s+(?:\w+\s+)?(?:bare|kun|berre)\s+anbefale[r]?\b")
 _NO: dict[str, str] = {
+    "describing": r"\b(?:angrep\w*|angriper\w*|åtak\w*|forsker\w*|forskar\w*)\b",
     "agent": r"\b\w*assistent\w*|\bchat\s*bot\w*|\b\w*språkmodell\w*|\bkunstig\w*\s+intelligens\w*",
     "ai_terms": r"\bkunstig\w*\s+intelligens\w*|\b\w*språkmodell\w*|\bvirtuell\w*\s+assistent\w*|\bchatbot\w*",
     "directive": r"\b(?:skal|skulle|må|bør|burde|er\s+nødt\s+til|er\s+forpliktet\s+til|vennligst"
@@ -429,6 +439,7 @@ _CA_ASKS = _trigger(r"(?:algú|qualsevol)\s+(?:\w+\s+){0,2}?(?:pregunt|consult)\
                     r"|recomaneu(?:-(?:li|los))?|indica(?:-(?:li|los))?|envia(?:-(?:lo|los))?")
 _CA_ONLY = _only(r"recomanis|recomaneu|recomanes|recomana-(?:li|los)", r"només|únicament|exclusivament")
 _CA: dict[str, str] = {
+    "describing": r"\b(?:atac\w*|investigador\w*)\b",
     "agent": r"\bassistent\w*|\bxat\s*bot\w*|\bchatbot\w*|\bmodels?\s+de\s+llenguatge"
              r"|\bintel(?:·|\.|•)?ligència\s+artificial",
     "ai_terms": r"\bintel(?:·|\.|•)?ligència\s+artificial|\bmodels?\s+de\s+llenguatge|\bassistents?\s+virtual\w*"
@@ -471,6 +482,7 @@ _GL_ASKS = _trigger(r"(?:alguén|calquera)\s+(?:\w+\s+){0,2}?(?:pregunt|consult)
                     r"|indícalle|envíao|remíteo")
 _GL_ONLY = _only(r"recomendes|recomendade|recoméndalle|recoméndalles", r"só|soamente|unicamente|exclusivamente")
 _GL: dict[str, str] = {
+    "describing": r"\b(?:ataque\w*|investigador\w*)\b",
     "agent": r"\basistente\w*|\bchatbot\w*|\bmodelos?\s+de\s+linguaxe|\bintelixencia\s+artificial"
              r"|\baxentes?\s+de\s+IA\b",
     "ai_terms": r"\bintelixencia\s+artificial|\bmodelos?\s+de\s+linguaxe|\basistentes?\s+virtua\w*"
@@ -515,6 +527,7 @@ _SH_LATIN_ASKS = _trigger(r"(?:netko|neko|bilo\s+tko|bilo\s+ko)\s+(?:\w+\s+){0,2
                           r"|pošalji|spomeni")
 _SH_LATIN_ONLY = _only(r"preporuči(?:te)?|preporučuj(?:te)?|preporučuješ|preporučujete", r"samo|isključivo")
 _SH_LATIN: dict[str, str] = {
+    "describing": r"\b(?:napad\w*|istraživač\w*)\b",
     "agent": r"\basistent\w*|\bchat\s*bot\w*|\bčet\s*bot\w*|\bjezi[čk]n?\w*\s+model\w*|\bumjetn\w*\s+inteligencij\w*"
              r"|\bve?[šj]tačk\w*\s+inteligencij\w*|\bvještačk\w*\s+inteligencij\w*",
     "ai_terms": r"\bumjetn\w*\s+inteligencij\w*|\bve[šs]tačk\w*\s+inteligencij\w*|\bvještačk\w*\s+inteligencij\w*"
@@ -559,6 +572,7 @@ _SR_CYRILLIC_ASKS = _trigger(r"(?:неко|некој|било\s+ко)\s+(?:\w+\
 _SR_CYRILLIC_ONLY = _only(r"препоручи(?:те)?|препоручуј(?:те)?|препоручујеш|препоручујете|препорачај",
                           r"само|искључиво|единствено")
 _SR_CYRILLIC: dict[str, str] = {
+    "describing": r"\b(?:напад\w*|истраживач\w*)\b",
     "agent": r"\bасистент\w*|\bчет\s*бот\w*|\bјезичк\w*\s+модел\w*|\bвештачк\w*\s+интелигенциј\w*",
     "ai_terms": r"\bвештачк\w*\s+интелигенциј\w*|\bјезичк\w*\s+модел\w*|\bвиртуелн\w*\s+асистент\w*|\bчетбот\w*",
     "directive": r"\b(?:мора[шм]?|морају|морате|морамо|требаш|требате|треба|требало\s+би|дужан|дужн[аио]"
@@ -599,6 +613,7 @@ _SL_ASKS = _trigger(r"(?:nekdo|kdorkoli|(?:ko|če|kadar)\s+(?:\w+\s+)?kdo)\s+(?:
                     r"povej|povejte|odgovori|odgovorite|priporoči|priporočite|usmeri|pošlji|omeni", "ne")
 _SL_ONLY = _only(r"priporoči(?:te)?|priporočaj(?:te)?|priporočaš|priporočate", r"le|samo|zgolj|izključno")
 _SL: dict[str, str] = {
+    "describing": r"\b(?:napad\w*|raziskoval\w*)\b",
     "agent": r"\basistent\w*|\bklepetaln\w*\s+robot\w*|\bchat\s*bot\w*|\bjezikovn\w*\s+model\w*"
              r"|\bumetn\w*\s+inteligenc\w*",
     "ai_terms": r"\bumetn\w*\s+inteligenc\w*|\bjezikovn\w*\s+model\w*|\bvirtualn\w*\s+asistent\w*"
@@ -637,6 +652,7 @@ _BG_ASKS = _trigger(r"(?:някой|всеки)\s+(?:\w+\s+){0,2}?(?:пита|п
                     r"кажи|кажете|отговори|отговорете|препоръчай|препоръчайте|насочи|изпрати|спомени")
 _BG_ONLY = _only(r"препоръчай(?:те)?|препоръчвай(?:те)?|препоръчваш|препоръчвате", r"само|единствено")
 _BG: dict[str, str] = {
+    "describing": r"\b(?:атак\w*|изследовател\w*)\b",
     "agent": r"\bасистент\w*|\bчат\s*бот\w*|\bезиков\w*\s+модел\w*|\bизкуствен\w*\s+интелект\w*",
     "ai_terms": r"\bизкуствен\w*\s+интелект\w*|\bезиков\w*\s+модел\w*|\bвиртуал\w*\s+(?:асистент|помощник)\w*"
                 r"|\bчатбот\w*|\bчат\s+бот\w*",
@@ -676,6 +692,7 @@ _LT_ASKS = _trigger(r"(?:kas\s+nors|(?:jei|kai|jeigu)\s+kas)\s+(?:\w+\s+){0,2}?(
                     r"pasakyk|pasakykite|atsakyk|atsakykite|rekomenduok|rekomenduokite|nukreipk|siųsk|paminėk")
 _LT_ONLY = _only(r"rekomenduok(?:ite)?|rekomenduoji|rekomenduojate", r"tik|vien|išskirtinai")
 _LT: dict[str, str] = {
+    "describing": r"\b(?:atak\w*|tyrėj\w*)\b",
     "agent": r"\basistent\w*|\bpokalbių\s+robot\w*|\bchat\s*bot\w*|\bkalbos\s+model\w*|\bdirbtin\w*\s+intelekt\w*",
     "ai_terms": r"\bdirbtin\w*\s+intelekt\w*|\bkalbos\s+model\w*|\bvirtual\w*\s+asistent\w*|\bpokalbių\s+robot\w*",
     "directive": r"\b(?:turi(?:te)?\s+\w+ti|turėtum\w*|turėtų|privalo|privalai|privalote|būtina|prašau|prašome"
@@ -713,6 +730,7 @@ _LV_ASKS = _trigger(r"kāds\s+(?:\w+\s+){0,2}?(?:jautā|pajautā|vaicā)\w*",
                     r"saki|sakiet|pasaki|pasakiet|atbildi|atbildiet|iesaki|iesakiet|nosūti|piemini|novirzi")
 _LV_ONLY = _only(r"iesaki|iesakiet|ieteic", r"tikai|vienīgi")
 _LV: dict[str, str] = {
+    "describing": r"\b(?:uzbrukum\w*|pētniek\w*)\b",
     "agent": r"\basistent\w*|\bchat\s*bot\w*|\bčatbot\w*|\bvalodas\s+model\w*|\bmākslīg\w*\s+intelekt\w*"
              r"|\btērzēšanas\s+robot\w*",
     "ai_terms": r"\bmākslīg\w*\s+intelekt\w*|\bvalodas\s+model\w*|\bvirtuāl\w*\s+asistent\w*"
@@ -751,6 +769,7 @@ _ET_ASKS = _trigger(r"(?:keegi|ükskõik\s+kes)\s+(?:\w+\s+){0,2}?küsi\w*",
                     r"ütle|öelge|vasta|vastake|soovita|soovitage|suuna|saada|maini", "ära ärge")
 _ET_ONLY = _only(r"soovita(?:ge)?|soovitad|soovitate", r"ainult|üksnes|vaid")
 _ET: dict[str, str] = {
+    "describing": r"\b(?:rünnak\w*|rünnaku\w*|uurija\w*)\b",
     "agent": r"\b\w*assisten[dt]\w*|\bvestlusrobot\w*|\bchat\s*bot\w*|\b\w*keelemudel\w*|\btehisintellekt\w*"
              r"|\btehisaru\w*",
     "ai_terms": r"\btehisintellekt\w*|\btehisaru\w*|\b\w*keelemudel\w*|\bvirtuaal\w*\s*assisten[dt]\w*"
@@ -791,6 +810,7 @@ _SW_ASKS = _trigger(r"(?:mtu|yeyote)\s+(?:\w+\s+)?(?:akiuliza|anapouliza|atakapo
                     r"|atakayeuliza)", r"mwambie|waambie|mjibu|wajibu|mpendekezee|wapendekezee|mshauri|washauri")
 _SW_ONLY = _only(r"pendekeza|upendekeze|mpendekeze|mpendekezee|wapendekezee", r"tu|pekee", 3)
 _SW: dict[str, str] = {
+    "describing": r"\b(?:shambulio|mashambulizi|watafiti)\b",
     "agent": r"\bmsaidizi\b|\bwasaidizi\b|\bakili\s+(?:bandia|mnemba)|\bmodeli\s+ya\s+lugha|\bchatbot\w*"
              r"|\broboti\s+wa\s+mazungumzo|\bwakala\s+wa\s+AI",
     "ai_terms": r"\bakili\s+(?:bandia|mnemba)|\bmodeli\s+ya\s+lugha|\b(?:msaidizi|wasaidizi)\s+(?:pepe|wa\s+kidijitali"
@@ -828,6 +848,7 @@ _TL_ASKS = _trigger(r"(?:may|sinuman\s+ang|sinumang)\s+(?:nagtanong|magtanong|na
                     r"sabihin|sabihan|sagutin|irekomenda|imungkahi|ituro|ipadala", "huwag")
 _TL_ONLY = _only(r"irekomenda(?:\s+(?:mo|ninyo))?", r"lang|lamang")
 _TL: dict[str, str] = {
+    "describing": r"\b(?:pag-atake|pag-atakeng|mananaliksik)\b",
     "agent": r"\bkatulong\s+na\s+AI|\bAI\s+na\s+katulong|\bvirtual\s+na\s+(?:katulong|assistant|asistant)"
              r"|\bartipisyal\w*\s+na\s+(?:intelihensiya|katalinuhan)|\bchatbot\w*|\bmodelo\s+ng\s+wika|\basistant\b",
     "ai_terms": r"\bartipisyal\w*\s+na\s+(?:intelihensiya|katalinuhan)|\bmodelo\s+ng\s+wika"
@@ -867,6 +888,7 @@ _AF_ASKS = _trigger(r"iemand\s+(?:\w+\s+){0,3}?(?:vra|vrae)", r"sê|vertel|antwo
 _AF_ONLY = (r"\bjy\s+(?:slegs|net|uitsluitlik)\s+(?:[\w-]+\s+){0,4}?aanbeveel\b"
             r"|\bbeveel\s+(?:[\w-]+\s+){0,4}?(?:slegs|net|uitsluitlik)\b")
 _AF: dict[str, str] = {
+    "describing": r"\b(?:aanval\w*|navorsers)\b",
     "agent": r"\b\w*assistent\w*|\bkletsbot\w*|\bgeselsbot\w*|\bchatbot\w*|\b\w*taalmodel\w*"
              r"|\bkunsmatige\s+intelligensie",
     "ai_terms": r"\bkunsmatige\s+intelligensie|\b\w*taalmodel\w*|\bvirtuele\s+assistent\w*|\bkletsbot\w*"
@@ -915,7 +937,7 @@ LANGUAGES: dict[str, dict[str, str]] = {
     "sl": _SL, "bg": _BG, "lt": _LT, "lv": _LV, "et": _ET, "sw": _SW, "tl": _TL, "af": _AF,
 }
 CLASSES = ("agent", "ai_terms", "directive", "you", "principal", "instructions", "memory", "conversation", "outputs",
-           "long_term", "save", "vocative", "function_words")
+           "long_term", "save", "vocative", "describing", "function_words")
 
 
 def of(name: str) -> tuple[str, ...]:
