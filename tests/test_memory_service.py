@@ -414,6 +414,26 @@ async def test_bm25_counts_only_the_gated_records_and_prefers_the_rare_word(mem:
         await mem.stack.db.fetch(TEXT_SQL, *gate_args, hostile, 30)
 
 
+async def test_a_read_says_which_records_came_from_outside_until_one_is_confirmed(mem: Mem) -> None:
+    """A fact from a fetched page is rendered ``[outside fact…]`` beside the user's own and a
+    tool's, so the model that reads it sees a stranger's words; a user's confirm lifts it."""
+    reply = await mem.c.memory_propose(TENANT, [
+        {**proposal("page", "the ferry to the island leaves at 7:40", source="tool_output"),
+         "source": {"kind": "tool_output", "ref": "browser.fetch", "quotes_external": True}},
+        proposal("own", "the ferry pass is in the blue folder", source="user_confirmed", scope_id="p1"),
+        proposal("tool", "the ferry booking number is 4471", source="tool_output")])
+    by = {d.proposal_id: d for d in reply.decisions}
+    assert all(d.action == "write" for d in by.values()), by
+    read = await mem.c.memory_read(TENANT, "ferry", project_id="p1", budget_tokens=2000)
+    lines = {line for line in read.rendered.splitlines() if "ferry" in line}
+    assert "[outside fact] the ferry to the island leaves at 7:40" in lines
+    assert "[fact] the ferry pass is in the blue folder" in lines
+    assert "[fact] the ferry booking number is 4471" in lines
+    await mem.c.memory_feedback(TENANT, by["page"].record_id, "confirm", "fb-ferry")
+    again = await mem.c.memory_read(TENANT, "ferry", project_id="p1", budget_tokens=2000)
+    assert "[fact] the ferry to the island leaves at 7:40" in again.rendered.splitlines()
+
+
 async def test_a_read_without_k_fills_its_budget_and_k_bounds_it_when_set(mem: Mem) -> None:
     """Unset ``k``: winners fill the budget by value until spent (more than the old 10); a set
     ``k`` is an upper bound; a small budget stops the read when spent. A derived key that only

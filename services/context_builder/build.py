@@ -94,6 +94,7 @@ from agentledger.core.context import (
 )
 from agentledger.core.context.render import system_segment, tools_segment
 from agentledger.core.dag import next_ready
+from agentledger.core.memory.authority import LOW_AUTHORITY
 from agentledger.core.memory.keys import key_repeats_value
 from agentledger.core.memory.read import Bindings, allowed_scopes
 from agentledger.core.memory.when import usable, when_of
@@ -299,10 +300,6 @@ def wm_units(state: WorkingMemory, variables: Mapping[str, Any]) -> list[Unit]:
 
 # Memory sources a model or an outside document produced: admitted as data, with risk.
 _RISKY_SOURCES = {"model_inference": 0.4, "external_document": 0.6, "tool_output": 0.2}
-# At or below this authority a record's words were written outside the tenant (a document, a
-# page, mail, tool output quoting them) or inferred by a model from such text, and nobody with
-# authority confirmed them: its lines go in a block of their own marked ``origin="outside"``.
-OUTSIDE_AUTHORITY = 2
 
 
 def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
@@ -313,7 +310,8 @@ def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
     ``dated`` (the query names a time, ``core.memory.when``): after the day it was observed,
     ``2026-03-09 value``, so the model can answer "when" and order what changed.
 
-    A record whose words came from outside (``OUTSIDE_AUTHORITY``) is a line of a block marked
+    A record whose words came from outside (``LOW_AUTHORITY`` or less: a document, a page, mail,
+    tool output quoting them, a model's inference, unconfirmed) is a line of a block marked
     ``origin="outside"``: a poisoned record the memory policy did not recognise still reaches the
     model as something a stranger wrote, apart from what the user or a project said, whatever its
     words claim."""
@@ -329,7 +327,7 @@ def memory_units(reply: ReadReply, *, dated: bool = False) -> list[Unit]:
                         risk=_RISKY_SOURCES.get(item.source, 0.0), kind=item.kind,
                         gated="erased" if item.erased else None,
                         attrs=(("kind", item.kind), ("receipt", receipt), ("scope", item.scope),
-                               *((("origin", "outside"),) if item.authority <= OUTSIDE_AUTHORITY else ()))))
+                               *((("origin", "outside"),) if item.authority <= LOW_AUTHORITY else ()))))
     return out
 
 

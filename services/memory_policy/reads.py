@@ -51,7 +51,7 @@ from agentledger.contracts.memory_api import (
     ReceiptsRequest,
 )
 from agentledger.core.detect import redact_secrets
-from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
+from agentledger.core.memory.authority import LOW_AUTHORITY, SENSITIVITY_RANK, scope_key
 from agentledger.core.memory.keys import key_repeats_value, lookup_keys, normalise_key, tombstone_key
 from agentledger.core.memory.read import (
     Bindings,
@@ -294,13 +294,16 @@ def render(c: Candidate, *, dated: bool = False) -> str:
     """One item as the budget counts it and the reply renders it: ``[kind:key] value``, or
     ``[kind] value`` when the key only repeats the value's words (a derived content key);
     ``dated`` (the query names a time: ``core.memory.when``): the day it was observed first,
-    ``[kind] 2026-03-09 value`` (7 cl100k tokens more)."""
+    ``[kind] 2026-03-09 value`` (7 cl100k tokens more). A record whose words came from outside
+    (``LOW_AUTHORITY`` or less: a page, a document, mail, a model's inference, unconfirmed) says so,
+    ``[outside fact:key] value``, as the context builder's ``origin="outside"`` block does."""
     day = f"{c.observed_at:%Y-%m-%d} " if dated else ""
+    kind = f"outside {c.kind}" if c.row.authority <= LOW_AUTHORITY else c.kind
     if c.erased:
-        return f"[{c.kind}:{c.key}] {day}(erased)"
+        return f"[{kind}:{c.key}] {day}(erased)"
     if key_repeats_value(c.key, c.value):
-        return f"[{c.kind}] {day}{render_value(c.value)}"
-    return f"[{c.kind}:{c.key}] {day}{render_value(c.value)}"
+        return f"[{kind}] {day}{render_value(c.value)}"
+    return f"[{kind}:{c.key}] {day}{render_value(c.value)}"
 
 
 def item_of(row: RecordRow, now: datetime, *, value: Any = None, erased: bool = False,
