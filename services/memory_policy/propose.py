@@ -80,6 +80,7 @@ _MAX_EVENT_ID = 128
 
 log = structlog.get_logger()
 
+
 def event_id(kind: str, ident: str) -> str:
     """``<kind>:<id>``; an id too long for that is replaced by its blake3 (still deterministic)."""
     candidate = f"{kind}:{ident}"
@@ -243,17 +244,8 @@ class Decider:
             proposed = _proposed(tenant, p, producer)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key))
-        # One call per distinct text and source (a text proposed as a fact and a procedure is read once).
-        asks = {(text_of(proposed.value), source_of(proposed.source)): proposed
-                for *_, proposed, pre in fresh.values() if pre.judgeable}
-        if self._judge is not None and asks:
-            judged = dict(zip(asks, await asyncio.gather(*(self._judgement(p) for p in asks.values())), strict=True))
-            for pid, (i, p, proposed, pre) in list(fresh.items()):
-                if pre.judgeable:
-                    # A judgeable proposal passed the evidence step: it had no evidence problem.
-                    judgement = judged[(text_of(proposed.value), source_of(proposed.source))]
-                    fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
-                                                          judged=judgement))
+        if self._judge is not None:
+            await self._judge_all(fresh, identity_key)
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
                                              if pre.verdict is None])
         pairs: list[tuple[bytes, bytes]] = []
@@ -290,6 +282,21 @@ class Decider:
             given.add(pid)
         self.decided += len(decisions)
         return out
+
+    async def _judge_all(self, fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]],
+                         identity_key: bytes) -> None:
+        """Prepare each judgeable proposal of ``fresh`` again with the judge's reading, asked once
+        per distinct text and source (a text proposed for two scopes is read once), all at once."""
+        def ask(proposed: ev.MemoryProposed) -> tuple[str, str]:
+            return text_of(proposed.value), source_of(proposed.source)
+
+        asks = {ask(proposed): proposed for *_, proposed, pre in fresh.values() if pre.judgeable}
+        judged = dict(zip(asks, await asyncio.gather(*(self._judgement(p) for p in asks.values())), strict=True))
+        for pid, (i, p, proposed, pre) in list(fresh.items()):
+            if pre.judgeable:
+                # A judgeable proposal passed the evidence step: it had no evidence problem.
+                fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
+                                                      judged=judged[ask(proposed)]))
 
     async def _judgement(self, proposed: ev.MemoryProposed) -> Judgement | None:
         """The judge's reading of ``proposed``; when it fails, ``unavailable`` (the installation
