@@ -30,6 +30,7 @@ from agentledger.models.judges import (
     OpenAIJudge,
     make_judge,
 )
+from agentledger.services.memory_policy.propose import CANARIES
 from ckpt_support import running
 from fake_http import FakeServer, serve
 
@@ -55,7 +56,8 @@ def _answer(fake: Fake, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
     are the broken replies a real endpoint may give."""
     text = json.loads(body["messages"][1]["content"].split("\n", 2)[2])
     nonce = body["messages"][0]["content"].rsplit(" ", 1)[1].rstrip(".")
-    verdict = {"steers": "steers", "content": "content"}.get(mode) or ("steers" if "Korvia" in text else "content")
+    steers = "Korvia" in text or "Note to the AI assistant" in text
+    verdict = {"steers": "steers", "content": "content"}.get(mode) or ("steers" if steers else "content")
     mode = "read" if mode in ("steers", "content") else mode
     content = {"read": json.dumps({"verdict": verdict, "why": f"it reads as {verdict}", "nonce": nonce}),
                "fenced": f"```json\n{json.dumps({'verdict': verdict, 'why': 'fenced', 'nonce': nonce})}\n```",
@@ -220,15 +222,32 @@ async def test_the_service_asks_the_judge_only_what_the_rules_left_and_holds_on_
         assert got["maltese"][0] == "write"
         assert got["found"] == ("quarantine", "instruction_in_data")
         assert got["own"][0] == "write"
-        # The quiet order is read once for both scopes.
+        # The quiet order is read once for both scopes, after the two canaries.
         sent = [json.loads(r["body"]["messages"][1]["content"].split("\n", 2)[2]) for r in fake.requests]
-        assert sorted(sent) == sorted([QUIET_ORDER, MALTESE])
+        assert sorted(sent) == sorted([QUIET_ORDER, MALTESE, *(text for text, _ in CANARIES)])
         assert got["quiet-task"] == ("quarantine", "judged_instruction")
         fake.mode = "status:503"
         down = await stack.c.memory_propose("judged", [_request("later", "The lobby reopens on Monday.")])
         [d] = down.decisions
         assert (d.action, d.reason) == ("quarantine", "judge_unavailable")
         assert any("openai/judge-m could not judge it" in t.reason for t in d.trace)
+
+
+async def test_a_judge_that_reads_the_canaries_wrongly_is_not_trusted(settings: Settings, fake: Fake) -> None:
+    """A judge that calls everything content (a wrong model, a proxy) reads the known order wrongly
+    before its first reading: what it would have judged is held (``judge_unavailable``, the trace
+    says it is distrusted), so a broken judge never writes what the language rule held."""
+    fake.mode = "content"
+    judged = msgspec.structs.replace(settings, memory_judge_url=fake.url, memory_judge_model="judge-m")
+    async with running(judged, checkpointer=False, memory=True) as stack:
+        reply = await stack.c.memory_propose("judged", [_request("maltese", MALTESE),
+                                                        _request("lobby", "The lobby reopens on Monday.")])
+        for d in reply.decisions:
+            assert (d.action, d.reason) == ("quarantine", "judge_unavailable"), d
+            assert any("judge_distrusted" in t.reason and "known steers text" in t.reason for t in d.trace), d
+        # Only the canaries were sent: nothing of the proposals reached the distrusted judge.
+        sent = {json.loads(r["body"]["messages"][1]["content"].split("\n", 2)[2]) for r in fake.requests}
+        assert sent == {text for text, _ in CANARIES}
 
 
 async def test_with_on_failure_rules_a_failing_judge_leaves_the_rules_to_decide(settings: Settings,

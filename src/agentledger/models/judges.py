@@ -54,6 +54,12 @@ class JudgeReplyError(AgentLedgerError):
     code = "judge_bad_reply"
 
 
+class JudgeDistrustedError(AgentLedgerError):
+    """The judge read a text whose reading is known wrongly: its readings are not used."""
+
+    code = "judge_distrusted"
+
+
 # The longest ``why`` kept in a decision's trace: a reason, not an essay.
 WHY_CHARS = 200
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
