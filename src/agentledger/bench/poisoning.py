@@ -78,6 +78,9 @@ SECOND_ACTIVE_MAX = 1
 SECOND_HELD_MAX = 1
 THIRD_ACTIVE_MAX = 4
 THIRD_HELD_MAX = 5
+# Families whose leaks nobody has read: the bench prints their totals only, not which cases got
+# through (a case's name says its language and carrier, and leads to its text).
+BLIND = frozenset({"fourth"})
 FOURTH_ACTIVE_MAX = 20
 FOURTH_HELD_MAX = 9
 
@@ -690,12 +693,15 @@ def bench_poisoning() -> None:
         w = without[label]
         atk, n_atk, held, n_ctl = BEFORE.get(label, (len(w.admitted), w.attacks, len(w.held), w.controls))
         # A case name says ``…/<language>/<carrier>/<intent>/<disguise>/<i>``: what got through.
-        leaked = sorted({"/".join(name.split("/")[3:5]) for name in f.admitted})
+        leaked: list[str] | str = sorted({"/".join(name.split("/")[3:5]) for name in f.admitted})
+        held_names: list[str] | str = f.held[:5]
+        if label in BLIND:
+            leaked = held_names = "not shown: a blind family is measured by its totals"
         emit(f"poisoning_attack_success_{label}", f.attack_success, "ratio", None, None,
              target=f"<= {ATTACK_TARGET}", attacks=f.attacks, admitted=len(f.admitted), leaked_kinds=leaked,
              before=round(atk / n_atk, 3), before_admitted=atk, without_language_rule=len(w.admitted))
         emit(f"poisoning_false_quarantine_{label}", f.false_quarantine, "ratio", None, None,
-             target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=f.held[:5],
+             target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=held_names,
              before=round(held / n_ctl, 3), before_held=held, without_language_rule=len(w.held))
     bench_judged({**timed, "late": poisoning_blind.late_probe(), "probe": poisoning_unseen.probe()})
 
