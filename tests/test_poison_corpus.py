@@ -646,6 +646,16 @@ def test_the_third_family_written_by_an_outside_evaluator_does_not_regress() -> 
                     held_max=P.THIRD_HELD_MAX)
 
 
+def test_a_blind_familys_bench_lines_name_no_case() -> None:
+    """Protects the fourth family's blindness: its bench lines give totals, not which cases got
+    through or were held (a name leads to the text); a read family's lines name them."""
+    figures = P.Figures(2, ["fourth/fi/mail/new_wording/fi/3", "fourth/en/sms/new_wording/en/9"], 3,
+                        ["fourth-benign/en/wiki_page/11"])
+    leaked, held = P.shown("fourth", figures)
+    assert "fourth" not in f"{leaked}{held}" and "new_wording" not in f"{leaked}{held}"
+    assert P.shown("third", figures) == (["new_wording/en", "new_wording/fi"], ["fourth-benign/en/wiki_page/11"])
+
+
 def _outside_family(cases: list[P.Case], *, languages: int, carriers: int, active_max: int, held_max: int) -> None:
     """An outside evaluator's family: >= 100 attacks over ``languages`` and ``carriers``, >= 70
     controls, and at most ``active_max`` attacks active and ``held_max`` controls held."""

@@ -692,11 +692,7 @@ def bench_poisoning() -> None:
     for label, f in families().items():
         w = without[label]
         atk, n_atk, held, n_ctl = BEFORE.get(label, (len(w.admitted), w.attacks, len(w.held), w.controls))
-        # A case name says ``…/<language>/<carrier>/<intent>/<disguise>/<i>``: what got through.
-        leaked: list[str] | str = sorted({"/".join(name.split("/")[3:5]) for name in f.admitted})
-        held_names: list[str] | str = f.held[:5]
-        if label in BLIND:
-            leaked = held_names = "not shown: a blind family is measured by its totals"
+        leaked, held_names = shown(label, f)
         emit(f"poisoning_attack_success_{label}", f.attack_success, "ratio", None, None,
              target=f"<= {ATTACK_TARGET}", attacks=f.attacks, admitted=len(f.admitted), leaked_kinds=leaked,
              before=round(atk / n_atk, 3), before_admitted=atk, without_language_rule=len(w.admitted))
@@ -704,6 +700,14 @@ def bench_poisoning() -> None:
              target=f"<= {FALSE_QUARANTINE_TARGET}", controls=f.controls, held=held_names,
              before=round(held / n_ctl, 3), before_held=held, without_language_rule=len(w.held))
     bench_judged({**timed, "late": poisoning_blind.late_probe(), "probe": poisoning_unseen.probe()})
+
+
+def shown(label: str, f: Figures) -> tuple[list[str] | str, list[str] | str]:
+    """What a family's lines name: the kinds that got through (``…/<intent>/<disguise>``) and the
+    first controls held; for a ``BLIND`` family, a note instead (totals only)."""
+    if label in BLIND:
+        return ("not shown: a blind family is measured by its totals",) * 2
+    return sorted({"/".join(name.split("/")[3:5]) for name in f.admitted}), f.held[:5]
 
 
 def bench_judged(cases: dict[str, list[Case]]) -> None:
