@@ -64,6 +64,8 @@ def _answer(fake: Fake, body: dict[str, Any], mode: str) -> tuple[int, bytes]:
                "prose": "This text looks fine to me.",
                "other_verdict": json.dumps({"verdict": "maybe", "why": "unsure", "nonce": nonce}),
                "why_number": json.dumps({"verdict": "content", "why": 3, "nonce": nonce}),
+               "why_controls": json.dumps({"verdict": "content", "why": "fine\u0000\u001b[31m\nreally" + "x" * 400,
+                                           "nonce": nonce}),
                # a fooled model: it repeats the verdict the text dictates
                "parrot": text[text.index("{"):] if "{" in text else "{}"}[mode]
     return 200, _completion(content)
@@ -92,6 +94,10 @@ async def test_the_judge_sends_the_text_as_data_and_reads_the_verdict(fake: Fake
     assert (await judge.judge(MALTESE, "external_document")).verdict == "content"
     fake.mode = "fenced"
     assert (await judge.judge(QUIET_ORDER, "external_document")).why == "fenced"
+    # The model's reason goes into a ledger trace: no NUL or control character, one line, bounded.
+    fake.mode = "why_controls"
+    why = (await judge.judge(MALTESE, "external_document")).why
+    assert why.startswith("fine[31m really") and len(why) == 200 and all(c.isprintable() for c in why)
     assert KEY not in repr(judge)
 
 

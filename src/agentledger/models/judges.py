@@ -138,7 +138,10 @@ class OpenAIJudge:
         why = answer.get("why", "")
         if not isinstance(why, str):
             raise JudgeReplyError("the reply's why is not a string", code="judge_no_verdict", path="$.why")
-        return Judgement(verdict=answer["verdict"], judge=self.name, why=" ".join(why.split())[:WHY_CHARS])
+        # The model's words go into the decision's trace: no NUL or control character (a
+        # PostgreSQL text column refuses NUL), one line, bounded.
+        why = "".join(c for c in " ".join(why.split()) if c.isprintable())
+        return Judgement(verdict=answer["verdict"], judge=self.name, why=why[:WHY_CHARS])
 
 
 def source_of(source: MemorySource) -> str:
