@@ -4,8 +4,10 @@
 through ``FakeServer.mode``: the hosted services are parties we cannot run, and the adapters'
 promises (typed errors, timeouts, the key never quoted) are about how they answer. The parts
 every fake shares live here — recording each request, a 404 for any other path,
-``status:<code>`` replies whose body quotes the credential as a careless server might, and a
-``slow`` mode — and each test module answers the rest.
+``status:<code>`` replies whose body quotes the credential as a careless server might, a
+``slow`` mode, and ``trickle:<mode>``, the reply of ``<mode>`` sent a few bytes at a time over
+about four seconds, each pause far shorter than any read timeout — and each test module answers
+the rest.
 
 ``REFUSE_NETWORK`` is the start of a script for a fresh interpreter in which every socket is
 refused: what must load offline is loaded after it.
@@ -35,6 +37,11 @@ socket.getaddrinfo = refuse
 """
 
 
+# ``trickle:`` sends a reply in this many pieces, this far apart: about four seconds in all.
+TRICKLE_PIECES = 20
+TRICKLE_PAUSE_S = 0.2
+
+
 @dataclass
 class FakeServer:
     """A fake endpoint's address (``url``, ending in ``/v1``), behaviour and the requests it got."""
@@ -57,14 +64,19 @@ def serve(fake: F, path: str, answer: Answer[F]) -> Iterator[F]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def _reply(self, status: int, body: bytes) -> None:
+        def _reply(self, status: int, body: bytes, pieces: int = 1) -> None:
             # A client that timed out has gone: nothing to tell it.
             with contextlib.suppress(ConnectionError):
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                step = -(-len(body) // pieces)
+                for i in range(0, len(body), step):
+                    if i:
+                        time.sleep(TRICKLE_PAUSE_S)
+                    self.wfile.write(body[i:i + step])
+                    self.wfile.flush()
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -78,6 +90,8 @@ def serve(fake: F, path: str, answer: Answer[F]) -> Iterator[F]:
                                    .encode())
             if mode == "slow":
                 time.sleep(1.0)
+            if mode.startswith("trickle:"):
+                return self._reply(*answer(fake, body, mode[8:]), pieces=TRICKLE_PIECES)
             return self._reply(*answer(fake, body, mode))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

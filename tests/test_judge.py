@@ -127,6 +127,18 @@ async def test_an_error_status_is_a_typed_error_that_never_quotes_the_key(fake: 
     assert KEY not in str(info.value) and "[key]" in str(info.value)
 
 
+async def test_a_reply_trickled_past_the_timeout_is_unavailable(fake: Fake) -> None:
+    """The timeout bounds the whole reply: a server that sends a valid verdict a few bytes at a
+    time, each pause far inside the timeout, fails the call when the time is up instead of holding
+    a memory decision for as long as it likes (the reply would be read whole after ~4 s)."""
+    fake.mode = "trickle:read"
+    with pytest.raises(JudgeUnavailableError, match="timed out"):
+        await OpenAIJudge(fake.url, "m", KEY, timeout_s=1.0).judge(MALTESE, "external_document")
+    # The same trickle inside a timeout it fits is read whole.
+    got = await OpenAIJudge(fake.url, "m", KEY, timeout_s=30.0).judge(MALTESE, "external_document")
+    assert got.verdict == "content"
+
+
 def test_the_judge_is_configured_by_settings_and_bad_values_name_their_variable(tmp_path: Any) -> None:
     assert make_judge(Settings()) is None
     key = tmp_path / "judge.key"

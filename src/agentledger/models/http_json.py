@@ -5,7 +5,9 @@ The hosted embedder (``embedding.OpenAIEmbedder``) and the compactor
 same things right: an ``http(s)`` base URL checked when configured, the API key
 read from a file, sent as a bearer token and shown in no message, repr or log
 (an error reply is quoted with it scrubbed), and every failure a typed error:
-unreachable, timed out, 429 or 5xx is retryable, any other status is not.
+unreachable, timed out, 429 or 5xx is retryable, any other status is not. The timeout bounds the
+whole exchange, not each read: a server that trickles its reply a byte at a time still fails when
+the time is up, instead of holding the caller (a memory decision waiting on its judge) for ever.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import http.client
 import json
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,16 +78,33 @@ class JsonEndpoint:
                                                context=ssl.create_default_context())
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout_s)
+        deadline = time.monotonic() + self._timeout_s
         try:
             conn.request("POST", self._path, body=body, headers=headers)
+            # The response keeps reading from this socket after the connection lets go of it.
+            sock = conn.sock
+            sock.settimeout(_left(deadline))
             reply = conn.getresponse()
-            return reply.status, reply.read()
+            chunks: list[bytes] = []
+            while True:
+                sock.settimeout(_left(deadline))
+                if not (chunk := reply.read1(65536)):
+                    return reply.status, b"".join(chunks)
+                chunks.append(chunk)
         except (OSError, http.client.HTTPException) as exc:
             # TimeoutError and ConnectionError are OSErrors; the key is in no part of these.
             raise self._unavailable(f"{self._what} endpoint {self.url} failed: "
                                     f"{type(exc).__name__}: {exc}") from None
         finally:
             conn.close()
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``; a ``TimeoutError`` once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
 
 
 def read_key(path: Path, what: str, setting: str) -> str:
