@@ -18,9 +18,10 @@ Each proposal is two events on ``<prefix>.ledger.<tenant>._memory``:
 its value. A personal value names its data subject on both events (the user of
 the scope, unless the proposal names one) and the writer seals it.
 
-With a judge configured (``memory_judge_url``, ``models/judges.py``), each proposal the rules
-found nothing in and whose source may not give the agent orders (``Prepared.judgeable``) is read
-by the model before it is decided, all of a call's at once, and prepared again with the
+With a judge configured (``memory_judge_url``, ``models/judges.py``), each proposal whose source
+may not give the agent orders, in which nothing hides itself and the rules found nothing or (with
+``memory_judge_reads_findings``, the default) only the words of an instruction
+(``Prepared.judgeable``) is read by the model before it is decided, all of a call's at once, and prepared again with the
 ``Judgement``; a judge that fails holds the proposal (``judge_unavailable``), or, with
 ``memory_judge_on_failure=rules``, leaves it to the rules. Before its first reading, and again
 while it is distrusted, the judge is asked two texts whose answers are known (``CANARIES``): a
@@ -200,10 +201,12 @@ class Decider:
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection, *,
                  bindings: BindingRegistry, artifacts: ArtifactStore, judge: OpenAIJudge | None = None) -> None:
         self.settings = settings
-        # A model that reads what the rules found nothing in (None: the rules alone), and whether
-        # it answered the canaries: None until asked, else why it is distrusted ("" if trusted),
-        # and when it was last asked.
+        # A model that reads what hides nothing from the reader (None: the rules alone), whether
+        # it reads what the rules found words of an instruction in, and whether it answered the
+        # canaries: None until asked, else why it is distrusted ("" if trusted), and when it was
+        # last asked.
         self._judge = judge
+        self._reads_findings = settings.memory_judge_reads_findings
         self._judge_doubt: str | None = None
         self._judge_checked = 0.0
         self._judge_lock = asyncio.Lock()
@@ -262,7 +265,7 @@ class Decider:
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
             proposed = _proposed(tenant, p, producer)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
-                                                  identity_key=identity_key))
+                                                  identity_key=identity_key, judge_findings=self._reads_findings))
         if self._judge is not None:
             await self._judge_all(fresh, identity_key)
         groups = await self._groups(tenant, [pre.group_key for *_, pre in fresh.values()
@@ -319,7 +322,8 @@ class Decider:
             if pre.judgeable:
                 # A judgeable proposal passed the evidence step: it had no evidence problem.
                 fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
-                                                      judged=judged[ask(proposed)]))
+                                                      judged=judged[ask(proposed)],
+                                                      judge_findings=self._reads_findings))
 
     async def _trusted(self) -> str:
         """Why the judge is not trusted ("" when it is): it is asked ``CANARIES`` before its first

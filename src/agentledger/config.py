@@ -175,14 +175,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Memory-policy service: how long a read receipt is kept, in seconds.
     memory_receipt_ttl_s: float = 30 * 86400.0
     # Memory-policy service: a model that judges proposals from sources that may not give the agent
-    # orders, where the rules found nothing (an OpenAI-compatible chat endpoint at memory_judge_url
+    # orders, where nothing hides itself (an OpenAI-compatible chat endpoint at memory_judge_url
     # with memory_judge_model, its key in memory_judge_key_file; empty: the rules alone). When it
     # fails, "hold" quarantines the proposal (judge_unavailable) and "rules" decides by the rules.
+    # memory_judge_reads_findings: it also reads texts in which the rules found only the words of
+    # an instruction, and writes those it reads as content (off: it reads what the rules left).
     memory_judge_url: str = ""
     memory_judge_model: str = ""
     memory_judge_key_file: Path | None = None
     memory_judge_timeout_s: float = 20.0
     memory_judge_on_failure: str = "hold"
+    memory_judge_reads_findings: bool = True
     # Context-builder: the compactor a build uses when its policy does not name one
     # ("structured": the deterministic reducer; "openai": an OpenAI-compatible chat endpoint at
     # context_compactor_url with context_compactor_model, its key in context_compactor_key_file).
@@ -338,7 +341,7 @@ _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "mem
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",
           "tenant_append_bytes_per_s", "tenant_append_burst_s", "tenant_artifact_requests_per_s",
           "tenant_artifact_bytes_per_s", "up_timeout_s", "up_stall_s"}
-_BOOL = {"embeddings_send_dims", "redact_secrets", "integrity"}
+_BOOL = {"embeddings_send_dims", "redact_secrets", "integrity", "memory_judge_reads_findings"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 

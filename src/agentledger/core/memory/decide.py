@@ -8,9 +8,10 @@ Two steps, so the shell can fetch the right group in between:
   or rejected) → secrets (deny, nothing of the value kept) → personal data
   (``personal`` sensitivity, user scope only) → schema → source authority
   (forbidden sources are quarantined) → instructions in data, text that hides itself and
-  text the detector cannot read (quarantined; with a model's ``Judgement`` of a text the rules
-  found nothing in, held when it says the text steers the agent, written when it reads as
-  content) → canonical key. Its ``group_key`` names the group ``decide`` needs.
+  text the detector cannot read (quarantined; with a model's ``Judgement`` of a text that
+  hides nothing and in which the rules found nothing or only the words of an instruction, held
+  when it says the text steers the agent, written when it reads as content) → canonical key.
+  Its ``group_key`` names the group ``decide`` needs.
 - ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
   TTL and review) and resolves the group with the new record in it: the
   action says what the policy saw (``write``, ``supersede``, ``merge``,
@@ -94,6 +95,8 @@ TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention
                                                  "policy_claim", "fake_user_preference", "hidden_content",
                                                  "speaks_to_agent", "conditional_trigger", "tool_call",
                                                  "concealment"})
+# Findings no model's reading clears: a part of the text its reader cannot see.
+FIRM_FINDINGS: frozenset[str] = frozenset({"hidden_content"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
@@ -152,9 +155,10 @@ class Prepared(Struct, frozen=True):
     verdict: tuple[DecisionAction, str] | None = None
     quarantine: str | None = None
     value_digest: str | None = None
-    # A model may judge it: its source may not give the agent orders, the rules found nothing in
-    # it (or could not read it), no other gate holds it, and it is not personal (personal data is
-    # not sent to a model).
+    # A model may judge it: its source may not give the agent orders, nothing of it hides itself
+    # (hidden content, obfuscation), the rules found nothing in it, could not read it or (with
+    # ``judge_findings``) found only words of an instruction, no other gate holds it, and it is
+    # not personal (personal data is not sent to a model).
     judgeable: bool = False
 
     @property
@@ -211,7 +215,7 @@ class _Run:
 
 def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_problem: str | None = None,
             detectors: Detectors | None = None, identity_key: bytes | None = None,
-            judged: Judgement | None = None) -> Prepared:
+            judged: Judgement | None = None, judge_findings: bool = True) -> Prepared:
     """Every rule that needs no stored state, in order; see the module docstring.
 
     ``identity_key``: the installation's marker key, which keys a personal value's digest
@@ -222,7 +226,10 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
     looked them up): such a proposal is rejected, so that cited evidence never raises authority
     without being checked.
     ``judged``: a model's reading of the text, asked for when a first ``prepare`` says
-    ``judgeable`` (ignored otherwise).
+    ``judgeable`` (ignored otherwise). ``judge_findings``: whether a text in which the rules
+    found only a word-level instruction (not hidden content, not obfuscation) is judgeable too,
+    so that a ``content`` reading writes it (the installation's
+    ``memory_judge_reads_findings``); without it the judge reads only what the rules left.
     """
     det = detectors or default_detectors()
     run = _Run(proposal)
@@ -236,7 +243,7 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
         if evidence_problem is not None:
             raise run.stop("evidence", "reject", "evidence_unverified", evidence_problem)
         _authority(run)
-        _instructions(run, text, det, judged)
+        _instructions(run, text, det, judged, judge_findings)
         _key(run, identity_key)
     except _Stop as stop:
         verdict = (stop.action, stop.reason)
@@ -326,11 +333,15 @@ def _authority(run: _Run) -> None:
         run.fire("authority", "pass", f"{source}: authority {run.authority}")
 
 
-def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None) -> None:
+def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None, judge_findings: bool) -> None:
     """Every source is checked: an exempt source (a user, a project rule) and a trusted source's
-    fact may carry policy imperatives, everything else none. Where the rules find nothing, a
-    model's ``judged`` reading decides: it holds what steers, and writes content the rules could
-    not read; without one, text the rules cannot read is held."""
+    fact may carry policy imperatives, everything else none. A model's ``judged`` reading decides
+    what the rules found nothing in (it holds what steers, and writes content the rules could not
+    read) and, with ``judge_findings``, what they found only by its words: the word classes and
+    phrase patterns guess at meaning, and a model that reads the text decides better (measured:
+    docs/memory.md). What hides itself from the reader (hidden content, obfuscation) is held
+    whatever a model says. Without a reading, every finding and text the rules cannot read is
+    held."""
     source = effective_source(run.proposal.source)
     trusted = source in INSTRUCTION_EXEMPT or (run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS)
     if run.proposal.sealed is not None:
@@ -340,17 +351,20 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
             run.hold("instructions", "sealed_unscanned", f"sealed {source} content cannot be checked")
         return
     found = sorted({f.kind for f in det.instructions(text)} - (TRUSTED_IMPERATIVES if trusted else set()))
-    if found:
-        run.hold("instructions", "instruction_in_data", "imperative aimed at the agent: " + ", ".join(found))
+    readable = not found or (judge_findings and not FIRM_FINDINGS & set(found))
+    hiding = [] if trusted or not readable else sorted({f.kind for f in det.obfuscation(text)})
+    # Not what another gate already holds (a procedure from a page): its reading would change nothing.
+    run.judgeable = (not trusted and readable and not hiding and run.sensitivity != "personal"
+                     and run.quarantine is None)
+    judged = judged if run.judgeable else None
+    if found and (judged is None or judged.verdict != "content"):
+        run.hold("instructions", "instruction_in_data", "imperative aimed at the agent: " + ", ".join(found)
+                 + (f" ({judged.judge}: {judged.verdict}, {judged.why})" if judged is not None else ""))
         return
-    hiding = [] if trusted else sorted({f.kind for f in det.obfuscation(text)})
     if hiding:
         run.hold("instructions", "obfuscated_in_data", "text that hides itself: " + ", ".join(hiding))
         return
     unread = None if trusted else det.language(text)
-    # Not what another gate already holds (a procedure from a page): its reading would change nothing.
-    run.judgeable = not trusted and run.sensitivity != "personal" and run.quarantine is None
-    judged = judged if run.judgeable else None
     if judged is not None and judged.verdict == "steers":
         run.hold("instructions", "judged_instruction", f"{judged.judge} reads an attempt to steer the agent: "
                  + judged.why)
@@ -360,6 +374,7 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
         run.hold("instructions", "unjudged_language", "the detector cannot read it: " + unread)
     elif judged is not None:
         run.fire("instructions", "pass", f"{judged.judge} reads content: {judged.why}"
+                 + (f" (the rules found: {', '.join(found)})" if found else "")
                  + (f" (the rules cannot read it: {unread})" if unread else ""))
     else:
         run.fire("instructions", "pass")
