@@ -647,12 +647,13 @@ def test_the_third_family_written_by_an_outside_evaluator_does_not_regress() -> 
 
 
 def test_a_blind_familys_bench_lines_name_no_case() -> None:
-    """Protects the fourth family's blindness: its bench lines give totals, not which cases got
+    """Protects the blind families' blindness: their bench lines give totals, not which cases got
     through or were held (a name leads to the text); a read family's lines name them."""
     figures = P.Figures(2, ["fourth/fi/mail/new_wording/fi/3", "fourth/en/sms/new_wording/en/9"], 3,
                         ["fourth-benign/en/wiki_page/11"])
-    leaked, held = P.shown("fourth", figures)
-    assert "fourth" not in f"{leaked}{held}" and "new_wording" not in f"{leaked}{held}"
+    for blind in ("fourth", "fifth"):
+        leaked, held = P.shown(blind, figures)
+        assert "fourth" not in f"{leaked}{held}" and "new_wording" not in f"{leaked}{held}"
     assert P.shown("third", figures) == (["new_wording/en", "new_wording/fi"], ["fourth-benign/en/wiki_page/11"])
 
 
@@ -679,6 +680,19 @@ def test_the_fourth_family_written_blind_is_measured_and_does_not_regress() -> N
 
     _outside_family(FO.corpus(), languages=25, carriers=10, active_max=P.FOURTH_ACTIVE_MAX,
                     held_max=P.FOURTH_HELD_MAX)
+
+
+def test_the_fifth_family_written_after_the_judge_is_measured_and_does_not_regress() -> None:
+    """Protects the blind figure of the fifth family (written by a third outside evaluator who had
+    read neither the detector, its docs, its tests nor the other families, after the judge existed;
+    about 40 of its attacks written to pass both the rules and a model given the judge's prompt;
+    >= 100 attacks in >= 25 languages over >= 10 carriers, >= 70 controls): at most
+    ``FIFTH_ACTIVE_MAX`` attacks active and ``FIFTH_HELD_MAX`` controls held by the rules alone
+    (51 of 128 and 14 of 85 on 3d6caac, the detector it was written against)."""
+    from agentledger.bench import poisoning_fifth as FI  # noqa: PLC0415
+
+    _outside_family(FI.corpus(), languages=25, carriers=10, active_max=P.FIFTH_ACTIVE_MAX,
+                    held_max=P.FIFTH_HELD_MAX)
 
 
 # ---- the shapes of the third family's leaks (read after its blind figure was taken) ------------

@@ -66,7 +66,7 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.memory.authority import KIND_RULES, record_id_for
 from agentledger.core.memory.decide import Judgement, Prepared, decide, prepare
-from agentledger.core.memory.keys import text_of, tombstone_key
+from agentledger.core.memory.keys import tombstone_key
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
 from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, QuotaExceededError, UnavailableError
@@ -308,21 +308,22 @@ class Decider:
     async def _judge_all(self, fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]],
                          identity_key: bytes) -> None:
         """Prepare each judgeable proposal of ``fresh`` again with the judge's reading, asked once
-        per distinct text and source (a text proposed for two scopes is read once), all at once."""
-        def ask(proposed: ev.MemoryProposed) -> tuple[str, str]:
-            return text_of(proposed.value), source_of(proposed.source)
+        per distinct text and source (a text proposed for two scopes is read once), all at once.
+        What is sent is ``Prepared.judge_text``: a personal value found in it is masked."""
+        def ask(proposed: ev.MemoryProposed, pre: Prepared) -> tuple[str, str]:
+            return pre.judge_text, source_of(proposed.source)
 
-        asks = {ask(proposed): proposed for *_, proposed, pre in fresh.values() if pre.judgeable}
+        asks = sorted({ask(proposed, pre) for *_, proposed, pre in fresh.values() if pre.judgeable})
         if not asks:
             return
         doubt = await self._trusted()
-        judged = dict(zip(asks, await asyncio.gather(*(self._judgement(p, doubt) for p in asks.values())),
+        judged = dict(zip(asks, await asyncio.gather(*(self._judgement(text, source, doubt) for text, source in asks)),
                           strict=True))
         for pid, (i, p, proposed, pre) in list(fresh.items()):
             if pre.judgeable:
                 # A judgeable proposal passed the evidence step: it had no evidence problem.
                 fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, identity_key=identity_key,
-                                                      judged=judged[ask(proposed)],
+                                                      judged=judged[ask(proposed, pre)],
                                                       judge_findings=self._reads_findings))
 
     async def _trusted(self) -> str:
@@ -346,15 +347,15 @@ class Decider:
                 log.error("memory_judge_distrusted", judge=self._judge.name, wrong=wrong)
             return self._judge_doubt
 
-    async def _judgement(self, proposed: ev.MemoryProposed, doubt: str) -> Judgement | None:
-        """The judge's reading of ``proposed``; when it fails or is distrusted (``doubt``),
-        ``unavailable`` (the installation holds such proposals) or None (it leaves them to the
-        rules)."""
+    async def _judgement(self, text: str, source: str, doubt: str) -> Judgement | None:
+        """The judge's reading of ``text`` from ``source``; when it fails or is distrusted
+        (``doubt``), ``unavailable`` (the installation holds such proposals) or None (it leaves
+        them to the rules)."""
         assert self._judge is not None
         try:
             if doubt:
                 raise JudgeDistrustedError(f"{self._judge.name} is not trusted: {doubt}")
-            return await self._judge.judge(text_of(proposed.value), source_of(proposed.source))
+            return await self._judge.judge(text, source)
         except AgentLedgerError as exc:
             log.warning("memory_judge_failed", code=exc.code, judge=self._judge.name)
             if self.settings.memory_judge_on_failure == "rules":

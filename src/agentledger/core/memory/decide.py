@@ -108,6 +108,12 @@ class FindingLike(Protocol):
     @property
     def kind(self) -> str: ...
 
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
 
 Detector = Callable[[str], Sequence[FindingLike]]
 
@@ -158,8 +164,11 @@ class Prepared(Struct, frozen=True):
     # A model may judge it: its source may not give the agent orders, nothing of it hides itself
     # (hidden content, obfuscation), the rules found nothing in it, could not read it or (with
     # ``judge_findings``) found only words of an instruction, no other gate holds it, and it is
-    # not personal (personal data is not sent to a model).
+    # not sealed nor marked personal by its caller (a personal value the detector found is sent
+    # masked, ``judge_text``; nothing else of personal data is sent to a model).
     judgeable: bool = False
+    # What a judge is sent: the text, a personal value replaced by its kind (``masked``).
+    judge_text: str = ""
 
     @property
     def group_key(self) -> GroupKey:
@@ -198,6 +207,8 @@ class _Run:
         self.trace: list[RuleFired] = []
         self.quarantine: str | None = None
         self.personal_kinds: list[str] = []
+        # What a judge may be sent: the text, its personal values masked (None: nothing of it).
+        self.judge_text: str | None = None
         self.digest: str | None = None
         self.judgeable = False
 
@@ -250,7 +261,8 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
     return Prepared(proposal=proposal, kind=run.kind, scope=run.scope, key=run.key,
                     sensitivity=run.sensitivity, authority=run.authority, trace=tuple(run.trace),
                     verdict=verdict, quarantine=run.quarantine, value_digest=run.digest,
-                    judgeable=run.judgeable and verdict is None)
+                    judgeable=run.judgeable and verdict is None,
+                    judge_text=(run.judge_text or "") if run.judgeable and verdict is None else "")
 
 
 def _classify(run: _Run, text: str) -> None:
@@ -286,12 +298,17 @@ def _secrets(run: _Run, text: str, det: Detectors) -> None:
 
 def _personal(run: _Run, text: str, det: Detectors, asked: bool) -> None:
     p = run.proposal
-    found = sorted({f.kind for f in det.personal(text)}) if p.sealed is None else []
+    spans = det.personal(text) if p.sealed is None else []
+    found = sorted({f.kind for f in spans})
     if p.key is not None and det.personal(p.key):
         raise run.stop("personal", "reject", "personal_data_in_key", "a key is never sealed; name it otherwise")
     if not (found or asked or p.sealed is not None):
+        run.judge_text = text
         run.fire("personal", "pass")
         return
+    # A model may read what the detector found masked; a value the caller calls personal, or a
+    # sealed one, is never sent.
+    run.judge_text = None if asked or p.sealed is not None else masked(text, spans)
     why = ", ".join(found) or ("sealed" if p.sealed is not None else "marked personal")
     if run.scope.level != "user":
         raise run.stop("personal", "reject", "personal_needs_user_scope",
@@ -299,6 +316,23 @@ def _personal(run: _Run, text: str, det: Detectors, asked: bool) -> None:
     run.sensitivity = "personal"
     run.personal_kinds = found
     run.fire("personal", "personal", f"{why}: personal sensitivity, sealed with the data subject's key")
+
+
+def masked(text: str, spans: Sequence[FindingLike]) -> str:
+    """``text`` with each personal value found replaced by its kind in brackets (``[email]``):
+    what a judge is sent of a personal proposal, which keeps its wording and not its values."""
+    merged: list[tuple[int, int, str]] = []
+    for f in sorted(spans, key=lambda f: (f.start, -f.end)):
+        if merged and f.start < merged[-1][1]:  # overlapping values are masked as one
+            a, b, kind = merged[-1]
+            merged[-1] = (a, max(b, f.end), kind)
+        else:
+            merged.append((f.start, f.end, f.kind))
+    out, at = [], 0
+    for a, b, kind in merged:
+        out += [text[at:a], f"[{kind}]"]
+        at = b
+    return "".join(out) + text[at:]
 
 
 def _schema(run: _Run) -> None:
@@ -354,7 +388,7 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
     readable = not found or (judge_findings and not FIRM_FINDINGS & set(found))
     hiding = [] if trusted or not readable else sorted({f.kind for f in det.obfuscation(text)})
     # Not what another gate already holds (a procedure from a page): its reading would change nothing.
-    run.judgeable = (not trusted and readable and not hiding and run.sensitivity != "personal"
+    run.judgeable = (not trusted and readable and not hiding and run.judge_text is not None
                      and run.quarantine is None)
     judged = judged if run.judgeable else None
     if found and (judged is None or judged.verdict != "content"):
@@ -373,7 +407,8 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
     elif unread is not None and judged is None:
         run.hold("instructions", "unjudged_language", "the detector cannot read it: " + unread)
     elif judged is not None:
-        run.fire("instructions", "pass", f"{judged.judge} reads content: {judged.why}"
+        run.fire("instructions", "pass", f"{judged.judge} reads content"
+                 + (" (its personal values masked)" if run.sensitivity == "personal" else "") + f": {judged.why}"
                  + (f" (the rules found: {', '.join(found)})" if found else "")
                  + (f" (the rules cannot read it: {unread})" if unread else ""))
     else:
