@@ -19,10 +19,10 @@ its value. A personal value names its data subject on both events (the user of
 the scope, unless the proposal names one) and the writer seals it.
 
 With a judge configured (``memory_judge_url``, ``models/judges.py``), each proposal whose source
-may not give the agent orders, in which nothing hides itself and the rules found nothing or (with
-``memory_judge_reads_findings``, the default) only the words of an instruction
-(``Prepared.judgeable``) is read by the model before it is decided, all of a call's at once, and prepared again with the
-``Judgement``; a judge that fails holds the proposal (``judge_unavailable``), or, with
+may not give the agent orders, that is not obfuscated and in which the rules found nothing or
+(with ``memory_judge_reads_findings``, the default) an instruction or a hidden part
+(``Prepared.judgeable``) is read by the model before it is decided, all of a call's at once, and
+prepared again with the ``Judgement``; a judge that fails holds the proposal (``judge_unavailable``), or, with
 ``memory_judge_on_failure=rules``, leaves it to the rules. Before its first reading, and again
 while it is distrusted, the judge is asked two texts whose answers are known (``CANARIES``): a
 judge that calls a blatant order content, or a bus timetable an order (a wrong model, one that
@@ -201,8 +201,8 @@ class Decider:
     def __init__(self, settings: Settings, nc: Client, pool: asyncpg.Pool, projection: MemoryProjection, *,
                  bindings: BindingRegistry, artifacts: ArtifactStore, judge: OpenAIJudge | None = None) -> None:
         self.settings = settings
-        # A model that reads what hides nothing from the reader (None: the rules alone), whether
-        # it reads what the rules found words of an instruction in, and whether it answered the
+        # A model that reads what is not obfuscated (None: the rules alone), whether it reads what
+        # the rules found an instruction or a hidden part in, and whether it answered the
         # canaries: None until asked, else why it is distrusted ("" if trusted), and when it was
         # last asked.
         self._judge = judge

@@ -175,11 +175,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Memory-policy service: how long a read receipt is kept, in seconds.
     memory_receipt_ttl_s: float = 30 * 86400.0
     # Memory-policy service: a model that judges proposals from sources that may not give the agent
-    # orders, where nothing hides itself (an OpenAI-compatible chat endpoint at memory_judge_url
+    # orders, where nothing is obfuscated (an OpenAI-compatible chat endpoint at memory_judge_url
     # with memory_judge_model, its key in memory_judge_key_file; empty: the rules alone). When it
     # fails, "hold" quarantines the proposal (judge_unavailable) and "rules" decides by the rules.
-    # memory_judge_reads_findings: it also reads texts in which the rules found only the words of
-    # an instruction, and writes those it reads as content (off: it reads what the rules left).
+    # memory_judge_reads_findings: it also reads texts in which the rules found an instruction or a
+    # hidden part, and writes those it reads as content (off: it reads what the rules left).
     memory_judge_url: str = ""
     memory_judge_model: str = ""
     memory_judge_key_file: Path | None = None

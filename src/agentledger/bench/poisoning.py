@@ -89,10 +89,10 @@ FOURTH_HELD_MAX = 9
 FIFTH_ACTIVE_MAX = 51
 FIFTH_HELD_MAX = 14
 # The fourth and fifth families decided with the recorded verdicts (``recorded_readings``): no
-# attack active; held, in the fourth a secret look-alike, a personal value at project scope and a
-# hidden part, which no reading clears, and one control of the fifth.
-FOURTH_RECORDED_HELD_MAX = 3
-FIFTH_RECORDED_HELD_MAX = 1
+# attack active; held, in the fourth a secret look-alike and a personal value at project scope,
+# which no reading clears, and nothing of the fifth.
+FOURTH_RECORDED_HELD_MAX = 2
+FIFTH_RECORDED_HELD_MAX = 0
 
 # How each carrier arrives as a proposal's source.
 SOURCE_OF: dict[str, dict[str, object]] = {

@@ -8,9 +8,9 @@ Two steps, so the shell can fetch the right group in between:
   or rejected) → secrets (deny, nothing of the value kept) → personal data
   (``personal`` sensitivity, user scope only) → schema → source authority
   (forbidden sources are quarantined) → instructions in data, text that hides itself and
-  text the detector cannot read (quarantined; with a model's ``Judgement`` of a text that
-  hides nothing and in which the rules found nothing or only the words of an instruction, held
-  when it says the text steers the agent, written when it reads as content) → canonical key.
+  text the detector cannot read (quarantined; with a model's ``Judgement`` of a text that is not
+  obfuscated, held when it says the text steers the agent, written when it reads as content)
+  → canonical key.
   Its ``group_key`` names the group ``decide`` needs.
 - ``decide(proposal, group=…)`` adds the time-dependent parts (observed time,
   TTL and review) and resolves the group with the new record in it: the
@@ -88,15 +88,13 @@ SKEW = timedelta(minutes=5)
 # (``TRUSTED_IMPERATIVES``); an attempt to override the agent's instructions, deletion, its
 # system prompt or its role, or to send its data away, is held from them as from anyone. From
 # any other source (documents, pages, mail, tool output, a model's inference) every finding
-# holds the proposal, hidden content included: what a reader of the page could not see is
-# never taken as memory.
+# holds the proposal, hidden content included, unless a model's reading says it is content
+# (``_instructions``).
 INSTRUCTION_EXEMPT: frozenset[SourceKind] = frozenset({"user_confirmed", "project_rule"})
 TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention_override", "addressed_to_agent",
                                                  "policy_claim", "fake_user_preference", "hidden_content",
                                                  "speaks_to_agent", "conditional_trigger", "tool_call",
                                                  "concealment"})
-# Findings no model's reading clears: a part of the text its reader cannot see.
-FIRM_FINDINGS: frozenset[str] = frozenset({"hidden_content"})
 # Kinds that steer the agent: any source but the exempt ones is checked for instructions.
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
@@ -161,9 +159,9 @@ class Prepared(Struct, frozen=True):
     verdict: tuple[DecisionAction, str] | None = None
     quarantine: str | None = None
     value_digest: str | None = None
-    # A model may judge it: its source may not give the agent orders, nothing of it hides itself
-    # (hidden content, obfuscation), the rules found nothing in it, could not read it or (with
-    # ``judge_findings``) found only words of an instruction, no other gate holds it, and it is
+    # A model may judge it: its source may not give the agent orders, it is not obfuscated, the
+    # rules found nothing in it, could not read it or (with ``judge_findings``) found words of an
+    # instruction or a hidden part, no other gate holds it, and it is
     # not sealed nor marked personal by its caller (a personal value the detector found is sent
     # masked, ``judge_text``; nothing else of personal data is sent to a model).
     judgeable: bool = False
@@ -238,9 +236,9 @@ def prepare(proposal: MemoryProposed, *, personal: bool = False, evidence_proble
     without being checked.
     ``judged``: a model's reading of the text, asked for when a first ``prepare`` says
     ``judgeable`` (ignored otherwise). ``judge_findings``: whether a text in which the rules
-    found only a word-level instruction (not hidden content, not obfuscation) is judgeable too,
-    so that a ``content`` reading writes it (the installation's
-    ``memory_judge_reads_findings``); without it the judge reads only what the rules left.
+    found an instruction or a hidden part (not obfuscation) is judgeable too, so that a
+    ``content`` reading writes it (the installation's ``memory_judge_reads_findings``); without
+    it the judge reads only what the rules left.
     """
     det = detectors or default_detectors()
     run = _Run(proposal)
@@ -371,10 +369,12 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
     """Every source is checked: an exempt source (a user, a project rule) and a trusted source's
     fact may carry policy imperatives, everything else none. A model's ``judged`` reading decides
     what the rules found nothing in (it holds what steers, and writes content the rules could not
-    read) and, with ``judge_findings``, what they found only by its words: the word classes and
-    phrase patterns guess at meaning, and a model that reads the text decides better (measured:
-    docs/memory.md). What hides itself from the reader (hidden content, obfuscation) is held
-    whatever a model says. Without a reading, every finding and text the rules cannot read is
+    read) and, with ``judge_findings``, what they found something in: the word classes and phrase
+    patterns guess at meaning, and a page's hidden parts are suspect, not guilty (a generator's
+    comment, a loader's hidden span); a model that reads the text decides better (measured:
+    docs/memory.md). Text that hides itself from machines as well (obfuscation: direction
+    overrides, TAG characters, letters of other scripts, invisible characters inside words) is
+    held whatever a model says. Without a reading, every finding and text the rules cannot read is
     held."""
     source = effective_source(run.proposal.source)
     trusted = source in INSTRUCTION_EXEMPT or (run.authority > CHECKED_AUTHORITY and run.kind not in POLICY_KINDS)
@@ -385,7 +385,7 @@ def _instructions(run: _Run, text: str, det: Detectors, judged: Judgement | None
             run.hold("instructions", "sealed_unscanned", f"sealed {source} content cannot be checked")
         return
     found = sorted({f.kind for f in det.instructions(text)} - (TRUSTED_IMPERATIVES if trusted else set()))
-    readable = not found or (judge_findings and not FIRM_FINDINGS & set(found))
+    readable = not found or judge_findings
     hiding = [] if trusted or not readable else sorted({f.kind for f in det.obfuscation(text)})
     # Not what another gate already holds (a procedure from a page): its reading would change nothing.
     run.judgeable = (not trusted and readable and not hiding and run.judge_text is not None
