@@ -392,10 +392,14 @@ def test_recorded_verdicts_decide_every_family_and_a_changed_prompt_refuses_them
     for cases in (P.corpus(**P.TUNED), poisoning_third.corpus(), fourth, fifth):  # type: ignore[arg-type]
         assert rec.missing(cases) == 0
         judged, rules = P.measure(cases, judged=rec.judged), P.measure(cases)
-        assert judged.admitted == []
-        assert len(judged.held) <= len(rules.held)
-    assert len(P.measure(fourth, judged=rec.judged).held) <= P.FOURTH_RECORDED_HELD_MAX
-    assert len(P.measure(fifth, judged=rec.judged).held) <= P.FIFTH_RECORDED_HELD_MAX
+        # Counts only: a failing assertion would print a blind family's case names.
+        admitted, held, rules_held = len(judged.admitted), len(judged.held), len(rules.held)
+        assert admitted == 0
+        assert held <= rules_held
+    fourth_held = len(P.measure(fourth, judged=rec.judged).held)
+    fifth_held = len(P.measure(fifth, judged=rec.judged).held)
+    assert fourth_held <= P.FOURTH_RECORDED_HELD_MAX
+    assert fifth_held <= P.FIFTH_RECORDED_HELD_MAX
     other = tmp_path / "readings.json"
     data = json.loads(P.READINGS.read_text())
     other.write_text(json.dumps({**data, "instructions_sha256": "0" * 64}))
