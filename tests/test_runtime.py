@@ -448,3 +448,36 @@ def test_up_waits_while_the_processes_make_progress(tmp_path: Path) -> None:
                 busy.check("the services did not all start", ["memory-policy"])
         else:
             busy.check("the services did not all start", ["memory-policy"])
+
+
+async def test_up_waits_out_a_store_that_answers_not_now_and_stops_at_other_errors() -> None:
+    """A freshly elected cluster may time out the artifact bucket's first create, which the store
+    reports as ``UnavailableError`` (retrying is safe): ``up`` tries again until its deadline
+    instead of failing the start (a restore of a 3-node cluster failed so in CI); any other error,
+    and a deadline that passes, stop it at once."""
+    import time  # noqa: PLC0415
+
+    from agentledger.errors import ContractError, UnavailableError  # noqa: PLC0415
+
+    calls = 0
+
+    async def slow_bucket() -> None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise UnavailableError("artifact bucket X: TimeoutError()")
+
+    await commands._until_streams_answer(slow_bucket, time.monotonic() + 3600)
+    assert calls == 3
+
+    async def refused() -> None:
+        raise ContractError("a bad setting", code="invalid_config")
+
+    with pytest.raises(ContractError):
+        await commands._until_streams_answer(refused, time.monotonic() + 3600)
+
+    async def never() -> None:
+        raise UnavailableError("artifact bucket X: TimeoutError()")
+
+    with pytest.raises(RuntimeStateError, match="was not ready within"):
+        await commands._until_streams_answer(never, 0.0)

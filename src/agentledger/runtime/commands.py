@@ -38,7 +38,7 @@ import structlog
 from nats.aio.client import Client
 
 from agentledger.config import Settings, nats_servers
-from agentledger.errors import RuntimeStateError
+from agentledger.errors import RuntimeStateError, UnavailableError
 from agentledger.runtime import service_users
 from agentledger.runtime.embedded import (
     EmbeddedCluster,
@@ -270,14 +270,16 @@ async def wait_for_cluster(settings: Settings, size: int, deadline: float) -> No
 
 
 async def _until_streams_answer(step: Callable[[], Awaitable[None]], deadline: float) -> None:
-    """Run ``step`` until the JetStream API stops answering "not now" (a timeout, 503), or
-    ``deadline`` (monotonic) passes; any other error propagates at once."""
+    """Run ``step`` until the JetStream API stops answering "not now" (a timeout, 503, or a store
+    that says so as ``UnavailableError``: the artifact bucket's first create on a cluster that has
+    just elected its leaders), or ``deadline`` (monotonic) passes; any other error propagates at
+    once."""
     while True:
         try:
             await step()
             return
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
-                nats.js.errors.ServiceUnavailableError) as exc:
+                nats.js.errors.ServiceUnavailableError, UnavailableError) as exc:
             _check_deadline(deadline, f"the JetStream API answers {exc!r}")
             log.info("jetstream_not_ready", error=repr(exc))
             await asyncio.sleep(0.5)
