@@ -206,7 +206,9 @@ class Decider:
         # canaries: None until asked, else why it is distrusted ("" if trusted), and when it was
         # last asked.
         self._judge = judge
-        self._reads_findings = settings.memory_judge_reads_findings
+        # Without a judge nothing is read, and what the rules found is held without the
+        # obfuscation check a reading would need.
+        self._reads_findings = judge is not None and settings.memory_judge_reads_findings
         self._judge_doubt: str | None = None
         self._judge_checked = 0.0
         self._judge_lock = asyncio.Lock()

@@ -55,6 +55,7 @@ from agentledger.contracts.events import (
     SourceKind,
 )
 from agentledger.core import detect
+from agentledger.core.detect.finding import Finding, non_overlapping
 from agentledger.core.detect.language import unjudged
 from agentledger.core.detect.unveil import find_obfuscation
 from agentledger.core.memory.authority import (
@@ -319,17 +320,11 @@ def _personal(run: _Run, text: str, det: Detectors, asked: bool) -> None:
 def masked(text: str, spans: Sequence[FindingLike]) -> str:
     """``text`` with each personal value found replaced by its kind in brackets (``[email]``):
     what a judge is sent of a personal proposal, which keeps its wording and not its values."""
-    merged: list[tuple[int, int, str]] = []
-    for f in sorted(spans, key=lambda f: (f.start, -f.end)):
-        if merged and f.start < merged[-1][1]:  # overlapping values are masked as one
-            a, b, kind = merged[-1]
-            merged[-1] = (a, max(b, f.end), kind)
-        else:
-            merged.append((f.start, f.end, f.kind))
     out, at = [], 0
-    for a, b, kind in merged:
-        out += [text[at:a], f"[{kind}]"]
-        at = b
+    # Overlapping values are masked as one (``non_overlapping``, as redaction does).
+    for f in non_overlapping(Finding(f.kind, f.start, f.end, "") for f in spans):
+        out += [text[at:f.start], f"[{f.kind}]"]
+        at = f.end
     return "".join(out) + text[at:]
 
 
