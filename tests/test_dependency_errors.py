@@ -392,7 +392,17 @@ async def test_each_dependency_failure_is_unavailable_naming_it_and_a_bug_intern
     violation or a missing key (bugs if they escape) stay ``internal``."""
     probe = Raiser(settings)
     await probe.start()
+
+    async def routed() -> bool:
+        # The operator's route to a just-started service can lag its start on a loaded host
+        # ("no responders" once in CI): any reply (an unknown text is a bug, ``internal``) says it
+        # is there.
+        with contextlib.suppress(nats.errors.NoRespondersError):
+            return (await echo(operator, settings, {"tenant": TENANT, "text": "route?"})).error is not None
+        return False
+
     try:
+        await assert_eventually(routed, timeout=60, interval=0.2)
         for text, (raised, what) in RAISED.items():
             reply = await echo(operator, settings, {"tenant": TENANT, "text": text})
             assert reply.error is not None, text
