@@ -52,7 +52,16 @@ from agentledger.contracts.memory_api import (
 )
 from agentledger.core.detect import redact_secrets
 from agentledger.core.memory.authority import LOW_AUTHORITY, SENSITIVITY_RANK, scope_key
-from agentledger.core.memory.keys import key_repeats_value, lookup_keys, normalise_key, tombstone_key
+from agentledger.core.memory.keys import (
+    MULTI_VALUED,
+    attribute_prefix,
+    key_repeats_value,
+    known_attribute,
+    lookup_keys,
+    named_attributes,
+    normalise_key,
+    tombstone_key,
+)
 from agentledger.core.memory.read import (
     Bindings,
     allowed_scopes,
@@ -107,8 +116,15 @@ def _sql(template: str, parts: dict[str, str] | None = None) -> str:
     return template
 
 
-EXACT_SQL = _sql("SELECT row, {columns}, mac FROM memory_records WHERE {scope} AND key = $8"
-                 " AND status <> 'forgotten'")
+# A key, or (a multi-valued attribute: ``keys.MULTI_VALUED``) every per-value key of it: $9 the
+# ``LIKE`` patterns (``keys.attribute_prefix``).
+EXACT_SQL = _sql("SELECT row, {columns}, mac FROM memory_records WHERE {scope}"
+                 " AND (key = $8 OR key LIKE ANY($9::text[])) AND status <> 'forgotten'")
+# The records of the attributes a question names (``keys.named_attributes``), every gate in the
+# WHERE clause: how a question finds a personal record, which is in no search index.
+ATTRIBUTE_SQL = _sql("SELECT row, mac FROM memory_records WHERE {scope} AND {gates}"
+                     " AND (key = ANY($8::text[]) OR key LIKE ANY($9::text[]))"
+                     " ORDER BY observed_at DESC, record_id LIMIT $10")
 # Full text: BM25 (k1 1.2, b 0.75) over the caller's gated records only. The query's words are
 # the lexemes PostgreSQL's ``simple`` configuration makes of it, each quoted as a tsquery lexeme
 # (a quote or backslash in one doubled) and OR-ed, so no text of the request is ever parsed as
@@ -286,6 +302,11 @@ def _tampered(row: RecordRow, data: bytes, tag: str | None, *, tenant: str, scop
     return None
 
 
+def _prefixes(attributes: Sequence[str]) -> list[str]:
+    """The ``LIKE`` patterns of the per-value keys of those of ``attributes`` that hold several."""
+    return [attribute_prefix(a) for a in attributes if a in MULTI_VALUED]
+
+
 def render_value(value: Any) -> str:
     return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
@@ -371,7 +392,9 @@ class Reader:
                         enabled=self.settings.integrity)
         async with self._pool.acquire() as conn:
             if request.key is not None:
-                for r in await conn.fetch(EXACT_SQL, *gate_args, normalise_key(request.key)):
+                key = normalise_key(request.key)
+                for r in await conn.fetch(EXACT_SQL, *gate_args, key, _prefixes((known_attribute(request.key)
+                                                                                 or key,))):
                     row = decode_row(r[0])
                     c = found.setdefault(row.record_id, Candidate(row))
                     c.found_by.append("key")
@@ -386,7 +409,17 @@ class Reader:
                         c.stored = (r[0], r["mac"])
                         ranking.append(c.record_id)
                     rankings.append(ranking)
-            exact = [rid for rid, c in found.items() if "key" in c.found_by]
+                named = named_attributes(request.query)
+                if named:
+                    ranking = []
+                    for r in await conn.fetch(ATTRIBUTE_SQL, *gate_args, list(named), _prefixes(named), limit):
+                        c = self._found(found, decode_row(r[0]), "attribute", request)
+                        c.stored = (r[0], r["mac"])
+                        ranking.append(c.record_id)
+                    rankings.append(ranking)
+            # A record of the key asked for, or of an attribute the question names, is what was
+            # asked: the best relevance, whatever the searches said.
+            exact = [rid for rid, c in found.items() if "key" in c.found_by or "attribute" in c.found_by]
             for rid, relevance in fuse(rankings, exact=exact).items():
                 found[rid].relevance = relevance
             return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),

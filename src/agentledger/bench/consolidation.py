@@ -8,7 +8,9 @@ inference), sometimes the same value said twice, in three shapes:
 - ``keyed_versioned``: an explicit key and a subject version that grows with each update;
 - ``keyed``: an explicit key, no version (every record at the default version 1);
 - ``unkeyed``: no key, the value as a person says it ("my employer is Acme", "I now work at
-  Globex", "employer: Initech", in a few languages), so the key must come from the attribute.
+  Globex", "employer: Initech", in a few languages), so the key must come from the attribute;
+  an attribute a person holds several values of (e-mail, phone, allergy) keeps every distinct
+  value said, each active once.
 
 Every chain has its own observation times; all proposals of all chains are decided in one
 shuffled order through the pure core (``prepare`` / ``decide`` / the reducer), personal values
@@ -29,6 +31,7 @@ from agentledger.bench.common import emit
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import AUTHORITY, record_id_for
 from agentledger.core.memory.decide import decide, prepare, with_sealed
+from agentledger.core.memory.keys import MULTI_VALUED
 from agentledger.core.memory.state import MemoryState, apply_memory_event
 
 SHAPES = ("keyed_versioned", "keyed", "unkeyed")
@@ -57,6 +60,9 @@ ATTRIBUTES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "phone_number": (
         ("+44 20 7946 0123", "+49 30 90182034", "+33 1 42 68 53 00", "+1 415 555 0134"),
         ("my phone number is {v}", "phone: {v}", "my mobile is {v}", "call me on {v}", "{v}")),
+    "allergy": (
+        ("peanuts", "shellfish", "penicillin", "pollen", "cats"),
+        ("Allergy: {v}", "I'm allergic to {v}", "allergies: {v}")),
     "favourite_colour": (
         ("blue", "green", "ochre", "teal", "crimson"),
         ("my favourite colour is {v}", "favourite colour: {v}", "My favourite colour is now {v}")),
@@ -142,7 +148,9 @@ def decide_all(proposals: Sequence[ev.MemoryProposed], rng: random.Random) -> Me
 
 
 def correct(chain: Chain, state: MemoryState) -> bool:
-    """Exactly one of the chain's records is active, and it holds the expected value."""
+    """Exactly one of the chain's records is active, and it holds the expected value; for an
+    attribute a person holds several values of (``MULTI_VALUED``) said without a key, exactly
+    one record of every distinct value is active instead (a second address is kept)."""
     value_of = {record_id_for(TENANT, s.proposal_id): s.value for s in chain.steps}
     active = []
     for rid, value in value_of.items():
@@ -150,6 +158,8 @@ def correct(chain: Chain, state: MemoryState) -> bool:
         row = state.rows.get(gk, {}).get(rid) if gk is not None else None
         if row is not None and row.status == "active":
             active.append(value)
+    if chain.shape == "unkeyed" and chain.attribute in MULTI_VALUED:
+        return sorted(active) == sorted({s.value for s in chain.steps})
     return active == [chain.expected()]
 
 

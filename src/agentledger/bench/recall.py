@@ -61,6 +61,13 @@ class Results:
     dated_line_tokens: int = 0
     # Scored questions that name a time (``core.memory.when``): their lines show the day.
     timed: int = 0
+    # The memory decisions on the turns, by action.
+    actions: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def kept(self) -> int:
+        """Turns whose words stayed readable: written, or merged into the same words said before."""
+        return self.actions["write"] + self.actions["merge"]
 
     def add(self, system: str, budget: int, category: str, value: float) -> None:
         self.scores.setdefault((system, budget), []).append((category, value))
@@ -83,18 +90,22 @@ def _event(kind: str, tenant: str, task: str, event_id: str, payload: dict[str, 
             "payload": payload}
 
 
-async def ingest(client: Client, tenant: str, conv: Conversation) -> None:
-    """Every turn as a memory proposal and every session as a document, through the services."""
+async def ingest(client: Client, tenant: str, conv: Conversation) -> Counter[str]:
+    """Every turn as a memory proposal and every session as a document, through the services;
+    the decisions' actions, counted (a turn is kept when it is written or merges into its own
+    earlier words; a ``supersede`` displaced an earlier turn, a ``quarantine`` held this one)."""
     proposals = [{"proposal_id": f"turn-{i}", "kind": "fact", "scope": {"level": "project", "id": PROJECT},
                   "source": {"kind": "user_confirmed"}, "value": t.line,
                   "observed_at": t.date.isoformat()} for i, t in enumerate(conv.turns)]
     reply = await client.memory_propose(tenant, proposals)
     if len(reply.decisions) != len(proposals):
         raise RuntimeError(f"memory.propose decided {len(reply.decisions)} of {len(proposals)}")
+    actions = Counter(d.action for d in reply.decisions)
     for n, session in enumerate(conv.sessions(), 1):
         text = "\n".join([f"Session {session[0].session}, {session[0].date:%d %B %Y}", *(t.line for t in session)])
         await client.ingest_document(tenant, f"session-{n}", 1, text, source=f"conversation:{conv.sample_id}",
                                      title=f"session {session[0].session}")
+    return actions
 
 
 async def _memory_text(client: Client, tenant: str, question: str, budget: int) -> str:
@@ -126,7 +137,7 @@ async def evaluate(client: Client, conversations: Sequence[Conversation],
         for t in conv.turns:
             res.line_tokens += tokens.count(listed_line(t.line), ENCODING)
             res.dated_line_tokens += tokens.count(listed_line(f"{t.date:%Y-%m-%d} {t.line}"), ENCODING)
-        await ingest(client, tenant, conv)
+        res.actions.update(await ingest(client, tenant, conv))
         by_id = {t.dia_id: t for t in conv.turns}
         lines = [t.line for t in conv.turns]
         bm25 = BM25(lines)
@@ -201,6 +212,8 @@ def report(res: Results, budgets: Sequence[int], source: str) -> None:
            "dated_line_tokens": round(res.dated_line_tokens / turns, 2),
            "baseline_is": "Okapi BM25 (k1 1.2, b 0.75) over the same turns, packed greedily into the budget "
                           "(cl100k_base)"}
+    emit("recall_turns_kept", res.kept, "turns", res.turns, res.kept / turns, target="= proposed",
+         by_action=dict(sorted(res.actions.items())), corpus=source)
     for b in budgets:
         base = res.mean("bm25", b) or 0.0
         for system in ("memory_read", "context_build"):

@@ -52,10 +52,9 @@ class Turn:
 
     @property
     def line(self) -> str:
-        """The turn as every retriever stores it: ``[Speaker] text``. Not ``Speaker: text``: the
-        memory policy reads a leading ``word:`` as the record's key (``core.memory.keys``), and
-        every turn of a speaker would then be one key, each superseding the last."""
-        return f"[{self.speaker}] {self.text}"
+        """The turn as every retriever stores it, the obvious way: ``Speaker: text``. A speaker's
+        label is no attribute (``core.memory.keys``), so each turn keeps its own record."""
+        return f"{self.speaker}: {self.text}"
 
 
 @dataclass(frozen=True)
@@ -300,7 +299,7 @@ def generate(seed: int = 20261203, conversations: int = 10, sessions: int = 24, 
 def _distinct(facts: Sequence[tuple[int, str, str]]) -> bool:
     """No two fact turns share a text or a memory key."""
     texts = [text for _, _, text in facts]
-    keys = {canonical_key("fact", None, f"[{speaker}] {text}") for _, speaker, text in facts}
+    keys = {canonical_key("fact", None, f"{speaker}: {text}") for _, speaker, text in facts}
     return len(set(texts)) == len(texts) == len(keys)
 
 
@@ -312,7 +311,7 @@ def _conversation(rng: random.Random, sample_id: str, speakers: tuple[str, str],
     for item in facts:
         by_session.setdefault(item[2][0], []).append(item)
     used = {text for _, _, (_, _, text) in facts}
-    keys = {canonical_key("fact", None, f"[{speaker}] {text}") for _, _, (_, speaker, text) in facts}
+    keys = {canonical_key("fact", None, f"{speaker}: {text}") for _, _, (_, speaker, text) in facts}
     avoid = frozenset(speakers)
     placed: dict[tuple[int, int], Turn] = {}
     turns: list[Turn] = []
@@ -344,7 +343,7 @@ def _filler(rng: random.Random, speaker: str, used: set[str], keys: set[str], av
     text names one turn, and every turn is a record of its own)."""
     while True:
         text = chitchat.turn(rng, avoid)
-        key = canonical_key("fact", None, f"[{speaker}] {text}")
+        key = canonical_key("fact", None, f"{speaker}: {text}")
         if text not in used and key not in keys:
             used.add(text)
             keys.add(key)

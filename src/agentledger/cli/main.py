@@ -417,7 +417,7 @@ def _add_load_commands(sub: Any) -> None:
                         "history, rebuild, checkpoint_bytes, resume, reducer, consolidation, ...); repeatable")
     p.add_argument("--profile", default="full", choices=["full", "smoke"],
                    help="sizes: full (make bench) or smoke (tiny, proves the code runs)")
-    p.add_argument("--recall-file", default=None, metavar="PATH",
+    p.add_argument("--recall-file", "--locomo", dest="recall_file", default=None, metavar="PATH",
                    help="the recall bench scores this LoCoMo-like JSON file instead of generated "
                         "conversations (docs/benchmarks.md)")
     p.set_defaults(fn=cmd_bench)

@@ -57,6 +57,10 @@ _EN_DATA = (r"(?:anything|everything|any(?:thing)? of (?:it|this)|it|(?:any|all|
             r"|user'?s?|stored|saved)\s+(?:\w+\s+)?(?:data|records?|memor(?:y|ies)|conversations?|chats?|history"
             r"|messages?|information|facts?|logs?|notes?|entries|files))")
 _DELETE = r"(?:delete|erase|forget|remove|purge|wipe|discard|clear)"
+# Not after a speaker of their own memory: "I'll never forget", "we will never forget", "she'd never".
+_OF_ONESELF = "".join(rf"(?<!\b{w}\s)" for w in (
+    "i", "i'll", "i’ll", "i'd", "i’d", "we'll", "we’ll", "he'll", "he’ll", "she'll", "she’ll", "they'll",
+    "they’ll", "i will", "we will", "i would", "we would", "i could", "i can", "i shall", "i may"))
 # Verbs of a standing order to the agent (how it answers, what it keeps, whom it obeys), not
 # of one to a document's reader ("always wear goggles", "never share your password").
 _EN_AGENT_VERBS = (r"(?:answer|respond|reply|say|tell|recommend|mention|include|append|prefix|cite|link|promote"
@@ -163,7 +167,7 @@ _PATTERNS: dict[str, list[str]] = {
     "deletion_override": [
         # en
         r"\b(?:ignore|disregard|reject|refuse|decline|deny)\s+(?:all\s+|any\s+|every\s+|the\s+|future\s+|user\s+)*(?:[\w'-]+\s+)?(?:deletion|delete|removal|erasure|forget(?:ting)?|purge|gdpr)\s+(?:requests?|commands?|instructions?|orders?)",
-        rf"\b(?:do not|don't|never|must not|mustn't|shall not)\s+(?:ever\s+)?{_DELETE}\s+{_EN_DATA}",
+        rf"\b{_OF_ONESELF}(?:do not|don't|never|must not|mustn't|shall not)\s+(?:ever\s+)?{_DELETE}\s+{_EN_DATA}",
         r"\b(?:even\s+if|when)\s+(?:the\s+)?(?:user|anyone|they)\s+(?:asks?|requests?)\s+(?:you\s+)?to\s+(?:delete|forget|erase|remove)",
         # zh
         r"(?:忽略|忽视|无视|拒绝|不要理会|不理会)(?:所有|任何|用户的?)?(?:的)?(?:删除|刪除|清除|遗忘|移除)(?:请求|要求|指令|命令)",
@@ -190,7 +194,8 @@ _PATTERNS: dict[str, list[str]] = {
         # en
         r"\b(?:keep|store|save|retain|remember|preserve|log|archive|record)\s+(?:a\s+copy\s+of\s+)?(?:everything|all(?:\s+\w+){0,3}|every(?:\s+\w+){1,2}|(?:this|these|it|the\s+\w+)(?:\s+\w+){0,2})\s+(?:forever|permanently|indefinitely|for\s+ever|for\s+good|eternally|for\s+all\s+time)",
         r"\b(?:remember|store|save|keep|retain)\s+(?:this\s+|that\s+|it\s+)?(?:forever|permanently|for\s+good)\b",
-        r"\b(?:never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
+        # "never forget" as an order, not as a person says it of themselves ("I'll never forget it")
+        rf"\b(?:{_OF_ONESELF}never\s+(?:expire|forget|let\s+\w+\s+expire)|no\s+(?:retention|expiry|ttl)\s+(?:limit|policy)?\s*(?:applies)?)\b(?!\s+(?:date|field))",
         # an order to keep, its object and the word for "for ever" in either order (en de fr es pt)
         r"(?:^|[.!?:;,|>\n]\s*)(?:please\s+)?(?:store|save|keep|remember|record|retain|memori[sz]e|commit|file)\b"
         r"[^.!?\n]{0,50}?\b(?:permanently|forever|for\s+good|indefinitely|for\s+all\s+future)\b",

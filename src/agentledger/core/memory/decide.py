@@ -69,6 +69,7 @@ from agentledger.core.memory.authority import (
     specificity_of,
 )
 from agentledger.core.memory.keys import (
+    MULTI_VALUED,
     PERSONAL_KIND_ATTRIBUTE,
     attribute_key,
     canonical_key,
@@ -100,6 +101,8 @@ TRUSTED_IMPERATIVES: frozenset[str] = frozenset({"policy_imperative", "retention
 POLICY_KINDS: frozenset[MemoryKind] = frozenset({"rule", "preference", "procedure"})
 # At or below this authority (tool output, inference, documents) every kind is checked.
 CHECKED_AUTHORITY = 3
+# Hex digits of a personal value's keyed digest in the key of a multi-valued attribute's value.
+PERSONAL_KEY_DIGEST = 16
 _MARKER = re.compile(r"\[REDACTED:([A-Za-z0-9_.-]+):[0-9a-f]{8}\]")
 
 
@@ -209,6 +212,8 @@ class _Run:
         # What a judge may be sent: the text, its personal values masked (None: nothing of it).
         self.judge_text: str | None = None
         self.digest: str | None = None
+        # The personal values the detector found, each in a normal form (``_value_form``).
+        self.personal_values: list[str] = []
         self.judgeable = False
 
     def fire(self, rule: str, outcome: str, reason: str = "") -> None:
@@ -314,7 +319,18 @@ def _personal(run: _Run, text: str, det: Detectors, asked: bool) -> None:
                        f"{why} in a {run.scope.level} scope")
     run.sensitivity = "personal"
     run.personal_kinds = found
+    run.personal_values = sorted({_value_form(f.kind, text[f.start:f.end]) for f in spans})
     run.fire("personal", "personal", f"{why}: personal sensitivity, sealed with the data subject's key")
+
+
+_PHONE_PUNCTUATION = re.compile(r"[\s().\-/]+")
+
+
+def _value_form(kind: str, value: str) -> str:
+    """A personal value as two writings of it compare: casefolded, a phone number's spacing
+    and punctuation dropped (``+44 20 7946 0123`` is ``+442079460123``)."""
+    folded = value.strip().casefold()
+    return _PHONE_PUNCTUATION.sub("", folded) if kind == "phone" else folded
 
 
 def masked(text: str, spans: Sequence[FindingLike]) -> str:
@@ -420,6 +436,12 @@ def _key(run: _Run, identity_key: bytes | None) -> None:
         kinds = {PERSONAL_KIND_ATTRIBUTE.get(k, k) for k in run.personal_kinds}
         text = p.value if isinstance(p.value, str) else ""
         attr = attribute_key(text, closed=True) or (kinds.pop() if len(kinds) == 1 else None)
+        if attr in MULTI_VALUED and run.digest is not None:
+            # One group per value, none of its words: the keyed digest of the values found (so
+            # "my email is X" and "email: X" meet), else of the whole value.
+            digest = (value_digest(scope_key(run.scope), " ".join(run.personal_values), identity_key)
+                      if run.personal_values else run.digest)
+            attr = f"{attr}_{digest[:PERSONAL_KEY_DIGEST]}"
         run.key = attr or f"personal_value_{run.digest}"
     else:
         run.key = canonical_key(run.kind, p.key, p.value)

@@ -17,8 +17,16 @@ derived from the value in a way each kind defines:
 - ``task_result``: the test / build / check identifier (``test:no19`` →
   ``test_no19``);
 - ``diagnostic``: the error codes and exception names, sorted (``eaddrinuse``);
-- otherwise the content words, stop words dropped, deduplicated and sorted,
-  so word order, case, width and punctuation do not matter.
+- an attribute that holds several values at once (``MULTI_VALUED``: e-mail, phone,
+  address, allergy, language, …) gets one group per value (``allergy_peanuts``; a personal
+  value: the attribute and its keyed digest), so a second value is kept beside the first;
+- otherwise the text keeps its own identity (``content_key``): its first content words
+  for a reader and a digest of the normalised text, so a line that sets no attribute (a
+  turn of a conversation, a note) is never a tie or a supersession of another line.
+
+An attribute outside the vocabulary is taken only from a statement that reads as one
+(``attribute_of``): a short value, not all capitalised words (a speaker's ``Caroline:``
+or a heading is not an attribute).
 
 Everything here is a pure function of its input: the same proposal always
 gets the same key. A personal value's key comes from the closed attribute
@@ -44,6 +52,10 @@ from agentledger.contracts.events import MemoryKind, Sealed
 
 MAX_KEY = 128
 MAX_WORDS = 8
+# Content words a content key shows before its digest; hex digits of that digest (``content_key``).
+READABLE_WORDS = 6
+DIGEST_PART = 10
+_CONTENT_DIGEST = re.compile(rf"_[0-9a-f]{{{DIGEST_PART}}}$")
 # Kinds whose one-line statements are keyed on the attribute they set.
 ATTRIBUTE_KINDS: frozenset[MemoryKind] = frozenset({"fact", "preference"})
 
@@ -95,8 +107,10 @@ _ATTRIBUTES: dict[str, tuple[str, ...]] = {
                  "arbeitgeber", "firma", "employeur", "entreprise", "empleador", "empresa", "雇主", "公司"),
     "home_city": ("city", "home city", "hometown", "home town", "city of residence", "residence",
                   "wohnort", "heimatstadt", "stadt", "ville", "ciudad", "城市", "所在城市"),
-    "home_address": ("address", "home address", "postal address", "street address", "mailing address",
-                     "adresse", "anschrift", "dirección", "direccion", "地址", "住址"),
+    "home_address": ("home address", "residential address", "wohnadresse", "adresse personnelle",
+                     "dirección de casa", "住址", "家庭住址"),
+    "address": ("address", "postal address", "street address", "mailing address", "billing address",
+                "shipping address", "work address", "adresse", "anschrift", "dirección", "direccion", "地址"),
     "email_address": ("email", "e mail", "email address", "e mail address", "mail address", "mail",
                       "courriel", "correo", "correo electrónico", "邮箱", "电子邮件", "邮件地址"),
     "phone_number": ("phone", "phone number", "telephone", "telephone number", "mobile", "mobile number",
@@ -106,6 +120,12 @@ _ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "name": ("name", "full name", "nom", "nombre", "名字", "姓名"),
     "birthday": ("birthday", "date of birth", "birth date", "dob", "geburtstag", "anniversaire",
                  "cumpleaños", "生日"),
+    "allergy": ("allergy", "allergies", "food allergy", "food allergies", "allergic to", "allergie", "allergien",
+                "allergies alimentaires", "alergia", "alergias", "过敏", "过敏源"),
+    "spoken_language": ("languages", "spoken language", "spoken languages", "languages spoken", "sprachen",
+                        "langues", "idiomas", "lenguas"),
+    "pet": ("pet", "pets", "haustier", "haustiere", "animal de compagnie", "mascota", "mascotas", "宠物"),
+    "hobby": ("hobby", "hobbies", "hobbys", "passe temps", "pasatiempo", "pasatiempos", "爱好"),
     "job_title": ("job title", "title", "role", "position", "job", "occupation", "profession", "beruf",
                   "métier", "profesión", "职位", "职业"),
 }
@@ -114,6 +134,12 @@ _PHRASE_ATTRIBUTE = {phrase: attr for attr, phrases in _ATTRIBUTES.items() for p
 PERSONAL_KIND_ATTRIBUTE: dict[str, str] = {"email": "email_address", "phone": "phone_number",
                                            "card": "payment_card", "iban": "bank_account",
                                            "national_id": "national_id"}
+# Attributes a person holds several values of at once (a work and a private address, two
+# allergies): each distinct value is a group of its own (``multi_valued_key``), so a second value
+# is kept beside the first instead of superseding it or tying with it.
+MULTI_VALUED: frozenset[str] = frozenset(("email_address", "phone_number", "address", "payment_card",
+                                          "bank_account", "national_id", "allergy", "spoken_language",
+                                          "pet", "hobby"))
 # Words that qualify an attribute without changing it ("my new employer").
 _MODIFIERS = frozenset(("new", "current", "present", "old", "previous", "former", "latest", "actual",
                         "updated", "primary", "main", "neue", "neuer", "neues", "nouveau", "nouvelle",
@@ -124,6 +150,14 @@ _LABELS = frozenset(("note", "notes", "fact", "rule", "info", "important", "remi
                      "ps", "nb", "correction", "answer", "question", "example", "result", "status", "error"))
 _MAX_ATTRIBUTE_WORDS = 4
 _MAX_STATEMENT = 240
+# What an attribute outside the vocabulary may be given: a value of a few words, none of them
+# a word that only an utterance holds (a pronoun, a clause's start).
+_MAX_VALUE_WORDS = 6
+_MAX_VALUE_WORDS_IN_KEY = 4
+_NOT_IN_VALUES = frozenset(("i", "me", "you", "we", "us", "he", "him", "she", "they", "them", "it", "that",
+                            "because", "when", "if", "what", "how", "why", "ich", "du", "je", "tu", "yo"))
+_SENTENCE_BREAK = re.compile(r"[?!]|[.;]\s+\S")
+_DETERMINERS = frozenset(("the", "a", "an", "this", "that", "these", "those", "our", "my", "your", "its"))
 _POSSESSIVE = (r"(?:my|our|the user'?s|user'?s|his|her|their|mein|meine|meiner|unser|unsere|mon|ma|mes"
                r"|notre|mi|mis|nuestro|nuestra)")
 _COPULA = r"(?:is now|is|are|was|has changed to|changed to|ist|est|es|=)"
@@ -161,6 +195,11 @@ _VERB_PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"\s+(?:in|en)\s+{_NOT_A_PLACE}\S")),
     ("home_city", re.compile(rf"^(?:ahora\s+)?vivo{_ADVERBS}\s+en\s+\S|^我(?:现在|目前)?住在\S"
                              r"|^j'(?:habite|vis)\s+(?:à|a|en)\s+\S")),
+    ("allergy", re.compile(rf"^{_PERSON}{_ADVERBS}\s+(?:am\s+|'m\s+)?(?:severely\s+|very\s+)?allergic\s+to\s+\S"
+                           r"|^(?:ich\s+bin|je\s+suis|soy)\s+allergi(?:sch\s+gegen|que\s+(?:à|au|aux)|co\s+a)\s+\S"
+                           r"|^我对\S+过敏")),
+    ("spoken_language", re.compile(rf"^{_PERSON}{_ADVERBS}\s+(?:also\s+)?(?:speak|speaks)\s+(?:fluent\s+)?\S"
+                                   r"|^(?:ich\s+spreche|je\s+parle|hablo)\s+\S")),
     ("name", re.compile(
         rf"^(?:call me(?!\s+(?:on|at|back|later|when|if)\b)|{_PERSON}{_ADVERBS}\s+(?:am called|called|heiße"
         r"|heisse|m'appelle|me llamo))\s+\S"
@@ -175,6 +214,20 @@ def attribute_key(text: str, *, closed: bool = False) -> str | None:
     ``closed``: only attributes of the vocabulary (what a personal value may be keyed on,
     as its key stays in plaintext).
     """
+    found = attribute_of(text, closed=closed)
+    return found[0] if found else None
+
+
+def attribute_of(text: str, *, closed: bool = False) -> tuple[str, str] | None:
+    """The attribute a one-line statement sets and the words of the value it gives it
+    (``("allergy", "peanuts")`` of ``Allergy: peanuts``), or None.
+
+    An attribute outside the vocabulary is taken only from a statement that reads as one:
+    its value a few words with no pronoun, question or second sentence in it (``Preferred
+    airline is KLM``), its words not all capitalised (``Caroline: hey, how are you?`` is a
+    speaker's line and ``Release Notes: …`` a heading: neither names an attribute), and in
+    the ``X is V`` form at least two words (``the weather is nice`` sets nothing).
+    """
     folded = normalise_text(text)
     if not folded or "\n" in text.strip() or len(folded) > _MAX_STATEMENT:
         return None
@@ -182,12 +235,14 @@ def attribute_key(text: str, *, closed: bool = False) -> str | None:
         m = pattern.match(folded)
         if m is None:
             continue
-        found = _attribute(m.group("attr"), form, closed)
+        value = folded[m.end() - 1:]
+        found = _attribute(m.group("attr"), form, closed, value=value, original=text)
         if found:
-            return found
+            return found, value
     for attr, pattern in _VERB_PHRASES:
-        if pattern.match(folded):
-            return attr
+        m = pattern.match(folded)
+        if m:
+            return attr, folded[m.end() - 1:]
     return None
 
 
@@ -197,19 +252,79 @@ def known_attribute(phrase: str) -> str | None:
     return _PHRASE_ATTRIBUTE.get(" ".join(words))
 
 
-def _attribute(phrase: str, form: str, closed: bool) -> str | None:
+def named_attributes(text: str) -> tuple[str, ...]:
+    """The vocabulary's attributes a question names (``What is my e-mail address?`` →
+    ``email_address``), longest phrase first, each once: how a read finds the records of an
+    attribute that are in no search index (a personal value is sealed, so it has no words to
+    match)."""
+    words = _WORD.findall(normalise_text(text))
+    found: list[str] = []
+    used = [False] * len(words)
+    for size in range(_MAX_ATTRIBUTE_WORDS, 0, -1):
+        for i in range(len(words) - size + 1):
+            if any(used[i:i + size]):
+                continue
+            attr = _PHRASE_ATTRIBUTE.get(" ".join(words[i:i + size]))
+            if attr is not None and not (size == 1 and words[i] in _BARE_AMBIGUOUS["copula"]
+                                         and attr not in MULTI_VALUED):
+                used[i:i + size] = [True] * size
+                found.append(attr)
+    return tuple(dict.fromkeys(found))
+
+
+def multi_valued_key(attr: str, value_words: str) -> str:
+    """The key of one value of an attribute that holds several: ``allergy_peanuts``, or the
+    attribute and a digest of the value when it has more than a few words. A personal
+    value's key takes its keyed digest instead (``decide``), never its words."""
+    words = [w for w in _WORD.findall(normalise_text(value_words)) if w not in _STOP]
+    if not words:
+        return attr
+    if len(words) <= _MAX_VALUE_WORDS_IN_KEY:
+        return normalise_key(f"{attr}_{'_'.join(words)}")
+    return f"{attr}_{_digest_of(' '.join(words))}"
+
+
+def attribute_prefix(attr: str) -> str:
+    """The SQL ``LIKE`` pattern of every per-value key of a multi-valued attribute."""
+    return attr.replace("_", "\\_") + "\\_%"
+
+
+def _attribute(phrase: str, form: str, closed: bool, *, value: str, original: str) -> str | None:
     words = [w for w in _WORD.findall(phrase) if w not in _MODIFIERS]
     if not words or (len(words) == 1 and words[0] in _BARE_AMBIGUOUS.get(form, ())):
         return None
     known = known_attribute(phrase)
     if known is not None:
         return known
-    if closed or form not in {"open", "colon"} or len(words) > _MAX_ATTRIBUTE_WORDS:
+    if closed or len(words) > _MAX_ATTRIBUTE_WORDS:
         return None
     if any(w.isdigit() for w in words) or (len(words) == 1 and (len(words[0]) < 2 or words[0] in _LABELS
                                                                  or words[0] in _STOP)):
         return None
-    return normalise_key("_".join(words))
+    return normalise_key("_".join(words)) if _states_open_attribute(form, words, value, original) else None
+
+
+def _states_open_attribute(form: str, words: list[str], value: str, original: str) -> bool:
+    """Whether a statement gives an attribute outside the vocabulary a value: the value reads as
+    one, the words are not a name or a heading, and ``X is V`` has two words of attribute."""
+    if not _reads_as_value(value) or _all_capitalised(original, words):
+        return False
+    return form != "copula" or len([w for w in words if w not in _DETERMINERS]) >= 2
+
+
+def _reads_as_value(value: str) -> bool:
+    """A few words with no pronoun, question or second sentence: a value, not an utterance."""
+    words = _WORD.findall(value)
+    return (0 < len(words) <= _MAX_VALUE_WORDS and not any(w in _NOT_IN_VALUES for w in words)
+            and not _SENTENCE_BREAK.search(value))
+
+
+def _all_capitalised(original: str, words: list[str]) -> bool:
+    """Whether each of the attribute's words starts with a capital where the text has it: a
+    name (a speaker's label) or a heading, not an attribute."""
+    head = _WORD.findall(unicodedata.normalize("NFKC", original))[:len(words) + 2]
+    cased = [w for w in head if w.casefold() in words and w[:1].isalpha() and w[:1].lower() != w[:1].upper()]
+    return bool(cased) and len(cased) >= len(words) and all(w[:1].isupper() for w in cased)
 
 
 def normalise_text(text: str) -> str:
@@ -282,7 +397,11 @@ def _kind_key(kind: MemoryKind, text: str, value: Any) -> str | None:
             if pattern.search(folded):
                 return subject
     if kind in ATTRIBUTE_KINDS and isinstance(value, str):
-        return attribute_key(value)
+        found = attribute_of(value)
+        if found is None:
+            return None
+        attr, given = found
+        return multi_valued_key(attr, given) if attr in MULTI_VALUED else attr
     if kind == "task_result":
         ident = _TEST_ID.search(unicodedata.normalize("NFKC", text).casefold())
         return normalise_key(ident.group(0)) if ident else None
@@ -314,17 +433,32 @@ def lookup_keys(text: str) -> tuple[str, ...]:
 
 def key_repeats_value(key: str, value: Any) -> bool:
     """Whether every word of ``key`` is a word of the value's text: a key derived from the
-    content words (``build_python_uv`` of ``The build uses Python and uv``) adds nothing a
-    reader of the value does not see, so rendering it only spends tokens of the budget."""
-    parts = [p for p in key.split("_") if p]
+    content words (``build_python_uv_…`` of ``The build uses Python and uv``) adds nothing a
+    reader of the value does not see, so rendering it only spends tokens of the budget. A
+    content key's digest part (``content_key``) is no word of the key."""
+    parts = [p for p in _CONTENT_DIGEST.sub("", key).split("_") if p]
     words = set(_WORD.findall(normalise_text(text_of(value))))
     return bool(parts) and all(p in words for p in parts)
 
 
 def content_key(text: str) -> str:
-    """Content words of a text, stop words dropped, sorted and deduplicated."""
-    words = sorted({w for w in _WORD.findall(normalise_text(text)) if w not in _STOP})
-    return normalise_key("_".join(words[:MAX_WORDS]))
+    """The key of a text that sets no attribute: its first content words (stop words dropped,
+    in their order) and a digest of the whole text as ``value_identity`` normalises it.
+
+    So a line keeps its own identity: two texts share a key only when they are the same value
+    (case, width, spacing and the punctuation at their ends aside), and then they merge; a
+    different line, however many words it shares, is never its tie or its supersession. The
+    words are there for a reader of a receipt; the digest decides.
+    """
+    words = [w for w in _WORD.findall(normalise_text(text)) if w not in _STOP]
+    if not words:
+        return ""
+    readable = normalise_key("_".join(dict.fromkeys(words[:READABLE_WORDS])))[:MAX_KEY - DIGEST_PART - 1].rstrip("_")
+    return f"{readable}_{_digest_of(normalise_text(text))}"
+
+
+def _digest_of(text: str) -> str:
+    return blake3.blake3(text.encode()).hexdigest()[:DIGEST_PART]
 
 
 def value_identity(value: Any, sealed: Sealed | None = None, digest: str | None = None) -> str:
