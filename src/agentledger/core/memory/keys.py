@@ -419,7 +419,9 @@ def lookup_keys(text: str) -> tuple[str, ...]:
     words), so a lookup tries the same: ``answer language`` is ``answer_language`` as an
     explicit key would be, then the attribute it names (``e-mail`` → ``email_address``),
     then ``response_language`` as the lexicon names it (what ``answer in Chinese`` proposed
-    without a key is stored under), then its sorted content words. Empty forms
+    without a key is stored under), then its sorted content words (an explicit key said in
+    another order: ``target deploy`` → ``deploy_target``), then its content key (a note
+    without a key, said in the same words). Empty forms
     are left out; the tuple has at least one key whenever the text holds a letter or a
     digit.
     """
@@ -427,7 +429,8 @@ def lookup_keys(text: str) -> tuple[str, ...]:
     keys += [a for a in (known_attribute(text), attribute_key(text)) if a]
     folded = normalise_text(text)
     keys += [subject for subject, pattern in _PREFERENCE_SUBJECTS if pattern.search(folded)][:1]
-    keys.append(content_key(text))
+    words = sorted({w for w in _WORD.findall(folded) if w not in _STOP})
+    keys += [normalise_key("_".join(words[:MAX_WORDS])), content_key(text)]
     return tuple(dict.fromkeys(k for k in keys if k))
 
 
