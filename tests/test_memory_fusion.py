@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,10 +12,12 @@ from agentledger.core.memory.keys import canonical_key, key_repeats_value
 from agentledger.core.memory.read import (
     FILL_MAX,
     FILL_MIN,
+    NEIGHBOUR_WEIGHT,
     RRF_K,
     candidate_cap,
     fuse,
     read_order,
+    with_neighbours,
 )
 
 ids = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
@@ -81,3 +84,14 @@ def test_a_derived_content_key_repeats_its_value_and_an_explicit_one_may_not() -
     assert key_repeats_value("deploy_target", {"deploy target": "prod-eu"})
     assert not key_repeats_value("response_language", "answer in Chinese")
     assert not key_repeats_value("", "anything")
+
+
+def test_a_neighbour_shares_half_the_relevance_of_the_record_beside_it() -> None:
+    """The record said next to a relevant one gets ``NEIGHBOUR_WEIGHT`` of its relevance on
+    top of its own; nothing else moves; the result stays in (0, 1]."""
+    base = {"q": 1.0, "other": 0.4}
+    out = with_neighbours(base, {"q": ["answer"], "other": []})
+    assert out["answer"] == pytest.approx(NEIGHBOUR_WEIGHT) and out["q"] == 1.0 and out["other"] == 0.4
+    both = with_neighbours({"a": 1.0, "b": 1.0}, {"a": ["b"], "b": ["a"]})
+    assert both == {"a": 1.0, "b": 1.0}  # each boosted by the other, scaled back to at most 1
+    assert with_neighbours(base, {}) == base

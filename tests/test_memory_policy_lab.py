@@ -122,7 +122,7 @@ def test_lab_read_gates_then_merges_then_budgets() -> None:
     assert failed == {
         rid("pref-en"): ["status"], rid("pref-zh"): [], rid("run"): [], rid("diag"): ["ttl"],
         rid("poison"): ["status"], rid("email"): ["privacy"], rid("other-user"): ["scope"],
-        rid("revoked"): ["status"], rid("other-session"): ["scope"],
+        rid("revoked"): ["status"], rid("other-session"): ["scope", "status"],  # an inference: held too
     }
     assert rid("key") not in failed  # denied: never a record
     passed = sorted((r for r in rows if not failed[r.record_id]),
@@ -132,3 +132,21 @@ def test_lab_read_gates_then_merges_then_budgets() -> None:
     sel = m.select_within_budget(winners, req.budget_tokens, count, lambda r: f"{r.key}: {r.body.value}")
     assert sel.selected == [0, 1] and sel.tokens <= req.budget_tokens
     assert API_KEY not in msgspec.json.encode([e for e, _ in lg.events]).decode()
+
+
+def test_a_documents_how_to_is_kept_as_data_and_an_inferred_preference_waits() -> None:
+    """Issue 44: a how-to from a document proposed as a procedure is written, as a fact from
+    outside (it renders as data, never as guidance), not held; a preference a model inferred
+    is held until the user confirms it, then active."""
+    lg = Ledger()
+    howto = lg.propose(proposal("howto", "To rotate the logs, run logrotate -f /etc/logrotate.conf weekly.",
+                                kind="procedure", source="external_document", key=None))
+    assert howto.action == "write" and howto.record is not None
+    assert (howto.record.kind, howto.record.authority) == ("fact", 1)
+    assert "kept as a fact from outside" in " ".join(r.reason for r in howto.trace)
+    inferred = lg.propose(proposal("guess", "prefers window seats", kind="preference", level="user", ident="u1",
+                                   source="model_inference", key="seat"))
+    assert (inferred.action, inferred.reason) == ("quarantine", "inference_needs_confirmation")
+    assert lg.status(rid("guess")) == ("quarantined", "inference_needs_confirmation")
+    lg.feedback(rid("guess"), "confirm", "fb-guess")
+    assert lg.status(rid("guess")) == ("active", "")

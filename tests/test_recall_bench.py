@@ -143,8 +143,8 @@ async def test_a_tiny_corpus_end_to_end(settings: Settings, tmp_path: Path) -> N
         units: Counter[str] = Counter()
         when = await build_text(stack.c, tenant_of(0), "q1", corpus[0].questions[1].question, 1000, units=units)
         plain = await build_text(stack.c, tenant_of(0), "q0", corpus[0].questions[0].question, 1000, units=units)
-    assert "- 2023-06-01 [Tom] I started rowing on the canal every Tuesday." in when
-    assert "- [Mara] My grandmother's paella recipe uses saffron" in plain and "2023-05-08" not in plain
+    assert "- 2023-06-01 Tom: I started rowing on the canal every Tuesday." in when
+    assert "- Mara: My grandmother's paella recipe uses saffron" in plain and "2023-05-08" not in plain
     scored = sum(1 for conv in corpus for q in conv.questions if q.evidence)
     assert res.unanswerable == sum(len(conv.questions) for conv in corpus) - scored
     for system in SYSTEMS:

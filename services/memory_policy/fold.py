@@ -53,8 +53,9 @@ EMBED_CACHE_BYTES = 8 << 20
 # The derivation ``search_text`` implements, stored with each row's index (``index_version``).
 # Raise it whenever ``search_text`` would give a stored record another text: rows of an older
 # derivation are derived again when the projection starts (``reindex``). 1: the key's words and
-# the value's text; 2: the value's text alone when the key only repeats its words.
-INDEX_TEXT_VERSION = 2
+# the value's text; 2: the value's text alone when the key only repeats its words; 3: the
+# full-text vector made with ``store.TEXT_CONFIG`` (English stemming and stop words), not ``simple``.
+INDEX_TEXT_VERSION = 3
 
 
 def search_text(row: RecordRow) -> str | None:

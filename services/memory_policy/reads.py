@@ -63,6 +63,7 @@ from agentledger.core.memory.keys import (
     tombstone_key,
 )
 from agentledger.core.memory.read import (
+    NEIGHBOUR_WINDOW,
     Bindings,
     allowed_scopes,
     candidate_cap,
@@ -74,6 +75,7 @@ from agentledger.core.memory.read import (
     score,
     select_within_budget,
     time_fits,
+    with_neighbours,
 )
 from agentledger.core.memory.state import RecordRow
 from agentledger.core.memory.tags import KeyOf, check_history, check_receipt, receipt_tag, record_matches
@@ -87,7 +89,7 @@ from agentledger.security.sealing import Keyring, kek_of, marker_key_of, unseal
 from agentledger.services.memory_policy.fold import Vectors, search_text
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.record_reach import PUT_BACK, RecordReach
-from agentledger.services.memory_policy.store import decode_row, decode_trace, vector_text
+from agentledger.services.memory_policy.store import TEXT_CONFIG, decode_row, decode_trace, vector_text
 
 log = structlog.get_logger()
 _receipt_decoder = msgspec.json.Decoder(ReadReceipt)
@@ -138,7 +140,7 @@ ATTRIBUTE_SQL = _sql("SELECT row, mac FROM memory_records WHERE {scope} AND {gat
 # rows, never their tsvectors.
 _QUOTED = r"'''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || ''''"
 _TEXT = (
-    "WITH terms AS MATERIALIZED (SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('simple', {query})) AS t),"
+    "WITH terms AS MATERIALIZED (SELECT DISTINCT t.lexeme FROM unnest(to_tsvector('{config}', {query})) AS t),"
     " q AS (SELECT string_agg({quoted}, ' | ')::tsquery AS q FROM terms),"
     " hits AS MATERIALIZED (SELECT record_id, row, mac, tsv, doc_len::float8 AS dl FROM memory_records"
     " WHERE {where} AND tsv @@ (SELECT q FROM q)),"
@@ -157,7 +159,8 @@ _TEXT = (
 def text_sql(where: str, query: str, limit: str) -> str:
     """The BM25 statement over the records ``where`` selects (the bench runs it ungated, with
     ``true``, as the baseline of the gated one); ``query`` and ``limit``: their parameters."""
-    return _sql(_TEXT, {"{where}": where, "{query}": query, "{limit}": limit, "{quoted}": _QUOTED})
+    return _sql(_TEXT, {"{where}": where, "{query}": query, "{limit}": limit, "{quoted}": _QUOTED,
+                        "{config}": TEXT_CONFIG})
 
 
 TEXT_SQL = text_sql(_sql("{scope} AND {gates}"), "$8", "$9")
@@ -166,6 +169,15 @@ TEXT_SQL = text_sql(_sql("{scope} AND {gates}"), "$8", "$9")
 VECTOR_SQL = _sql("SELECT row, embedding <=> $8::vector AS dist, mac FROM memory_records"
                   " WHERE {scope} AND {gates} AND embedding IS NOT NULL"
                   " ORDER BY embedding <=> $8::vector LIMIT $9")
+# The records said right before and after each of $8 (record ids, in scopes $9 at ledger
+# sequences $10) in its scope, every gate in the WHERE clause; their times are compared in Python
+# (``NEIGHBOUR_WINDOW``). Index ``memory_records_order``.
+NEIGHBOUR_SQL = _sql(
+    "SELECT c.rid, n.row, n.mac FROM unnest($8::text[], $9::text[], $10::bigint[]) AS c(rid, sk, seq)"
+    " CROSS JOIN LATERAL ((SELECT row, mac FROM memory_records WHERE tenant = $1 AND scope_key = c.sk"
+    " AND scope_key = ANY($2::text[]) AND {gates} AND ledger_seq < c.seq ORDER BY ledger_seq DESC LIMIT 1)"
+    " UNION ALL (SELECT row, mac FROM memory_records WHERE tenant = $1 AND scope_key = c.sk"
+    " AND scope_key = ANY($2::text[]) AND {gates} AND ledger_seq > c.seq ORDER BY ledger_seq LIMIT 1)) AS n")
 SAVE_SQL = (
     "WITH r AS (INSERT INTO memory_receipts(receipt_id, tenant, caller, task_id, record_ids,"
     " created_at, expires_at, receipt, mac) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $10))"
@@ -380,9 +392,11 @@ class Reader:
                      SENSITIVITY_RANK[request.max_sensitivity], request.min_authority, list(request.kinds))
         found: dict[str, Candidate] = {}
         # An explicit k overfetches (merging across scopes drops losers); filling the budget
-        # fetches the cap itself per source, every winner a budget candidate.
+        # fetches the cap itself per source, every winner a budget candidate. A k read fetches
+        # at least what the same read without k would: a record's relevance depends on the
+        # neighbours found with it, so the first k are the first k of the read without k.
         cap = candidate_cap(request.k, request.budget_tokens)
-        limit = cap * OVERFETCH if request.k is not None else cap
+        limit = max(cap * OVERFETCH if request.k is not None else cap, candidate_cap(None, request.budget_tokens))
         rankings: list[list[str]] = []
         query_vector = None
         if request.query.strip():
@@ -417,13 +431,41 @@ class Reader:
                         c.stored = (r[0], r["mac"])
                         ranking.append(c.record_id)
                     rankings.append(ranking)
+            relevance = fuse(rankings)
+            if relevance:
+                relevance = with_neighbours(relevance, await self._neighbours(
+                    conn, gate_args, found, relevance, limit=limit, request=request))
             # A record of the key asked for, or of an attribute the question names, is what was
             # asked: the best relevance, whatever the searches said.
-            exact = [rid for rid, c in found.items() if "key" in c.found_by or "attribute" in c.found_by]
-            for rid, relevance in fuse(rankings, exact=exact).items():
-                found[rid].relevance = relevance
+            relevance.update((rid, 1.0) for rid, c in found.items()
+                             if "key" in c.found_by or "attribute" in c.found_by)
+            for rid, rel in relevance.items():
+                found[rid].relevance = rel
             return await self._finish(conn, caller, request, scopes=scopes, found=list(found.values()),
                                       now=now, started=started, check=check)
+
+    async def _neighbours(self, conn: asyncpg.Connection, gate_args: tuple[Any, ...], found: dict[str, Candidate],
+                          relevance: dict[str, float], *, limit: int, request: ReadRequest) -> dict[str, list[str]]:
+        """The records said right before and after each of the ``limit`` most relevant ones
+        (``core.memory.read.with_neighbours``), added to ``found`` as ``neighbour`` candidates
+        when no search found them (and marked ``neighbour`` when one did): by record id, its
+        neighbours' ids."""
+        top = sorted(relevance, key=lambda rid: (-relevance[rid], rid))[:limit]
+        rows = [found[rid].row for rid in top]
+        out: dict[str, list[str]] = {}
+        for r in await conn.fetch(NEIGHBOUR_SQL, *gate_args, [row.record_id for row in rows],
+                                  [row.scope for row in rows], [row.ledger_seq for row in rows]):
+            near, of = decode_row(r[1]), found[r[0]].row
+            # The next line of the same conversation or note: its kind, its kind of source, its hour.
+            if (near.kind != of.kind or near.body.source.kind != of.body.source.kind
+                    or abs(near.body.observed_at - of.body.observed_at) > NEIGHBOUR_WINDOW):
+                continue
+            if near.record_id not in found:
+                self._found(found, near, "neighbour", request).stored = (r[1], r["mac"])
+            elif "neighbour" not in found[near.record_id].found_by:
+                found[near.record_id].found_by.append("neighbour")  # the receipt says why it rose
+            out.setdefault(r[0], []).append(near.record_id)
+        return out
 
     def _found(self, found: dict[str, Candidate], row: RecordRow, source: str, request: ReadRequest) -> Candidate:
         """Adds a search hit to ``found`` (the gates passed, as PostgreSQL says)."""

@@ -165,6 +165,7 @@ _MIGRATIONS: list[tuple[int, str]] = [
             PRIMARY KEY (tenant, record_id)
         );
         CREATE INDEX IF NOT EXISTS memory_records_group ON {s}.memory_records (tenant, scope_key, key);
+        CREATE INDEX IF NOT EXISTS memory_records_order ON {s}.memory_records (tenant, scope_key, ledger_seq);
         CREATE INDEX IF NOT EXISTS memory_records_tsv ON {s}.memory_records USING gin (tsv);
         CREATE INDEX IF NOT EXISTS memory_records_embedding ON {s}.memory_records
             USING hnsw (embedding vector_cosine_ops);

@@ -369,6 +369,17 @@ def _schema(run: _Run) -> None:
 
 def _authority(run: _Run) -> None:
     source = effective_source(run.proposal.source)
+    if run.kind == "procedure" and source == "external_document":
+        # A document's how-to is what the document says, not how the agent works: kept as a
+        # fact from outside (rendered as data), never as guidance; an instruction in it is
+        # still held by the next gate.
+        run.kind = "fact"
+        run.fire("authority", "pass", "external_document may not write a procedure: kept as a fact from outside")
+        return
+    if run.kind == "preference" and source == "model_inference":
+        run.hold("authority", "inference_needs_confirmation",
+                 "a model's inference of what the user prefers waits for the user's confirmation")
+        return
     if source in KIND_RULES[run.kind].forbidden:
         prefix = "external" if source == "external_document" else "source"
         run.hold("authority", f"{prefix}_cannot_write_{run.kind}", f"{source} may not write a {run.kind}")
