@@ -28,6 +28,7 @@ from agentledger.bench import (
     forget_task,
     ledger,
     memory,
+    memory_bulk,
     poisoning,
     projection,
     quotas,
@@ -59,6 +60,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "quotas": quotas.bench_quotas,
     "starts": starts.bench_starts,
     "recall": recall.bench_recall,
+    "memory_bulk": memory_bulk.bench_memory_bulk,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context, consolidation, poisoning and witness run in-process).
@@ -91,7 +93,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         poisoning.bench_poisoning()
     if "witness" in names:
         witness_bench.bench_witness()
-    benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file)}
+    benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file),
+               "memory_bulk": functools.partial(memory_bulk.bench_memory_bulk, corpus_file=recall_file)}
     server_benches = [n for n in benches if n in names]
     if server_benches:
         async with bench_stack(settings, sizes) as stack:
