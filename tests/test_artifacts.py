@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import nats.js.errors
 import pytest
 from blake3 import blake3
 from nats.aio.client import Client as NatsClient
@@ -580,6 +581,28 @@ async def test_client_errors(client: Client) -> None:
     with pytest.raises(ContractError) as info:
         await client.put_artifact(b"x", schema="two\nlines", producer="p", tenant=TENANT)
     assert info.value.path == "headers.Agentledger-Schema"
+
+
+async def test_a_secret_in_a_header_is_refused_and_nothing_is_stored(client: Client, nc: NatsClient,
+                                                                     store: ArtifactStore) -> None:
+    """Issue 49, item 4: a token in ``Agentledger-Producer`` (or the schema) is refused as a
+    secret in an identifier, and the object store holds neither the object nor the token."""
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    data = b"the report of run 7"
+    for headers, path in (({"producer": f"ci {token}", "schema": "s"}, "headers.Agentledger-Producer"),
+                          ({"producer": "ci", "schema": f"text/plain; key={token}"}, "headers.Agentledger-Schema")):
+        with pytest.raises(ContractError) as info:
+            await client.put_artifact(data, tenant=TENANT, **headers)
+        assert (info.value.code, info.value.path) == ("secret_in_identifier", path)
+        assert token not in info.value.message
+    with pytest.raises(NotFoundError):
+        await client.stat_artifact(artifacts.artifact_uri(store.bucket, TENANT, blake3(data).hexdigest()))
+    obs = await nc.jetstream().object_store(store.bucket)
+    try:
+        listed = await obs.list(ignore_deletes=True)
+    except nats.js.errors.NotFoundError:  # an empty bucket
+        listed = []
+    assert all(token not in str(info.headers) for info in listed)
 
 
 async def test_default_size_limit_end_to_end(client: Client) -> None:

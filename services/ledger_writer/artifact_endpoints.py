@@ -39,6 +39,7 @@ from agentledger.contracts.artifacts import (
     H_SIZE,
     H_TENANT,
     H_VERSION,
+    ArtifactPutHeaders,
     ArtifactReply,
 )
 from agentledger.contracts.codec import (
@@ -78,6 +79,18 @@ def _too_large(size: int, limit: int, what: str) -> ContractError:
     return ContractError(f"{what} is {size} bytes, the limit is {limit}", code="artifact_too_large")
 
 
+def _no_secret_in_headers(meta: ArtifactPutHeaders) -> None:
+    """Refuse a put whose schema or producer holds a secret: they are stored in plaintext as the
+    object's metadata and returned by every stat, and like an id they are not rewritten (a
+    redacted producer names another producer), so nothing is stored (``secret_in_identifier``)."""
+    from agentledger.core.detect.secrets import find_secrets  # noqa: PLC0415 - loaded with the writer's detectors
+
+    for header, value in ((H_PRODUCER, meta.producer), (H_SCHEMA, meta.schema)):
+        if find_secrets(value):
+            raise ContractError(f"{header} holds a secret; nothing was stored (name the producer otherwise)",
+                                code="secret_in_identifier", path=f"headers.{header}")
+
+
 class ArtifactEndpoints:
     """What each endpoint does for a given caller; raises ``AgentLedgerError`` to refuse."""
 
@@ -100,6 +113,7 @@ class ArtifactEndpoints:
             raise ContractError("the operator puts artifacts for a tenant it names",
                                 code="missing_field", path=path)
         caller.require_tenant(tenant, path)
+        _no_secret_in_headers(meta)
         if len(data) > self.max_put_bytes:
             raise _too_large(len(data), self.max_put_bytes, "the artifact")
         if meta.blake3 is not None and (actual := await hash_content(data)) != meta.blake3:
