@@ -114,3 +114,28 @@ def test_the_digest_seals_every_field(counts: dict[str, int]) -> None:
         msgspec.structs.replace(receipt, tenant="other"),
     ]
     assert not any(verify_receipt(t) for t in tampered)
+
+
+def test_a_key_or_record_only_within_the_agents_bindings() -> None:
+    """Issue 49, item 5: a key in a user's or project's scope only when the agent is bound to it;
+    a key named without a scope never (it reaches every scope); a record by its scope."""
+    def key(level: str, ident: str | None) -> ev.ForgetSelector:
+        return ev.ForgetSelector(kind="key", key="k", scope=ev.Scope(level=level, tenant="acme", id=ident))
+
+    users, projects = frozenset({"u1"}), frozenset({"p1"})
+    for allowed in (key("user", "u1"), key("project", "p1"), key("tenant", None), key("task", "t1")):
+        check_may_forget(allowed, operator=False, bound_users=users, bound_projects=projects)
+    for refused in (key("user", "u2"), key("project", "p2")):
+        with pytest.raises(PermissionDeniedError) as info:
+            check_may_forget(refused, operator=False, bound_users=users, bound_projects=projects)
+        assert info.value.code == "scope_not_allowed"
+    with pytest.raises(PermissionDeniedError) as info:
+        check_may_forget(ev.ForgetSelector(kind="key", key="k"), operator=False, bound_users=users)
+    assert info.value.code == "scope_required"
+    record = ev.ForgetSelector(kind="record", record_id="r1")
+    with pytest.raises(PermissionDeniedError):
+        check_may_forget(record, operator=False, bound_users=users,
+                         record_scope=ev.Scope(level="user", tenant="acme", id="u2"))
+    check_may_forget(record, operator=False, bound_users=users, record_scope=ev.Scope(level="user", tenant="acme",
+                                                                                       id="u1"))
+    check_may_forget(ev.ForgetSelector(kind="key", key="k"), operator=True)

@@ -158,6 +158,10 @@ async def test_who_may_forget_what(settings: Settings, stack: Stack, tmp_path: A
             await auth.tenant_add(settings, tenant)
         creds = await auth.agent_add(settings, "acme", "bot", tmp_path / "bot.creds")
         await bindings.bind_agent(settings, "acme", "bot", ["s1", "s2"], [])
+        [decided] = (await stack.c.memory_propose("acme", [
+            {"proposal_id": "u9-city", "kind": "fact", "scope": {"level": "user", "id": "u9"},
+             "source": {"kind": "user_confirmed"}, "value": "I live in Lisbon"}])).decisions
+        other_record = decided.record_id
         async with await connect(msgspec.structs.replace(settings, nats_creds=creds), timeout=30) as agent:
             with pytest.raises(AgentLedgerError) as info:
                 await agent.forget("other", {"kind": "subject", "subject": "s1"})
@@ -171,6 +175,20 @@ async def test_who_may_forget_what(settings: Settings, stack: Stack, tmp_path: A
             with pytest.raises(AgentLedgerError) as info:
                 await agent.forget("acme", {"kind": "task", "task_id": "t1", "subject": "s1"})
             assert (info.value.code, info.value.path) == ("unknown_field", "$.selector.subject")
+            # Issue 49, item 5: a key or a record only within the agent's bindings.
+            for body, want in (
+                    ({"kind": "key", "key": "home city", "scope": {"level": "user", "tenant": "acme", "id": "u9"}},
+                     ("scope_not_allowed", "$.selector.scope.id")),
+                    ({"kind": "key", "key": "home city"}, ("scope_required", "$.selector.scope")),
+                    ({"kind": "record", "record_id": other_record}, ("scope_not_allowed", "$.selector.record_id"))):
+                with pytest.raises(AgentLedgerError) as info:
+                    await agent.forget("acme", body)
+                assert (info.value.code, info.value.path) == want, body
+            assert [r.status for r in (await stack.c.memory_get("acme", "home city", "user", "u9")).records] == [
+                "active"]
+            own = await agent.forget("acme", {"kind": "key", "key": "home city",
+                                              "scope": {"level": "user", "tenant": "acme", "id": "s1"}})
+            assert own.request_id
             reply = await agent.forget("acme", {"kind": "subject", "subject": "s1"}, request_id="r1",
                                        reason="user request")
             again = await agent.forget("acme", {"kind": "subject", "subject": "s1"}, request_id="r1")

@@ -38,6 +38,7 @@ from agentledger.contracts.forget_api import (
     RequestProgress,
 )
 from agentledger.core.forget import check_may_forget, check_selector, stored_selector
+from agentledger.core.memory.authority import parse_scope_key
 from agentledger.errors import ConflictError, ContractError, NotFoundError
 from agentledger.security.identity import Caller
 from agentledger.security.sealing import Keyring, kek_of, marker_key_of
@@ -53,6 +54,8 @@ from agentledger.stores.leases import holder_of
 log = structlog.get_logger()
 
 SERVICE_NAME = "agentledger-tombstone-fanout"
+# The scope of a record an agent asks to forget: within its bindings, as its reads are.
+RECORD_SCOPE_SQL = "SELECT scope_key FROM memory_records WHERE tenant = $1 AND record_id = $2"
 
 
 def requested_by(caller: Caller) -> str:
@@ -136,11 +139,16 @@ class TombstoneFanout(Shell):
         if caller.is_operator or caller.agent is None:
             check_may_forget(sel, operator=caller.is_operator)
             return
-        assert self._bindings is not None and self._nc is not None
-        bound = (await self._bindings.get(body.tenant, caller.agent)).users if sel.kind == "subject" else frozenset()
+        assert self._bindings is not None and self._nc is not None and self._pool is not None
+        bound = await self._bindings.get(body.tenant, caller.agent)
         holder = (await holder_of(self._nc, self.settings.leases_bucket, body.tenant, sel.task_id)
                   if sel.kind == "task" and sel.task_id is not None else None)
-        check_may_forget(sel, operator=False, bound_users=bound, agent=caller.agent, lease_holder=holder)
+        scope = None
+        if sel.kind == "record" and sel.record_id is not None:
+            found = await self._pool.fetchval(RECORD_SCOPE_SQL, body.tenant, sel.record_id)
+            scope = parse_scope_key(found) if found is not None else None
+        check_may_forget(sel, operator=False, bound_users=bound.users, bound_projects=bound.projects,
+                         agent=caller.agent, lease_holder=holder, record_scope=scope)
 
     async def receipt(self, caller: Caller, body: ReceiptRequest) -> ReceiptReply:
         assert self.log is not None and self._pool is not None

@@ -64,13 +64,17 @@ def stored_selector(selector: ev.ForgetSelector, secret: bytes) -> ev.ForgetSele
 
 
 def check_may_forget(selector: ev.ForgetSelector, *, operator: bool, bound_users: frozenset[str] = frozenset(),
-                     agent: str | None = None, lease_holder: str | None = None) -> None:
+                     bound_projects: frozenset[str] = frozenset(), agent: str | None = None,
+                     lease_holder: str | None = None, record_scope: ev.Scope | None = None) -> None:
     """Who may forget what inside a tenant (an operator: anything).
 
     A whole tenant only an operator; a data subject only an agent bound to that user
     (``bound_users``), since crypto-shredding it destroys what every task holds of them;
-    a task another agent holds a live lease on (``lease_holder``) only that holder. Records
-    and keys: any agent of the tenant.
+    a task another agent holds a live lease on (``lease_holder``) only that holder. A key
+    or a record within the agent's bindings, as its reads and writes are: a key in a user's
+    or a project's scope only when bound to it (``bound_users``, ``bound_projects``), and a
+    key named without a scope not at all (it reaches every scope of the tenant, other users'
+    too); a record (its scope ``record_scope``, None when there is no such record) likewise.
     """
     if operator:
         return
@@ -82,6 +86,22 @@ def check_may_forget(selector: ev.ForgetSelector, *, operator: bool, bound_users
     if selector.kind == "task" and lease_holder is not None and lease_holder != agent:
         raise PermissionDeniedError(f"task {selector.task_id!r} is leased by another agent; only its holder "
                                     "or an operator may forget it", code="task_leased", path="$.selector.task_id")
+    if selector.kind == "key":
+        if selector.scope is None:
+            raise PermissionDeniedError("an agent names the scope of a key it forgets: without one the forget "
+                                        "reaches every scope of the tenant, other users' too",
+                                        code="scope_required", path="$.selector.scope")
+        _within(selector.scope, bound_users, bound_projects, "$.selector.scope.id")
+    if selector.kind == "record" and record_scope is not None:
+        _within(record_scope, bound_users, bound_projects, "$.selector.record_id")
+
+
+def _within(scope: ev.Scope, users: frozenset[str], projects: frozenset[str], path: str) -> None:
+    """Refuse a user or project scope the agent is not bound to (``scope_not_allowed``)."""
+    names = users if scope.level == "user" else projects if scope.level == "project" else None
+    if names is not None and scope.id not in names:
+        raise PermissionDeniedError(f"{scope.level} {scope.id!r} is not bound to this agent",
+                                    code="scope_not_allowed", path=path)
 
 
 def receipt_digest(receipt: ev.DeletionReceipt) -> str:
