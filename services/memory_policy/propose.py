@@ -143,7 +143,7 @@ def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
     user the agent is bound to, at a task or session scope only by an agent bound to some
     user. What holds for more people than one user needs a role the operator granted
     (``agentledger agent bind --role``): at the tenant scope, a ``user_confirmed`` or
-    ``project_rule`` source, or a ``rule`` from a source that may write one, needs
+    ``project_rule`` source, or a ``rule`` or ``procedure`` from a source that may write one, needs
     ``tenant-admin``; at a project
     scope (of a bound project) ``project-admin``. ``project_rule`` is a project's: only at a
     project scope. Anything else an agent claims stays what the policy ranks it as.
@@ -155,12 +155,14 @@ def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
     if source == "project_rule" and level != "project":
         raise PermissionDeniedError("project_rule is a project's source: only at a project scope",
                                     code="source_not_allowed", path=f"{path}.source.kind")
-    # A rule from a source that may not write one is quarantined by the policy, never active.
-    may_rule = p.kind == "rule" and source not in KIND_RULES["rule"].forbidden
-    if level in ("tenant", "project") and (speaks or may_rule):
+    # A rule or a procedure steers how the agent works for everyone in the scope, as a rule
+    # does (issue 49); one from a source that may not write it is quarantined by the policy
+    # (a document's procedure is kept as a fact), never active, so it needs no role.
+    steers = p.kind in ("rule", "procedure") and source not in KIND_RULES[p.kind].forbidden
+    if level in ("tenant", "project") and (speaks or steers):
         role = TENANT_ADMIN if level == "tenant" else PROJECT_ADMIN
         if role not in bound.roles:
-            what = f"source {source!r}" if speaks else "a rule"
+            what = f"source {source!r}" if speaks else f"a {p.kind}"
             raise PermissionDeniedError(f"{what} at the {level} scope speaks for everyone in it: the agent "
                                         f"needs the {role} role (agentledger agent bind --role {role})",
                                         code="role_required", path=f"{path}.scope.level")
