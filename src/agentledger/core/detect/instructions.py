@@ -497,6 +497,7 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
     if text.isascii():
         return [(text, None)]
     chars: list[str] = []
+    bare: list[str] = []  # ``chars`` without the marks typed apart from their letters
     index: list[int] = []
     hidden: list[str] = []
     hidden_index: list[int] = []
@@ -517,9 +518,15 @@ def _views(text: str) -> list[tuple[str, list[int] | None]]:
             continue  # a mark that composes with nothing (an overlay, a stack of accents): dropped
         for n in _nfkc(c):
             chars.append(n)
+            bare.append(n)
             index.append(i)
     clean = "".join(chars)
     views: list[tuple[str, list[int] | None]] = [(clean, index)]
+    bare_text = "".join(bare)
+    if bare_text != clean:
+        # A mark typed on its own after a letter ("I" + U+0301 "gnore"): the text without such
+        # marks (a letter written precomposed, as people type, keeps its accent).
+        views.append((bare_text, index))
     skeleton = clean.translate(_SKELETON)
     if skeleton != clean:
         views.append((skeleton, index))

@@ -42,6 +42,10 @@ _JSON_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\[\"\\/nrt]")
 _BYTE_ESCAPES = re.compile(r"(?:\\x[0-9a-fA-F]{2}){4,}")
 _PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2}){4,}")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});")
+# A numeric reference to a letter or digit ("&#73;gnore", "&#x69;"): nobody writes one in text
+# but to hide a word from a reader of the text as it stands.
+_LETTER_REFERENCE = re.compile(r"&#(?:0*(?:4[89]|5[0-7]|6[5-9]|[7-8][0-9]|9[07-9]|1[01][0-9]|12[0-2])"
+                               r"|[xX]0*(?:3[0-9]|[46][1-9a-fA-F]|[57][0-9aA]));")
 _OVERRIDE_RUN = re.compile(r"\u202e([^\u202c\u202d]*)(?:\u202c|$)")
 # Characters set apart: "i g n o r e  a l l" (single spaces inside a word, two between words;
 # at least nine in a row).
@@ -233,7 +237,7 @@ def _decode_once(text: str) -> list[str]:
             out.append(_BYTE_ESCAPES.sub(_bytes_unescaped, text))
     if "%" in text and _PERCENT.search(text):
         out.append(_PERCENT.sub(lambda m: unquote(m.group()), text))
-    if "&" in text and len(_ENTITY.findall(text)) >= 4:
+    if "&" in text and (len(_ENTITY.findall(text)) >= 4 or _LETTER_REFERENCE.search(text)):
         out.append(html.unescape(text))
     if "\u202e" in text:
         out.append(_OVERRIDE_RUN.sub(lambda m: m.group(1)[::-1], text))
