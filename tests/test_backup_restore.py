@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.erasure.compaction import compact_postgres
 from agentledger.erasure.scan import embedded_superuser_dsn
-from agentledger.errors import AgentLedgerError
+from agentledger.errors import AgentLedgerError, ContractError
 from agentledger.runtime import commands
 from agentledger.runtime.hosting import instance_id
 from agentledger.runtime.state import resolve_urls
@@ -107,6 +108,22 @@ def _wipe(settings: Settings, server_root: Path) -> None:
         subprocess.run(["rm", "-rf", str(path)], check=True)
 
 
+_SEED = re.compile(rb"\bS[OAU][A-Z2-7]{50,}\b")
+_CREDENTIAL = re.compile(rb"-----BEGIN (?:NATS USER JWT|USER NKEY SEED)-----")
+
+
+def _credentials_in(folder: Path, settings: Settings) -> list[str]:
+    """Files of ``folder`` holding an NKEY seed, a credentials file, or the context signing
+    key (our own scan, raw bytes)."""
+    key = settings.context_key_path.read_bytes().strip()
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if _SEED.search(data) or _CREDENTIAL.search(data) or (key and key in data):
+            found.append(str(path.relative_to(folder)))
+    return found
+
+
 def _forms(text: str) -> list[bytes]:
     return sorted({text.encode(), json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=False)[1:-1].encode()})
 
@@ -175,6 +192,10 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
             settings.stream, f"KV_{settings.keys_bucket}", "OBJ_BKUP_ARTIFACTS"}
         assert not any(settings.kek_path.read_bytes().strip() in p.read_bytes()
                        for p in backup.rglob("*") if p.is_file()), "the KEK must stay out of a backup"
+        # Issue 49, item 6: no signing key, seed or credential either; they wait in the key folder.
+        assert (made.data_files, made.identity) == ([], ["auth", "context-signing.key"])
+        assert _credentials_in(backup, settings) == []
+        assert (settings.identity_escrow_path / "auth").is_dir()
 
         forgotten = asyncio.run(_forget(resolve_urls(settings), {"kind": "subject", "subject": "s-alice"}))
         journal = restoring.service_users.with_journal(settings)
@@ -218,6 +239,19 @@ def test_an_old_backup_restored_after_a_forget_and_a_kek_retirement_opens_nothin
         assert asyncio.run(_bob_turn(resolved))["content"] == BOB
         asyncio.run(_compact(resolved))
         assert raw_hits([settings.data_dir, *_homes(settings, server_root)], list(ALICE)) == []
+
+        # Without the key folder's copy of the credentials a restore refuses, changing nothing.
+        commands.down(settings)
+        aside = tmp_path / "identity-aside"
+        settings.identity_escrow_path.rename(aside)
+        try:
+            before = sorted(p.relative_to(settings.data_dir) for p in settings.data_dir.rglob("*"))
+            with pytest.raises(ContractError) as info:
+                restoring.restore(settings, backup)
+            assert info.value.code == "identity_missing" and str(settings.identity_escrow_path) in info.value.message
+            assert sorted(p.relative_to(settings.data_dir) for p in settings.data_dir.rglob("*")) == before
+        finally:
+            aside.rename(settings.identity_escrow_path)
     finally:
         if settings.runtime_file.exists():
             commands.down(settings)

@@ -306,6 +306,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return self.forget_journal_file or self.integrity_key_path.with_suffix(".forgets")
 
     @property
+    def identity_escrow_path(self) -> Path:
+        """Where ``backup`` keeps the data folder's credentials (the operator identity ``auth/``
+        and the context signing key) for a restore: a folder beside the integrity keys, with
+        suffix ``.identity``, so that no backup folder holds a key, a seed or a credential."""
+        return self.integrity_key_path.with_suffix(".identity")
+
+    @property
     def legacy_kek_path(self) -> Path:
         """Where the key-encryption key was kept before: inside the data folder (moved out on start)."""
         return self.data_dir / "keyring.key"

@@ -10,7 +10,9 @@ import msgspec
 
 from agentledger.errors import ContractError
 
-VERSION = 1
+VERSION = 2
+# Manifests a restore reads: 1 copied the credentials into the backup (``data_files``).
+READABLE = frozenset({1, 2})
 NAME = "manifest.json"
 
 
@@ -38,12 +40,16 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # The epochs the keys bucket's wrapped data keys were under, and the ring's then.
     kek_epochs: list[int]
     kek_live_epochs: list[int]
-    # Files of the data folder copied along (the operator identity, the context signing key).
+    # Files of the data folder copied into the backup (version 1 only: the operator identity,
+    # the context signing key); since version 2 always empty.
     data_files: list[str]
     # Forget requests in the forget journal when the backup began.
     forgets_journaled: int
     # Never in a backup: they live beside the keys, outside the data folder.
     left_out: list[str]
+    # The credentials of the data folder a restore takes from the key folder
+    # (``Settings.identity_escrow_path``), where the backup left a copy of them: never in it.
+    identity: list[str] = []
 
 
 def write(folder: Path, manifest: Manifest) -> None:
@@ -60,7 +66,7 @@ def read(folder: Path) -> Manifest:
     except msgspec.MsgspecError as exc:
         raise ContractError(f"{path} is not a backup manifest: {exc}", code="invalid_value",
                             path="backup") from None
-    if manifest.version != VERSION:
+    if manifest.version not in READABLE:
         raise ContractError(f"{path}: manifest version {manifest.version} is not supported (this "
-                            f"agentledger reads version {VERSION})", code="invalid_value", path="backup")
+                            f"agentledger reads versions {sorted(READABLE)})", code="invalid_value", path="backup")
     return manifest

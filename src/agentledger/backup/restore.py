@@ -40,7 +40,7 @@ import msgspec
 from agentledger.backup import manifest as manifests
 from agentledger.backup import pg_dump, snapshots
 from agentledger.backup.reapply import reapply
-from agentledger.backup.take import prefix_streams, stream_names
+from agentledger.backup.take import IDENTITY_AUTH, IDENTITY_CONTEXT_KEY, prefix_streams, stream_names
 from agentledger.client import connect
 from agentledger.config import Settings
 from agentledger.errors import ContractError, RuntimeStateError
@@ -81,12 +81,24 @@ def _parts(backup: Path, manifest: manifests.Manifest, keys_from: Path | None,
 
 
 def _copy_data_files(backup: Path, manifest: manifests.Manifest, settings: Settings) -> None:
+    """The data folder's credentials: from the key folder's copy (``take._escrow_identity``), or
+    from a version-1 backup that still held them. Refused, before anything is changed, when the
+    key folder lacks what the backup names."""
+    escrow = settings.identity_escrow_path
+    missing = [name for name in manifest.identity if not (escrow / name).exists()]
+    if missing:
+        raise ContractError(f"the backup's credentials ({', '.join(missing)}) are kept in the key folder, not in "
+                            f"the backup, and {escrow} does not hold them: restore on the machine whose key "
+                            "folder the backup was taken with, or copy that folder's "
+                            f"{escrow.name} there first", code="identity_missing", path="key folder")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if "auth" in manifest.data_files:
+    sources = {name: escrow / name for name in manifest.identity}
+    sources |= {name: backup / name for name in manifest.data_files}
+    if IDENTITY_AUTH in sources:
         shutil.rmtree(settings.auth_root, ignore_errors=True)
-        shutil.copytree(backup / "auth", settings.auth_root, symlinks=True)
-    if "context-signing.key" in manifest.data_files:
-        shutil.copy2(backup / "context-signing.key", settings.context_key_path)
+        shutil.copytree(sources[IDENTITY_AUTH], settings.auth_root, symlinks=True)
+    if IDENTITY_CONTEXT_KEY in sources:
+        shutil.copy2(sources[IDENTITY_CONTEXT_KEY], settings.context_key_path)
 
 
 async def _load_streams(settings: Settings, parts: list[tuple[Path, manifests.StreamPart]]) -> dict[str, int]:

@@ -12,8 +12,11 @@ it in the block files the archive is made of).
 Left out on purpose: the key-encryption-key epochs, the marker key, the integrity keys, the
 witness and the forget journal. They live beside the keys, outside the data folder; a backup
 holding the key-encryption key would open every sealed value of a forgotten subject again.
-The data folder's operator identity (``auth/``: the NATS operator and accounts, without which a
-restored stack would not know its tenants) and the compaction receipts' signing key are copied.
+No credential is in a backup either: the data folder's operator identity (``auth/``: the NATS
+operator's and every account's signing seeds and the services' credentials, without which a
+restored stack would not know its tenants) and the compaction receipts' signing key are copied
+to the key folder instead (``Settings.identity_escrow_path``, refreshed by every backup), and
+the manifest names them (``identity``): whoever holds a backup cannot act as the operator.
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ from agentledger.security import auth
 from agentledger.security.sealing import Keyring, kek_of
 from agentledger.stores import forget_journal
 
-LEFT_OUT = ["key-encryption-key epochs and marker key", "integrity keys", "ledger witness", "forget journal"]
+# The credentials' names in the key folder's copy (``_escrow_identity``) and in a manifest.
+IDENTITY_AUTH = "auth"
+IDENTITY_CONTEXT_KEY = "context-signing.key"
+LEFT_OUT = ["key-encryption-key epochs and marker key", "integrity keys", "ledger witness", "forget journal",
+            "operator identity and credentials (auth/)", "context signing key"]
 
 
 def prefix_streams(prefix: str, names: list[str]) -> list[str]:
@@ -56,15 +63,22 @@ async def stream_names(nc: Client) -> list[str]:
     return names
 
 
-def _data_files(settings: Settings, folder: Path) -> list[str]:
-    copied = []
+def _escrow_identity(settings: Settings) -> list[str]:
+    """Copy the data folder's credentials to the key folder (replacing the last copy); their names."""
+    escrow = settings.identity_escrow_path
+    staged = escrow.with_name(escrow.name + ".new")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(mode=0o700, parents=True)
+    kept = []
     if settings.auth_root.is_dir():
-        shutil.copytree(settings.auth_root, folder / "auth", symlinks=True)
-        copied.append("auth")
+        shutil.copytree(settings.auth_root, staged / IDENTITY_AUTH, symlinks=True)
+        kept.append(IDENTITY_AUTH)
     if settings.context_key_path.exists():
-        shutil.copy2(settings.context_key_path, folder / "context-signing.key")
-        copied.append("context-signing.key")
-    return copied
+        shutil.copy2(settings.context_key_path, staged / IDENTITY_CONTEXT_KEY)
+        kept.append(IDENTITY_CONTEXT_KEY)
+    shutil.rmtree(escrow, ignore_errors=True)
+    staged.rename(escrow)
+    return kept
 
 
 def _new_folder(folder: Path) -> None:
@@ -97,6 +111,6 @@ async def take(settings: Settings, folder: Path) -> manifest.Manifest:
     done = manifest.Manifest(
         version=manifest.VERSION, prefix=settings.prefix, started_at=started, completed_at=datetime.now(UTC),
         postgres="postgres.dump", streams=parts, kek_epochs=epochs, kek_live_epochs=ring.live_epochs(),
-        data_files=_data_files(settings, folder), forgets_journaled=len(journal), left_out=LEFT_OUT)
+        data_files=[], forgets_journaled=len(journal), left_out=LEFT_OUT, identity=_escrow_identity(settings))
     manifest.write(folder, done)
     return done
