@@ -90,6 +90,16 @@ def _event(kind: str, tenant: str, task: str, event_id: str, payload: dict[str, 
             "payload": payload}
 
 
+def question_task(tenant: str, task: str, question: str) -> list[dict[str, Any]]:
+    """The events of a one-turn task holding ``question``, what a build for it reads."""
+    return [_event("task_created", tenant, task, "created", {
+        "goal": {"text": "answer", "acceptance_criteria": [], "goal_hash": goal_hash("answer", [])},
+        "budget": {"tokens": 10**9}}),
+        # A question naming a person is personal content: keyed to a pseudonymous subject.
+        {**_event("turn_appended", tenant, task, "question", {"role": "user", "ordinal": 1, "content": question}),
+         "data_subject": "asker"}]
+
+
 async def ingest(client: Client, tenant: str, conv: Conversation) -> Counter[str]:
     """Every turn as a memory proposal and every session as a document, through the services;
     the decisions' actions, counted (a turn is kept when it is written or merges into its own
@@ -145,14 +155,7 @@ async def evaluate(client: Client, conversations: Sequence[Conversation],
         res.unanswerable += len(conv.questions) - len(scored)
         res.timed += sum(when_of(q.question) is not None for _, q in scored)
         for qi, _ in scored:
-            task = f"q{qi}"
-            await client.append_batch([_event("task_created", tenant, task, "created", {
-                "goal": {"text": "answer", "acceptance_criteria": [], "goal_hash": goal_hash("answer", [])},
-                "budget": {"tokens": 10**9}}),
-                # A question naming a person is personal content: keyed to a pseudonymous subject.
-                {**_event("turn_appended", tenant, task, "question",
-                          {"role": "user", "ordinal": 1, "content": conv.questions[qi].question}),
-                 "data_subject": "asker"}])
+            await client.append_batch(question_task(tenant, f"q{qi}", conv.questions[qi].question))
         # One read at a time: concurrent reads of one tenant's records can deadlock on the
         # receipt's memory_usage upsert (rows locked in the order each read ranked them).
         for qi, q in scored:
