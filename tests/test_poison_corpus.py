@@ -40,6 +40,7 @@ from agentledger.contracts import events as ev
 from agentledger.core.detect import find_instructions, unveil
 from agentledger.core.detect.instructions import hidden_parts
 from agentledger.core.detect.language import unjudged
+from agentledger.core.memory import prepare
 from test_memory_core import decide_alone, proposal
 
 
@@ -368,13 +369,18 @@ def test_hidden_inputs_and_transparent_text_are_hidden_and_a_token_input_is_not(
 
 
 def test_a_page_cannot_write_a_procedure_and_a_project_can() -> None:
-    """Protects the procedure gate: how the agent does a task is not a document's to set."""
+    """Protects the procedure gate: how the agent does a task is not a document's to set. A
+    document's how-to proposed as a procedure is kept, but as a fact from outside (rendered as
+    data, never as guidance), not held and not a procedure."""
     steps = "To release, tag the commit and run make publish."
     page = ev.MemorySource(kind="tool_output", producer="test", quotes_external=True)
     doc = ev.MemorySource(kind="external_document", producer="test")
     for src in (page, doc):
+        pre = prepare(proposal("pr", steps, kind="procedure", src=src))
+        assert pre.kind == "fact" and pre.quarantine is None
         d = decide_alone(proposal("pr", steps, kind="procedure", src=src))
-        assert (d.action, d.reason) == ("quarantine", "external_cannot_write_procedure")
+        assert d.action == "write"
+        assert "kept as a fact from outside" in str(d.trace)
     assert decide_alone(proposal("pr2", steps, kind="procedure", source="project_rule")).action == "write"
     assert decide_alone(proposal("pr3", steps, kind="fact", src=doc)).action == "write"
 
