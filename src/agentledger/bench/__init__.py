@@ -24,6 +24,7 @@ from agentledger.bench import (
     consolidation,
     context,
     detector,
+    detector_external,
     forget,
     forget_task,
     ledger,
@@ -64,15 +65,17 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context, consolidation, poisoning and witness run in-process).
-NAMES = [*BENCHES, "reducer", "context", "consolidation", "poisoning", "witness", "scaleout"]
+NAMES = [*BENCHES, "reducer", "context", "consolidation", "poisoning", "witness", "detector_external",
+         "scaleout"]
 # Builds timed by the in-process context benchmark, per profile.
 CONTEXT_BUILDS = {"full": 300, "smoke": 20}
 
 
 async def run_all(settings: Settings, only: list[str] | None = None, profile: str = "full",
-                  recall_file: str | Path | None = None) -> int:
+                  recall_file: str | Path | None = None, gitleaks: str | Path | None = None) -> int:
     """Run ``only`` (default all) at ``profile`` sizes; ``recall_file``: the recall bench scores
-    the conversations of that LoCoMo-like JSON file instead of generated ones."""
+    the conversations of that LoCoMo-like JSON file instead of generated ones; ``gitleaks``: a
+    checkout of that scanner, whose rule tests ``detector_external`` scores."""
     names = only or NAMES
     unknown = set(names) - set(NAMES)
     if unknown:
@@ -93,6 +96,8 @@ async def run_all(settings: Settings, only: list[str] | None = None, profile: st
         poisoning.bench_poisoning()
     if "witness" in names:
         witness_bench.bench_witness()
+    if "detector_external" in names:
+        detector_external.bench_detector_external(gitleaks)
     benches = {**BENCHES, "recall": functools.partial(recall.bench_recall, corpus_file=recall_file),
                "memory_bulk": functools.partial(memory_bulk.bench_memory_bulk, corpus_file=recall_file)}
     server_benches = [n for n in benches if n in names]

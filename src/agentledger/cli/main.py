@@ -321,7 +321,7 @@ def cmd_auth_config(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     logs.configure("warning")  # only the JSON figure lines on stdout
     return asyncio.run(run_all(_settings(args), only=args.only, profile=args.profile,
-                               recall_file=args.recall_file))
+                               recall_file=args.recall_file, gitleaks=args.gitleaks))
 
 
 def _add_identity_commands(sub: Any) -> None:
@@ -420,6 +420,8 @@ def _add_load_commands(sub: Any) -> None:
     p.add_argument("--recall-file", "--locomo", dest="recall_file", default=None, metavar="PATH",
                    help="the recall bench scores this LoCoMo-like JSON file instead of generated "
                         "conversations (docs/benchmarks.md)")
+    p.add_argument("--gitleaks", default=None, metavar="PATH",
+                   help="a checkout of the gitleaks scanner: detector_external scores its rule tests")
     p.set_defaults(fn=cmd_bench)
     eval_command.add_arguments(sub.add_parser(
         "eval", help="the five-strategy memory evaluation of seed 000 (report: Markdown, HTML, JSON)"))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 
 from agentledger.core.detect.finding import Finding, non_overlapping
+from agentledger.core.detect.national_ids import find_named_ids
 
 # Regions tried for numbers written without a country code.
 DEFAULT_REGIONS = ("US", "GB", "DE", "FR", "ES", "CN", "JP", "BR", "RU", "IN")
@@ -59,6 +60,7 @@ def find_personal(text: str, regions: Sequence[str] = DEFAULT_REGIONS) -> list[F
     found = list(_emails(text))
     if any(c.isdigit() for c in text):
         found += _ids(text)
+        found += find_named_ids(text, text.lower())
         found += _cards(text)
         found += _ibans(text)
         taken = [(f.start, f.end) for f in found]
@@ -93,7 +95,10 @@ class _Checks:
 
         self.phonenumbers: ModuleType = phonenumbers
         self.luhn: Callable[[str], bool] = luhn.is_valid
-        self.iban: Callable[[str], bool] = iban.is_valid
+        # The IBAN's own check (its country's length and layout, mod 97), not the country's
+        # bank registry as well: stdnum refuses a Belgian IBAN whose bank code it does not
+        # list, and the account is a person's whichever bank holds it.
+        self.iban: Callable[[str], bool] = lambda v: iban.is_valid(v, check_country=False)
         self.ids: tuple[tuple[re.Pattern[str], Callable[[str], bool], str, re.Pattern[str] | None], ...] = (
             (_SSN, ssn.is_valid, "stdnum.us.ssn", None),
             (_CN_RIC, ric.is_valid, "stdnum.cn.ric", None),
@@ -126,7 +131,8 @@ def _phones(text: str, regions: Sequence[str]) -> Iterator[Finding]:
         if not 7 <= len(digits) <= 15 or _DATE.match(raw) or _IPV4.match(raw):
             continue
         international = raw.startswith("+")
-        if not (international or _named_nearby(text, m.start(), _PHONE_WORDS) or _phone_shaped(raw)):
+        named = _named_nearby(text, m.start(), _PHONE_WORDS)
+        if not (international or named or _phone_shaped(raw)):
             continue
         phonenumbers = _checks().phonenumbers
         for region in ([None] if international else regions):
@@ -134,7 +140,10 @@ def _phones(text: str, regions: Sequence[str]) -> Iterator[Finding]:
                 number = phonenumbers.parse(raw, region)
             except phonenumbers.NumberParseException:
                 continue
-            if phonenumbers.is_valid_number(number):
+            # A number in a range no operator has yet (the ones kept for films and examples,
+            # +44 7700 900…) is still what the writer gave as a phone when a word says so.
+            if phonenumbers.is_valid_number(number) or (international and named
+                                                         and phonenumbers.is_possible_number(number)):
                 yield Finding("phone", *m.span(1), f"phonenumbers.{region or 'intl'}")
                 break
 

@@ -61,6 +61,7 @@ from urllib.parse import unquote
 
 import blake3
 
+from agentledger.core.detect import formats, words
 from agentledger.core.detect.finding import Finding, non_overlapping
 
 # detect-secrets regex detectors we use, with our kind and the literal anchors (at least one
@@ -126,6 +127,19 @@ _OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
     ("bearer_token", ("uthorization", "UTHORIZATION"), re.compile(
         r"(?i:\b(?:proxy-)?authorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/-]{8,}=*)"), 1),
     ("bearer_token", ("earer", "EARER"), re.compile(r"\b(?i:bearer)\s+([A-Za-z0-9._~+/-]{20,}=*)"), 1),
+    # An Authorization header whose value comes with no scheme (``Authorization: 5eb4…``).
+    ("bearer_token", ("uthorization", "UTHORIZATION"), re.compile(
+        r"(?i:\b(?:proxy-)?authorization\s*[:=]\s*)[\"']?(?!(?i:bearer|basic|token|negotiate|digest)\b)"
+        r"([A-Za-z0-9._~+/@=-]{12,})"), 1),
+    # Sidekiq Enterprise's gem-server credential, named by its Bundler variable.
+    ("sidekiq_secret", ("CONTRIBSYS__COM",), re.compile(
+        r"BUNDLE_(?:ENTERPRISE|GEMS)__CONTRIBSYS__COM[\"']?\s*[:=]\s*[\"']?([a-f0-9]{8}:[a-f0-9]{8})\b"), 1),
+    # A password given to curl or wget with the user (``-u user:pass``, ``--user 'user:pass'``):
+    # the part after the colon, or the whole value when one side is empty.
+    ("credential", (" -u", "--user", "--password"), re.compile(
+        r"(?:\bcurl\b|\bwget\b|\bhttp\b)(?:[^\n]|\\\n)*?\s(?:-u|--user|--http-password=|--password=)\s*"
+        r"[\"'{]*(?:[^\s\"':{}]*[\"'}]*:[\"'{]*|(?=[^\s\"'{}:]{4,256}[\"'}]*:))"
+        r"(?!\$)([^\s\"'{}:]{4,256}?)[\"'}]*:?[\"'}]*(?=\s|$)"), 1),
     # Credentials in a URL or DSN (``scheme://user:password@host``), punctuation included.
     ("url_credential", ("://",), re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s:/@\"'<>]*:([^\s/@\"'<>]{1,256})@"), 1),
     # A password given to a command line client by its short flag (``mysql -p'…'``, ``sshpass -p …``).
@@ -159,6 +173,9 @@ _OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
         ("bitbucket_token", ("ATBB", "ATATT3"), r"(?:ATBB[A-Za-z0-9_=.-]{32,}|ATATT3[A-Za-z0-9_=.-]{100,})"),
         ("postman_key", ("PMAK-",), r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),
         ("twilio_key", ("SK",), r"SK[a-f0-9]{32}"),
+        ("slack_token", ("xoxe-", "xoxo-", "xoxs-", "xoxr-", "xoxa-"),
+         r"xox[eosra]-\d{6,14}-\d{6,14}-\d{6,14}-[A-Za-z0-9]{8,64}"),
+        *formats.PREFIXED,
     )),
 )
 
@@ -168,23 +185,59 @@ _OWN: tuple[tuple[str, tuple[str, ...], re.Pattern[str], int], ...] = (
 # phrase counts as it is. The stems are also the prefilter's keyword test.
 _STEMS: dict[str, tuple[str, ...]] = {
     "passw": (), "passp": (), "mot de passe": ("mot de passe",), "pwd": (), "secret": (), "token": (), "credential": (),
-    "key": ("api key",), "contrase": (), "kennwort": (), "senha": (), "clave": ("clave de api",),
+    "key": words.KEY_PHRASES, "contrase": (), "kennwort": (), "senha": (), "clave": ("clave de api",),
     "chave": ("chave de api",), "пароль": (), "ключ": ("ключ api",), "clé": ("clé api", "clé d'api"),
     "schlüssel": ("api-schlüssel", "api schlüssel"), "密": ("密码", "密碼", "api密钥"), "口令": ("口令",),
     "パスワード": ("パスワード",), "キー": ("apiキー",), "비밀번호": ("비밀번호",),
-    "auth": (), "bearer": (),
+    "auth": (), "bearer": (), "creds": (), "login": (),
+    **{w: (w,) for w in words.PASSWORD_WORDS},
 }
-_IDENTIFIER_STEMS = frozenset(s for s in _STEMS if s.isascii() or s in ("contrase", "пароль"))
+_IDENTIFIER_STEMS = frozenset(s for s in _STEMS if (s.isascii() or s in ("contrase", "пароль"))
+                              and s not in words.PASSWORD_WORDS)
+# The stems an ASCII text can hold: the others are not looked for in it (most text is ASCII).
+_ASCII_STEMS = tuple(s for s in _STEMS if s.isascii())
+# Words after which the short verbs of other languages count as "is" (``words.FOREIGN_COPULAS``).
+_FOREIGN = frozenset(words.PASSWORD_WORDS) - {"passcode", "passphrase", "pass phrase", "pin code"}
 CREDENTIAL_NAME = re.compile(
     r"^(?:[A-Za-z0-9]+[_.-])*(?:pass(?:word|wd|phrase)?|pwd|secret(?:[_-]?key)?|token|api[_-]?key|apikey"
     r"|access[_-]?key(?:[_-]?id)?|private[_-]?key|client[_-]?secret|credentials?|auth[_-]?token"
-    r"|(?:encryption|signing|master|hmac|app|webhook|license|session|crypt)[_-]?key"
+    r"|(?:encryption|signing|master|hmac|app|webhook|license|session|crypt)[_-]?key|creds"
     r"|contrase[ñn]a|passwort|kennwort|mot_de_passe|senha|clave|chave|пароль)$", re.IGNORECASE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _IDENT_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _IDENT_RIGHT = re.compile(r"[A-Za-z0-9_ñ-]*")
-_TAIL = re.compile(r"[\"'\]]?\s*(?:=>|:=|==|=|:|：|\s(?:is|was|es|est|ist|é|это)\s|\s+(?=[\"'])|是|为|は)\s*"
-                   r"(?:([\"'`])([^\"'`\n]{4,256})\1|([^\s\"'`,;)\]}<>]{4,256}))")
+# What may stand between a credential word and its value: an assignment, a colon, "is" (in the
+# languages of the credential words), a dash in prose, or, before a quote, nothing; optionally
+# after a short qualifier ("the password for the staging db is …").
+_QUALIFIER = (r"(?:\s+(?:for|of|on|to|at|für|pour|para|de|du|voor|van|do|dla|per|för|til|для|от|на)"
+              r"\s+[^\n=:：\"'`]{1,40}?)?")
+_COPULA = r"is|was|es|est|ist|é|è|era|это|—|–"
+_VALUE = r"(?:([\"'`])([^\"'`\n]{4,256})\1|([^\s\"'`,;\]}<>]{4,256}))"
+
+
+def _tail(copulas: str) -> re.Pattern[str]:
+    # ``::=`` / ``?=`` are make's; a comma between two quoted strings is a call's
+    # (``getenv("api_token", "…")``); the separator never crosses a line.
+    return re.compile(rf"[\"'\]]?{_QUALIFIER}[ \t]*(?:=>|:{{1,3}}=|\?=|==|=|:|：|(?<=[\"'])\s*,\s*(?=[\"'])"
+                      rf"|\s(?:{copulas})\s|\s+(?=[\"'])|是|为|為|は|는|은)[ \t]*{_VALUE}")
+
+
+_TAIL = _tail(_COPULA)
+_TAIL_FOREIGN = _tail(_COPULA + "|" + "|".join(map(re.escape, words.FOREIGN_COPULAS)))
+# A value right after the word, with only a space between ("npm token 1b2c…-…"): taken only
+# when it has a token's shape (``_token_shaped``), since prose puts any word there.
+_LOOSE = re.compile(r"\s+([A-Za-z0-9_+/=.~-]{16,256})(?![A-Za-z0-9_+/=.~-])")
+# A name ending in one of these words holds a credential when its value has a token's shape
+# (``ADAFRUIT_KEY=…``, ``cohereKey: …``), unless the name says what else it is (a cache key,
+# an idempotency key, a public key).
+_WEAK_NAME = re.compile(r"^(?:[A-Za-z0-9]+[_.-])*(?:key|keys|auth|access|sid|login)$", re.IGNORECASE)
+_NOT_CREDENTIAL = re.compile(
+    r"(?:^|[_.-])(?:public|pub|cache|idempotency|dedup|dedupe|primary|foreign|sort|partition|shard|routing|row"
+    r"|object|lookup|hash|cursor|group|message|event|index|unique|composite|map|dict|item|record|file|bucket"
+    r"|s3|kms|trace|request|correlation|session_id|hotkey|sort|range|join)(?:[_.-]|$)", re.IGNORECASE)
+# A call in code (``getpass()``, ``vault.read("db")``): what follows a credential word, not a value.
+_CALL = re.compile(r"^[A-Za-z_][\w.]*\([^()]*\)?$")
+_VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
 _PLACEHOLDER = re.compile(
     r"^(?:\*+|x+|X+|\.+|-+|none|null|nil|true|false|undefined|redacted|changeme|example|secret|"
     r"password|your[_-].*|my[_-].*|<.*>|\{.*\}|\$.*|%.*%|\[.*\]|os\.environ.*|env\..*|process\.env.*|"
@@ -245,7 +298,7 @@ _NOT_SECRET = re.compile(
 # other anchor is part of a 20-character run.
 _SHORT_ANCHORS = frozenset({"://", " -p", "$production$", "$sandbox$",
                             "PRIVATE KEY", "PuTTY", "uthorization", "UTHORIZATION", "earer", "EARER",
-                            "aws", "AWS", "Aws"})
+                            "aws", "AWS", "Aws", " -u", "--user", "--password"}) | formats.SHORT_ANCHORS
 _Rule = tuple[str, str, re.Pattern[str], int, bool]
 
 
@@ -342,8 +395,9 @@ def _gate(text: str) -> tuple[list[str], list[str]] | None:
     """
     long_words = [w for w in text.split() if len(w) >= 20]
     lowered = text.lower()
-    stems = [s for s in _STEMS if s in lowered]
-    if (long_words or stems or "://" in text or "PRIVATE KEY" in text or " -p" in text
+    stems = [s for s in (_ASCII_STEMS if text.isascii() else _STEMS) if s in lowered]
+    if (long_words or stems or "://" in text or "PRIVATE KEY" in text or " -p" in text or " -u" in text
+            or "--user" in text
             or ("%" in text and _PCT.search(text) is not None)):
         return long_words, stems
     return None
@@ -409,13 +463,34 @@ def _find(text: str, entropy: bool, assignments: bool, depth: int) -> list[Findi
     generic = list(_generic(text, joined, cleared)) if joined and entropy else []
     if specific and generic:  # a token a specific rule named is not also "high entropy"
         generic = [g for g in generic if not any(s.start < g.end and g.start < s.end for s in specific)]
-    found = specific + generic
+    found = [f for f in specific + generic if not _filled_in(text, f)]
     if not found:
         return []
     markers = [m.span() for m in _MARKER.finditer(text)] if "[REDACTED:" in text else []
     if markers:
         found = [f for f in found if not any(s < f.end and f.start < e for s, e in markers)]
     return non_overlapping(found)
+
+
+# Six of one letter in a row: a value someone left to be filled in (``AKCpXXXXXX…``,
+# ``fo1_xxxxxx…``, ``Bearer XXXXXXXXXXXX``), which no real token has.
+_FILL = re.compile(r"([xX*])\1{5}")
+# What a user:password pair given to a command reads when it stands for one (a tutorial's).
+_PAIR_PLACEHOLDER = frozenset({"pass", "passwd", "password", "token", "test", "user", "username", "secret",
+                               "xxx", "yyy", "pwd", "apikey", "api_key", "changeme"})
+
+
+def _filled_in(text: str, f: Finding) -> bool:
+    """Whether a finding is a placeholder, not a secret: a run of fill letters, or a command's
+    ``user:password`` written as words (``curl -u username:password``, ``--user xxx:yyy``)."""
+    value = text[f.start:f.end]
+    if _FILL.search(value):
+        return True
+    if f.detector != "own.credential":
+        return False
+    parts = [p for p in re.split(r"[:\s]", value.strip("\"'<>")) if p]
+    return bool(_PLACEHOLDER.match(value) or all(p.lower() in _PAIR_PLACEHOLDER for p in parts)
+                or len(set(value)) <= 3)
 
 
 def redact_secrets(text: str, *, key: bytes | None = None) -> tuple[str, list[Finding]]:
@@ -521,19 +596,21 @@ def _specific(text: str, joined: _Joined | None) -> Iterator[Finding]:
 
 
 def _assignments(text: str, stems: list[str]) -> list[Finding]:
-    """``password=…``, ``"api_key": "…"``, ``--password=…``, ``my password is …``, ``密码是…``."""
+    """``password=…``, ``"api_key": "…"``, ``--password=…``, ``my password is …``, ``密码是…``,
+    ``wachtwoord: …``, ``npm token 1b2c…``, ``the signing key is 9f86…``."""
     lowered = text.lower()
     if len(lowered) != len(text):  # a character whose lower case is longer: spans would shift
         lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
     out: list[Finding] = []
     seen: set[int] = set()
     for stem in stems:
-        words = ((stem, True),) if stem in _IDENTIFIER_STEMS else ()
-        for word, identifier in (*words, *((p, False) for p in _STEMS[stem])):
+        words_ = ((stem, True),) if stem in _IDENTIFIER_STEMS else ()
+        for word, identifier in (*words_, *((p, False) for p in _STEMS[stem])):
             at = lowered.find(word)
             while at >= 0:
                 end = at + len(word)
                 name_end = end
+                weak = False  # a name that holds a credential only when its value is token-shaped
                 if identifier:
                     start = at
                     while start > 0 and at - start < 64 and text[start - 1] in _IDENT_CHARS:
@@ -543,23 +620,70 @@ def _assignments(text: str, stems: list[str]) -> list[Finding]:
                     # camelCase (``dbPassword``, ``encryptionKey``) is read as snake_case.
                     name = _CAMEL.sub("_", text[start:name_end].lstrip("-."))
                     ok = CREDENTIAL_NAME.match(name) is not None
+                    if not ok and _WEAK_NAME.match(name) and "_" in name.replace("-", "_").replace(".", "_"):
+                        ok = weak = _NOT_CREDENTIAL.search(name) is None
                 else:
                     ok = True
                 if ok and name_end not in seen:
                     seen.add(name_end)
-                    m = _TAIL.match(text, name_end)
-                    if m is not None:
-                        g = 2 if m.group(2) is not None else 3
-                        # A quoted value or an ``=`` assignment ends where it ends (a password may
-                        # end in ``!``); in prose, trailing punctuation ends the sentence.
-                        value = m.group(g)
-                        if g == 3 and "=" not in text[name_end:m.start(g)]:
-                            value = value.rstrip(".,:!?")
-                        if _credential_value(value, quoted=g == 2):
-                            out.append(Finding("credential", m.start(g), m.start(g) + len(value),
-                                               "own.assignment"))
+                    found = _value_after(text, name_end, foreign=word in _FOREIGN, weak=weak)
+                    if found is not None:
+                        out.append(Finding("credential", *found, "own.assignment"))
                 at = lowered.find(word, end)
     return out
+
+
+def _value_after(text: str, name_end: int, *, foreign: bool, weak: bool) -> tuple[int, int] | None:
+    """The span of the credential value that follows a credential word ending at ``name_end``."""
+    m = (_TAIL_FOREIGN if foreign else _TAIL).match(text, name_end)
+    if m is not None:
+        g = 2 if m.group(2) is not None else 3
+        value = m.group(g)
+        if g == 3:
+            value = _trimmed(value, assigned="=" in text[name_end:m.start(g)])
+        if _credential_value(value, quoted=g == 2) and (not weak or _token_shaped(value)):
+            return m.start(g), m.start(g) + len(value)
+    loose = _LOOSE.match(text, name_end)
+    if loose is None:
+        return None
+    value = loose.group(1).rstrip(".")
+    # A random-looking one is the entropy rule's (``high_entropy``): this rule adds the shapes
+    # that rule leaves alone, UUIDs and hex.
+    if _token_shaped(value) and not looks_random(value):
+        return loose.start(1), loose.start(1) + len(value)
+    return None
+
+
+def _trimmed(value: str, *, assigned: bool) -> str:
+    """An unquoted value without what ends the sentence around it: a trailing period, comma or
+    colon in prose (an ``=`` assignment keeps them; ``!`` and ``?`` are kept always: a password
+    often ends in one, and masking one more character leaks nothing), a closing parenthesis
+    that opens nowhere in the value, and the words of a language without spaces after an
+    ASCII value (``パスワードはSakura2024!です``)."""
+    if value[0].isascii() and not value.isascii():
+        value = value[:next(i for i, c in enumerate(value) if not c.isascii())]
+    while value.endswith(")") and value.count(")") > value.count("("):
+        value = value[:-1]
+    return value if assigned else value.rstrip(".,:")
+
+
+def _token_shaped(value: str) -> bool:
+    """Whether a value has the shape of a token, not of a word, a number or a version: a UUID,
+    16 or more hex characters with letters and digits, or a random-looking run."""
+    if len(value) < 16 or _UUIDISH.match(value):
+        return len(value) >= 16
+    if value.isdigit() or value.isalpha() or _VERSION.match(value) or _looks_like_identifier(value):
+        return False
+    if _HEX.match(value):
+        return any(c.isdigit() for c in value) and not value.isdigit()
+    digits = sum(c.isdigit() for c in value)
+    return digits >= 2 and (looks_random(value) or entropy(value) >= 3.5) and not _words_only(value)
+
+
+def _words_only(value: str) -> bool:
+    """``user_settings_2024_v2``: words of letters joined by separators, a few digits."""
+    parts = [p for p in re.split(r"[_.-]", value) if p]
+    return len(parts) >= 2 and all(p.isalpha() or p.isdigit() or len(p) <= 3 for p in parts)
 
 
 def _generic(text: str, joined: _Joined, cleared: list[tuple[int, int]]) -> Iterator[Finding]:
@@ -596,7 +720,7 @@ def _stripped(m: re.Match[str], g: int) -> tuple[int, int]:
 
 def _credential_value(value: str, *, quoted: bool) -> bool:
     """Whether what follows a credential keyword is a value (not a word, number or reference)."""
-    if len(value) < 4 or _PLACEHOLDER.match(value) or value.isdigit() or "(" in value:
+    if len(value) < 4 or _PLACEHOLDER.match(value) or value.isdigit() or (not quoted and _CALL.match(value)):
         return False
     if quoted:
         return " " not in value.strip() or (len(value) >= 12 and not value.replace(" ", "").isalpha())
