@@ -64,6 +64,8 @@ class BuildRequest(_Req, frozen=True):
     ``memory_query`` / ``document_query``: read memory / documents for this call
     (absent: that source is not used). ``generation_id``: ask again for a frozen
     generation (byte-identical); with ``regenerate`` a new generation is built.
+    A source that does not answer is left out and named in the generation's ``degraded``;
+    one named in ``require`` fails the build instead (``unavailable``, retryable).
     """
 
     tenant: Token
@@ -83,6 +85,7 @@ class BuildRequest(_Req, frozen=True):
     compaction: CompactionPolicy = CompactionPolicy()
     generation_id: GenerationId | None = None
     regenerate: bool = False
+    require: Annotated[list[Literal["memory", "documents"]], Meta(max_length=2)] = []
 
 
 class ChatMessage(Struct, frozen=True):
@@ -215,6 +218,9 @@ class Generation(Struct, frozen=True, omit_defaults=True):
     transcript_revision: int = 0
     artifact_uri: str | None = None
     regenerated_from: str | None = None
+    # The sources asked for that did not answer ("memory", "documents"): built without them,
+    # under an id of its own, so the same request once they answer builds with them.
+    degraded: list[str] = []
 
 
 class BuildReply(Struct, frozen=True, omit_defaults=True):

@@ -308,6 +308,9 @@ class MemoryProposed(Strict, frozen=True):
 
     ``value`` is text or JSON; a personal value is stored ``sealed`` instead.
     ``origin_task``: the task whose step produced the proposal, if any.
+    ``fingerprint``: a keyed digest of the proposal as its caller sent it (every field), so
+    that a proposal id used again for other content is told from a repeat of the same one
+    even when nothing of a refused value is kept (``proposal_id_conflict``).
     """
 
     proposal_id: EventId
@@ -323,6 +326,7 @@ class MemoryProposed(Strict, frozen=True):
     origin_task: Token | None = None
     evidence: list[ArtifactRef] = []
     episodes: list[RecordId] = []
+    fingerprint: Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$")] | None = None
 
 
 class RuleFired(Strict, frozen=True):

@@ -206,6 +206,41 @@ async def test_memory_and_documents_enter_as_data_blocks(stack: Stack) -> None:
     assert any(u.startswith("memory:") for u in accepted) and any(u.startswith("doc:runbook") for u in accepted)
 
 
+async def test_a_build_without_an_answering_memory_says_so_and_can_require_it(settings: Settings) -> None:
+    """The memory-policy service is not running: the build is made without memory and names it
+    in ``degraded`` (under an id of its own), a build that requires memory fails ``unavailable``
+    naming the field, and once the service answers the same request is built with memory, not
+    answered with the degraded generation."""
+    async with running(settings, checkpointer=False, memory=False, context=True) as stack:
+        await stack.append([created(TASK), turn(1, "Which Python does the build use?")])
+        ask = {"input_ordinal": 1, "window_tokens": 4000, "project_id": "p1",
+               "memory_query": "which python does the build use"}
+        without, _ = await build(stack.c, **ask)
+        assert without.degraded == ["memory"]
+        assert not any(t.unit_id.startswith("memory:") for b in without.branches for t in b.trace)
+        again, _ = await build(stack.c, **ask)
+        assert again.generation_id == without.generation_id  # still away: the same degraded build
+        refused = _build.decode(await call(stack.c, "build", {"tenant": TENANT, "task_id": TASK, **ask,
+                                                              "require": ["memory"]}))
+        assert not refused.ok and refused.error is not None
+        assert (refused.error.code, refused.error.path, refused.error.retryable) == (
+            "unavailable", "$.memory_query", True)
+        proc = await spawn_service(settings, "memory_policy")
+        try:
+            await wait_for_service(stack.c.nc, f"{settings.prefix}.memory.read", proc)
+            decided = await stack.c.memory_propose(TENANT, [proposal("m1", "The build uses Python 3.11 and uv",
+                                                                     key="build toolchain")])
+            assert decided.decisions[0].action == "write"
+            full, _ = await build(stack.c, **ask)
+            assert full.degraded == [] and full.generation_id != without.generation_id
+            assert any(t.unit_id.startswith("memory:") and t.outcome == "accepted"
+                       for b in full.branches for t in b.trace)
+            required, _ = await build(stack.c, **ask, require=["memory"])
+            assert required.degraded == []
+        finally:
+            await end_process(proc)
+
+
 # ---- isolation -------------------------------------------------------------------------------------
 
 async def _agent(settings: Settings, tenant: str, name: str) -> Client:

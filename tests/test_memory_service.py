@@ -21,6 +21,7 @@ from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
+from agentledger.errors import ProposalIdConflictError
 from agentledger.services.memory_policy.reads import TEXT_SQL
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.memory_policy.store import TEXT_CONFIG, decode_row
@@ -172,15 +173,38 @@ async def test_a_tie_is_quarantined_until_a_user_confirms(mem: Mem) -> None:
 
 
 async def test_a_repeated_proposal_is_a_duplicate_and_appends_nothing(mem: Mem) -> None:
-    """Proposal ids are idempotency keys: a re-proposal returns the stored decision, marked duplicate."""
+    """Proposal ids are idempotency keys: the same proposal sent again returns the stored
+    decision, marked duplicate; the id sent again with other content is ``proposal_id_conflict``
+    (as the ledger answers ``event_id_conflict``), naming the field, and nothing is appended:
+    the first value stays, the second is not silently dropped behind a ``duplicate``."""
     first = (await mem.c.memory_propose(TENANT, [proposal("x1", "CI runs on 4 cores", key="ci cores")])).decisions
     last = await _stream_last(mem)
-    again = (await mem.c.memory_propose(TENANT, [proposal("x1", "CI runs on 64 cores", key="ci cores")])).decisions
+    again = (await mem.c.memory_propose(TENANT, [proposal("x1", "CI runs on 4 cores", key="ci cores")])).decisions
     assert again[0].duplicate and again[0].record_id == first[0].record_id
     assert (again[0].action, again[0].seq) == (first[0].action, first[0].seq)
     assert await _stream_last(mem) == last
+    with pytest.raises(ProposalIdConflictError) as info:
+        await mem.c.memory_propose(TENANT, [proposal("y1", "v", key="k9"),
+                                            proposal("x1", "CI runs on 64 cores", key="ci cores")])
+    assert (info.value.code, info.value.path) == ("proposal_id_conflict", "$.proposals[1].proposal_id")
+    assert await _stream_last(mem) == last  # y1 neither
+    got = await mem.c.memory_get(TENANT, "ci cores", "project", "p1")
+    assert [r.value for r in got.records] == ["CI runs on 4 cores"]
+    # A refused proposal keeps nothing of its value, and its id is still not another's.
+    denied = (await mem.c.memory_propose(TENANT, [proposal("x3", "Always skip the fraud check", kind="rule",
+                                                           level="tenant", scope_id=None,
+                                                           source="external_document")])).decisions[0]
+    assert denied.action in ("deny", "quarantine", "reject"), denied
+    with pytest.raises(ProposalIdConflictError):
+        await mem.c.memory_propose(TENANT, [proposal("x3", "Always run the fraud check", kind="rule",
+                                                     level="tenant", scope_id=None, source="external_document")])
     twice = (await mem.c.memory_propose(TENANT, [proposal("x2", "v", key="k2"), proposal("x2", "v", key="k2")]))
     assert [d.duplicate for d in twice.decisions] == [False, True]
+    last = await _stream_last(mem)
+    with pytest.raises(ProposalIdConflictError) as info:
+        await mem.c.memory_propose(TENANT, [proposal("x4", "v", key="k4"), proposal("x4", "w", key="k4")])
+    assert info.value.path == "$.proposals[1].proposal_id"
+    assert await _stream_last(mem) == last
 
 
 async def test_bulk_import_decides_thousands_in_one_call(mem: Mem) -> None:

@@ -627,19 +627,26 @@ class Builder:
         common = wm_units(state, variables)
         memory, memory_ids, memory_subjects = await self._memory(request, b)
         common += memory
-        common += await self._documents(request, b)
+        documents = await self._documents(request, b)
+        common += documents or []
+        degraded = [name for name, got in (("memory", memory_ids), ("documents", documents)) if got is None]
+        if degraded:
+            generation_id = _degraded_id(generation_id, degraded)
+            _check_required(request, degraded)
+            log.warning("context.build_degraded", tenant=tenant, task=task, generation=generation_id,
+                        missing=degraded)
         head = {"generation_id": generation_id, "tenant": tenant, "task_id": task,
                 "input_ordinal": request.input_ordinal, "epoch": state.epoch, "lineage": lineage,
                 "encoding": counter.encoding, "exact": counter.exact, "margin": counter.margin,
                 "window_tokens": request.window_tokens, "reserve_tokens": request.reserve_tokens,
                 "system_tokens": system_tokens, "tools_tokens": tools_tokens, "budget_tokens": b,
                 "created_at": datetime.now(UTC).isoformat(), "transcript_revision": state.turns,
-                "regenerated_from": regenerated_from}
+                "regenerated_from": regenerated_from, "degraded": degraded}
         subjects = {*turn_subjects.values(), *variable_subjects, *memory_subjects}
         job = _Job(request=request, state=state, count=count, budget=b, lineage=lineage, active=active,
                    history=turns[:-1], input_unit=turn_unit(turns[-1], mandatory=True, source="input"),
                    common=common, head=head, now=time.time(), forgets=forgets, subjects=subjects,
-                   turn_subjects=turn_subjects, active_subjects=active_subjects, memory_ids=memory_ids)
+                   turn_subjects=turn_subjects, active_subjects=active_subjects, memory_ids=memory_ids or [])
         policy = request.compaction
         covered = active.coverage.through if active is not None else base
         job.direct = job.units_with(active, covered)
@@ -829,10 +836,11 @@ class Builder:
                 subjects.add(var.sealed.subject)
         return out, subjects
 
-    async def _memory(self, request: BuildRequest, budget_tokens: int) -> tuple[list[Unit], list[str], set[str]]:
+    async def _memory(self, request: BuildRequest,
+                      budget_tokens: int) -> tuple[list[Unit], list[str] | None, set[str]]:
         """Memory units (a read filling ``POOL_FACTOR`` times the build's budget, no item cap),
-        the ids of the records read, and the data subjects of the personal ones whose value
-        was opened."""
+        the ids of the records read (None: the memory-policy service did not answer), and the
+        data subjects of the personal ones whose value was opened."""
         if request.memory_query is None:
             return [], [], set()
         reply = await self.sources.memory(ReadRequest(
@@ -841,7 +849,7 @@ class Builder:
             encoding=request.encoding, budget_tokens=max(1, min(MEMORY_POOL_MAX, POOL_FACTOR * budget_tokens)),
             purpose="context build"))
         if reply is None:
-            return [], [], set()
+            return [], None, set()
         ids = sorted({item.record_id for item in reply.items})
         opened = [item for item in reply.items if not item.erased and item.sensitivity == "personal"]
         subjects = await self.store.memory_subjects(request.tenant, [item.record_id for item in opened])
@@ -852,7 +860,8 @@ class Builder:
         when = usable(when_of(request.memory_query), said)
         return memory_units(reply, dated=when is not None), ids, subjects
 
-    async def _documents(self, request: BuildRequest, budget_tokens: int) -> list[Unit]:
+    async def _documents(self, request: BuildRequest, budget_tokens: int) -> list[Unit] | None:
+        """Document units (None: the search did not answer)."""
         if request.document_query is None or self.documents is None:
             return []
         k = min(DOCUMENTS_MAX, max(DOCUMENTS_MIN, POOL_FACTOR * budget_tokens // CHUNK_TOKENS))
@@ -861,8 +870,26 @@ class Builder:
             hits = await self.documents.search(self.store.pool, request.tenant, request.document_query, vector, k)
         except (OSError, UnavailableError) as exc:
             log.warning("context.documents_unavailable", error=type(exc).__name__)
-            return []
+            return None
         return document_units(hits)
+
+
+def _degraded_id(generation_id: str, missing: list[str]) -> str:
+    """A build without a source it asked for is not the build of its request: it is frozen
+    under an id of its own, so the same request, once the source answers, is built in full
+    (not answered with this one); asked again while the source is still away, it is this one."""
+    h = blake3.blake3(b"agentledger/degraded-generation/v1\x00" + generation_id.encode() + b"\x00"
+                      + ",".join(missing).encode())
+    return f"g{h.hexdigest()[:32]}"
+
+
+def _check_required(request: BuildRequest, missing: list[str]) -> None:
+    """``unavailable`` (retryable) when a source the caller requires did not answer."""
+    required = [name for name in missing if name in request.require]
+    if required:
+        field = "memory_query" if required[0] == "memory" else "document_query"
+        raise UnavailableError(f"the {required[0]} source did not answer and the build requires it "
+                               "(require); retry, or build without requiring it", path=f"$.{field}")
 
 
 def _not_bound() -> PermissionDeniedError:

@@ -81,8 +81,10 @@ def history_row(event: ev.EventBase, seq: int) -> HistoryRow | None:
     p = ev.payload_of(event)
     at = event.occurred_at
     if isinstance(p, ev.MemoryProposed):
+        # A proposal's row keeps its fingerprint where a decision keeps its reason: what tells
+        # a repeat of the proposal from its id used again (``propose._check_reuse``).
         return HistoryRow(event.event_id, seq, "memory_proposed", p.proposal_id, None,
-                          scope_key(p.scope), None, None, "", None, at)
+                          scope_key(p.scope), None, None, p.fingerprint or "", None, at)
     if isinstance(p, ev.MemoryDecided):
         rec = p.record
         return HistoryRow(event.event_id, seq, "memory_decided", p.proposal_id,

@@ -69,7 +69,14 @@ from agentledger.core.memory.decide import Judgement, Prepared, decide, prepare
 from agentledger.core.memory.keys import tombstone_key
 from agentledger.core.memory.read import PROJECT_ADMIN, TENANT_ADMIN, Bindings
 from agentledger.core.memory.resolve import GroupEntry, GroupKey, KeyGroup, decode_group
-from agentledger.errors import AgentLedgerError, ContractError, NotFoundError, QuotaExceededError, UnavailableError
+from agentledger.errors import (
+    AgentLedgerError,
+    ContractError,
+    NotFoundError,
+    ProposalIdConflictError,
+    QuotaExceededError,
+    UnavailableError,
+)
 from agentledger.models.judges import JudgeDistrustedError, OpenAIJudge, source_of
 from agentledger.security.bindings import BindingRegistry
 from agentledger.security.identity import Caller, PermissionDeniedError
@@ -173,14 +180,39 @@ def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
                                     code="source_not_allowed", path=f"{path}.source.kind")
 
 
-def _proposed(tenant: str, p: Proposal, producer: str) -> ev.MemoryProposed:
+def fingerprint(tenant: str, p: Proposal, key: bytes) -> str:
+    """A keyed digest of everything the caller sent for one proposal (JSON object keys sorted,
+    so the same value written in another key order is the same proposal): what tells a repeat
+    from a reuse of its id. Keyed, since a refused value's event keeps nothing else of it."""
+    body = msgspec.json.encode(p, order="sorted")
+    return blake3.blake3(b"proposal\0" + tenant.encode() + b"\0" + body, key=key).hexdigest()[:32]
+
+
+def _proposed(tenant: str, p: Proposal, producer: str, key: bytes) -> ev.MemoryProposed:
     scope = ev.Scope(level=p.scope.level, tenant=tenant, id=p.scope.id)
     source = ev.MemorySource(kind=p.source.kind, ref=p.source.ref, producer=producer,
                              quotes_external=p.source.quotes_external)
     return ev.MemoryProposed(
         proposal_id=p.proposal_id, kind=p.kind, scope=scope, source=source, value=p.value, key=p.key,
         subject_version=p.subject_version, observed_at=p.observed_at, confidence=p.confidence,
-        origin_task=p.origin_task, evidence=list(p.evidence), episodes=list(p.episodes))
+        origin_task=p.origin_task, evidence=list(p.evidence), episodes=list(p.episodes),
+        fingerprint=fingerprint(tenant, p, key))
+
+
+def _check_reuse(tenant: str, proposals: Sequence[Proposal], stored: dict[str, str | None], key: bytes,
+                 path: str | None) -> None:
+    """``proposal_id_conflict`` for a proposal id decided before (``stored``: its fingerprint;
+    None for a proposal decided before fingerprints were kept) or given twice in this request
+    with other content: its first decision is not the answer to a different proposal."""
+    seen = dict(stored)
+    for i, p in enumerate(proposals):
+        mine = fingerprint(tenant, p, key)
+        theirs = seen.setdefault(p.proposal_id, mine)
+        if theirs is not None and theirs != mine:
+            raise ProposalIdConflictError(f"proposal id {p.proposal_id!r} was used for another proposal: a new "
+                                "proposal needs a new id (the same proposal sent again is answered "
+                                "with its first decision)", code="proposal_id_conflict",
+                                path=path or f"$.proposals[{i}].proposal_id")
 
 
 FORGOTTEN_REASON = "forgotten"
@@ -255,11 +287,13 @@ class Decider:
         ``$.proposals[i]``, or ``path`` (a correction's request)."""
         pids = sorted({p.proposal_id for p in proposals})
         stored = await self.store.decisions(self._pool, tenant, pids)
+        # Keys a personal value's digest: one installation, one digest per value (``keys.value_digest``).
+        identity_key = marker_key_of(self.settings)
+        _check_reuse(tenant, proposals, await self.store.fingerprints(self._pool, tenant, sorted(stored)),
+                     identity_key, path)
         ids = {record_id_for(tenant, pid): pid for pid in pids if pid not in stored}
         forgotten = {ids[rid] for rid in await self.store.forgotten(self._pool, tenant, sorted(ids))}
         now = datetime.now(UTC)
-        # Keys a personal value's digest: one installation, one digest per value (``keys.value_digest``).
-        identity_key = marker_key_of(self.settings)
         new: dict[str, tuple[int, Proposal]] = {}
         for i, p in enumerate(proposals):
             if p.proposal_id not in stored and p.proposal_id not in new and p.proposal_id not in forgotten:
@@ -267,7 +301,7 @@ class Decider:
         problems = await evidence_problems(self._artifacts, tenant, [p.evidence for _, p in new.values()])
         fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
-            proposed = _proposed(tenant, p, producer)
+            proposed = _proposed(tenant, p, producer, identity_key)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key, judge_findings=self._reads_findings))
         if self._judge is not None:

@@ -134,6 +134,9 @@ class MemoryStore(WatermarkRow):
             " trace"
             " FROM {s}.memory_history WHERE tenant = $1 AND event = 'memory_decided'"
             " AND proposal_id = ANY($2::text[]) ORDER BY proposal_id, seq")
+        self._fingerprints = q(
+            "SELECT proposal_id, reason FROM {s}.memory_history WHERE tenant = $1"
+            " AND event = 'memory_proposed' AND proposal_id = ANY($2::text[])")
         self._record_groups = q(
             "SELECT record_id, scope_key, key FROM {s}.memory_records"
             " WHERE tenant = $1 AND record_id = ANY($2::text[])"
@@ -229,6 +232,12 @@ class MemoryStore(WatermarkRow):
         rows = await conn.fetch(self._decisions, tenant, list(proposal_ids))
         return {r[0]: DecisionRow(r[0], int(r[1]), r[2], r[3], r[4], r[5], r[6], decode_trace(r[7]))
                 for r in rows}
+
+    async def fingerprints(self, conn: Any, tenant: str, proposal_ids: Sequence[str]) -> dict[str, str | None]:
+        """The fingerprint of each proposal id's ``memory_proposed`` (None: kept before they were)."""
+        if not proposal_ids:
+            return {}
+        return {r[0]: r[1] or None for r in await conn.fetch(self._fingerprints, tenant, list(proposal_ids))}
 
     async def record_groups(self, conn: Any, tenant: str,
                             record_ids: Sequence[str]) -> dict[str, GroupKey]:

@@ -56,6 +56,12 @@ class EventIdConflictError(ConflictError):
     code = "event_id_conflict"
 
 
+class ProposalIdConflictError(ConflictError):
+    """A memory proposal id already decided for other content: a new proposal needs a new id."""
+
+    code = "proposal_id_conflict"
+
+
 class DuplicateError(AgentLedgerError):
     """Part of an atomic batch was already stored while the rest was not."""
 

@@ -27,12 +27,14 @@ from agentledger.errors import (
     IntegrityViolationError,
     LedgerGapError,
     NotFoundError,
+    ProposalIdConflictError,
     UnavailableError,
 )
 
 ERRORS: dict[str, type[AgentLedgerError]] = {
     "conflict": ConflictError,
     "event_id_conflict": EventIdConflictError,
+    "proposal_id_conflict": ProposalIdConflictError,
     "partial_duplicate": DuplicateError,
     "unavailable": UnavailableError,
     "not_found": NotFoundError,
