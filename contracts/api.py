@@ -28,7 +28,7 @@ class AppendRequest(Struct, forbid_unknown_fields=True, frozen=True, omit_defaul
     """
 
     events: Annotated[list[Raw], Meta(min_length=1)]
-    expected_last_seq: Annotated[int, Meta(ge=0)] | None = None
+    expected_last_seq: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
     lease_secret: LeaseSecret | None = None
 
 

@@ -21,7 +21,7 @@ from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
-from agentledger.errors import ProposalIdConflictError
+from agentledger.errors import ContractError, ProposalIdConflictError
 from agentledger.services.memory_policy.reads import TEXT_SQL
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.memory_policy.store import TEXT_CONFIG, decode_row
@@ -205,6 +205,15 @@ async def test_a_repeated_proposal_is_a_duplicate_and_appends_nothing(mem: Mem) 
         await mem.c.memory_propose(TENANT, [proposal("x4", "v", key="k4"), proposal("x4", "w", key="k4")])
     assert info.value.path == "$.proposals[1].proposal_id"
     assert await _stream_last(mem) == last
+
+
+async def test_the_memory_ledger_is_not_a_task_working_memory_projects(mem: Mem) -> None:
+    """``wm.get`` of a tenant's ``_memory`` ledger is a permanent, typed refusal naming the field,
+    not a retryable ``unavailable`` that no retry ever ends (issue 49, item 7)."""
+    await mem.c.memory_propose(TENANT, [proposal("wm1", "CI runs on 4 cores", key="ci cores")])
+    with pytest.raises(ContractError) as info:
+        await mem.c.working_memory(TENANT, ev.MEMORY_TASK)
+    assert (info.value.code, info.value.path, info.value.retryable) == ("service_ledger", "$.task_id", False)
 
 
 async def test_bulk_import_decides_thousands_in_one_call(mem: Mem) -> None:

@@ -113,6 +113,9 @@ BAD_INPUT = [
     ("too many events", {"events": [event(f"e{i}") for i in range(51)]}, "batch_too_large", "$.events"),
     ("negative expectation", {"events": [event("e1")], "expected_last_seq": -1}, "invalid_value",
      "$.expected_last_seq"),
+    # A sequence no stream can reach (JetStream numbers in a signed 64-bit range).
+    ("expectation past any sequence", {"events": [event("e1")], "expected_last_seq": 2**64}, "invalid_value",
+     "$.expected_last_seq"),
 ]
 
 

@@ -50,6 +50,7 @@ from agentledger.contracts.api import (
     WorkingMemoryReply,
 )
 from agentledger.contracts.codec import decode_task_ref, encode
+from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK
 from agentledger.core.projection_tags import check_rejection
 from agentledger.core.state import WorkingMemory, core_view
 from agentledger.erasure import evict
@@ -125,6 +126,11 @@ async def render_view(row: asyncpg.Record, state: WorkingMemory, keyring: Callab
         return data
     may_open = None if readable is None else readable.__contains__
     return _view_encoder.encode(await reveal(msgspec.json.decode(data), keyring(), may_open))
+
+
+# The tenants' service ledgers (their own services read them) and what each holds.
+SERVICE_LEDGERS = {MEMORY_TASK: "memory (memory.*)", DOCUMENTS_TASK: "documents (context.ingest)",
+                   FORGET_TASK: "forget requests (forget.*)"}
 
 
 def get_subject(prefix: str) -> str:
@@ -641,7 +647,13 @@ _view_encoder = msgspec.json.Encoder()
 
 
 def _check_read_request(ref: TaskRef) -> None:
-    """Fields of a wm.get request that only make sense together (the decoder checks each alone)."""
+    """What no read can answer: a service ledger, and fields of a wm.get request that only make
+    sense together (the decoder checks each alone)."""
+    if ref.task_id in SERVICE_LEDGERS:
+        # A permanent condition, not a wait: no retry ever finds it projected.
+        raise ContractError(f"{ref.task_id!r} is the tenant's {SERVICE_LEDGERS[ref.task_id]} ledger, which "
+                            "Working Memory does not project; read it through its service",
+                            code="service_ledger", path="$.task_id")
     if ref.chunk is not None and ref.digest is None:
         raise ContractError("a chunk request needs the digest the first chunk's reply carried",
                             code="missing_field", path="$.digest")
