@@ -37,7 +37,7 @@ from agentledger.security.identity import OPERATOR, Caller, PermissionDeniedErro
 from agentledger.services.ledger_writer.artifact_endpoints import REPLY_HEADROOM, ArtifactEndpoints
 from agentledger.stores import artifacts
 from agentledger.stores.artifacts import ArtifactAddress, ArtifactStore, artifacts_bucket, check_refs, parse_uri
-from agents import agent_client
+from tenant_agents import agent_client
 from writer_support import running_writer
 
 MISSING = "0" * 64

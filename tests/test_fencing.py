@@ -32,7 +32,7 @@ from agentledger.security.identity import Caller
 from agentledger.services.ledger_writer.service import LedgerWriter
 from agentledger.stores import lease_bucket
 from agentledger.stores.leases import Lease, secret_hash
-from agents import agent_client
+from tenant_agents import agent_client
 from helpers import assert_eventually
 from test_writer import created, event, stored
 from writer_support import running_writer

@@ -24,7 +24,7 @@ from agentledger.security import auth, bindings
 from agentledger.services.context_builder.docs_replay import verify_documents
 from agentledger.services.memory_policy.replay import verify_memory
 from agentledger.services.tombstone_fanout.derived import needles_of
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack, created, event
 from test_forget_tombstone_digest import Env, messages_holding, rows_holding
 

@@ -22,7 +22,7 @@ from agentledger.config import Settings
 from agentledger.contracts.resume import ErasedArtifact, ResumeReply
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack, chain, created, event, plan, started, succeeded
 
 TENANT = "acme"

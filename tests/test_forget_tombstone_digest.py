@@ -24,7 +24,7 @@ from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.security import auth, bindings
 from agentledger.services.memory_policy.replay import verify_memory
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack
 from test_memory_service import proposal
 

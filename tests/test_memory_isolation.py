@@ -21,7 +21,7 @@ from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
 from agentledger.services.memory_policy.service import MemoryPolicy
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack
 from helpers import assert_eventually
 from test_memory_service import proposal

@@ -23,7 +23,7 @@ from agentledger.security import auth
 from agentledger.services.ledger_writer import quotas as quota_module
 from agentledger.services.ledger_writer.quotas import Quotas
 from agentledger.services.ledger_writer.service import LedgerWriter
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack, created, variable
 from helpers import assert_eventually
 from test_memory_service import proposal

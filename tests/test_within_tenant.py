@@ -22,7 +22,7 @@ from agentledger.config import Settings
 from agentledger.errors import AgentLedgerError
 from agentledger.security import auth, bindings
 from agentledger.security.on_behalf import ON_BEHALF_OF
-from agents import agent_client
+from tenant_agents import agent_client
 from ckpt_support import Stack, created, event
 from helpers import assert_eventually
 from test_context_service import turn

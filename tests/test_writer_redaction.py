@@ -26,7 +26,7 @@ from agentledger.security import auth
 from agentledger.security.kek_epochs import KekRing
 from agentledger.security.sealing import Keyring, load_kek, unseal
 from agentledger.services.ledger_writer.service import LedgerWriter
-from agents import agent_client
+from tenant_agents import agent_client
 from writer_support import ledger_messages, running_writer
 
 AWS = "AKIAQ3EGRIT5KZ7XW4NB"

@@ -1,4 +1,5 @@
-"""Tenant agents for tests, each with NATS credentials of its own (``from agents import agent_client``).
+"""Tenant agents for tests, each with NATS credentials of its own (``from tenant_agents import
+agent_client``; not named ``agents``, which is the OpenAI Agents SDK's package).
 
 What a tenant may do is enforced by its NATS account and the agent's user, so a test of
 isolation or quotas needs a real agent: credentials issued by the operator (``agent add``) and

@@ -1,0 +1,1 @@
+"""Framework adapters (optional extras): agentledger behind another framework's storage interfaces."""
