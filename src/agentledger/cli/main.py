@@ -324,6 +324,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                recall_file=args.recall_file, gitleaks=args.gitleaks))
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``agentledger mcp``: the MCP server, from the optional ``mcp`` extra (imported only here)."""
+    try:
+        from agentledger.adapters.mcp.command import run  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        raise AgentLedgerError("agentledger mcp needs the mcp extra: pip install 'agentledger[mcp]'",
+                               code="extra_missing") from exc
+    return run(args, _connected)
+
+
+def _add_mcp_command(sub: Any) -> None:
+    """``mcp``: serve the tools to an MCP host (docs/mcp.md)."""
+    p = sub.add_parser("mcp", help="serve memory, forget, context and task tools to an MCP host "
+                                   "(stdio; --http for streamable HTTP); needs agentledger[mcp]")
+    p.add_argument("--tenant", default=None,
+                   help="stdio: the tenant of the agent whose --creds the server acts as")
+    p.add_argument("--http", action="store_true",
+                   help="serve streamable HTTP; each request's bearer token names its agent (--tokens)")
+    p.add_argument("--host", default="127.0.0.1", help="--http: address to listen on (default loopback)")
+    p.add_argument("--port", type=int, default=8765,
+                   help="--http: port (0: any free one; the line on stderr names it)")
+    p.add_argument("--tokens", type=Path, default=None,
+                   help='--http: the token table {"tokens": [{"sha256", "tenant", "creds"}]}')
+    p.set_defaults(fn=cmd_mcp)
+
+
 def _add_identity_commands(sub: Any) -> None:
     """``tenant``, ``agent`` and ``auth``: the operator's identity administration."""
     tenant = sub.add_parser("tenant", help="add, list and revoke tenants (operator)").add_subparsers(
@@ -492,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_operator_commands(sub)
     _add_identity_commands(sub)
     _add_load_commands(sub)
+    _add_mcp_command(sub)
     _accept_global_options_everywhere(parser)
     return parser
 
