@@ -21,7 +21,7 @@ from agentledger.core.reducer import fold
 from agentledger.core.state import new_state
 
 SERVER_BENCHES = ["single", "batch", "one_task", "pause", "integrity", "sustained", "history", "rebuild",
-                  "detector", "memory", "forget", "quotas", "memory_bulk"]
+                  "detector", "memory", "forget", "quotas", "memory_bulk", "agents_session"]
 EXPECTED = {
     "reducer", "rebuild", "pause_gain", "sustained_rate", "sustained_appends",
     "one_task_vs_many_tasks", "projection_wal_per_event", "projection_pg_cpu_per_event",
@@ -40,6 +40,7 @@ EXPECTED = {
     "memory_propose_latency_p99", "memory_bulk_proposals_per_s",
     "memory_bulk_read_p50", "memory_bulk_read_p99", "memory_bulk_build_p50", "memory_bulk_build_p99",
     "forget_subject_p50", "forget_subject_p99",
+    "agents_session_add_p50", "agents_session_add_p99", "agents_session_get_p50", "agents_session_get_p99",
     "quota_quiet_append_p50", "quota_quiet_append_p99", "quota_quiet_wm_get_p99",
     "context_build_p50", "context_build_p99", "context_compaction_500_turns",
     "context_tokens_50_turns", "context_tokens_200_turns", "context_tokens_500_turns",

@@ -21,7 +21,7 @@ from agentledger.client import Client
 from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.core.memory.authority import SENSITIVITY_RANK, scope_key
-from agentledger.errors import ContractError, ProposalIdConflictError
+from agentledger.errors import ContractError, NotFoundError, ProposalIdConflictError
 from agentledger.services.memory_policy.reads import TEXT_SQL
 from agentledger.services.memory_policy.service import MemoryPolicy
 from agentledger.services.memory_policy.store import TEXT_CONFIG, decode_row
@@ -205,6 +205,23 @@ async def test_a_repeated_proposal_is_a_duplicate_and_appends_nothing(mem: Mem) 
         await mem.c.memory_propose(TENANT, [proposal("x4", "v", key="k4"), proposal("x4", "w", key="k4")])
     assert info.value.path == "$.proposals[1].proposal_id"
     assert await _stream_last(mem) == last
+
+
+async def test_an_episode_must_name_a_record_of_the_tenant(mem: Mem) -> None:
+    """A proposal derived from episodes names records that exist: one naming nothing is
+    ``not_found`` at its path, and the request appends nothing; naming a real record is kept
+    as the record's lineage (what a forget follows)."""
+    first = (await mem.c.memory_propose(TENANT, [proposal("ep-a", "the nightly build passed",
+                                                          key="nightly build")])).decisions[0]
+    last = await _stream_last(mem)
+    with pytest.raises(NotFoundError) as info:
+        await mem.c.memory_propose(TENANT, [proposal("ep-b", "the nightly build is green",
+                                                     key="nightly status", episodes=[first.record_id, "r-none"])])
+    assert info.value.path == "$.proposals[0].episodes[1]"
+    assert await _stream_last(mem) == last
+    kept = (await mem.c.memory_propose(TENANT, [proposal("ep-c", "the nightly build is green", key="nightly status",
+                                                         episodes=[first.record_id])])).decisions[0]
+    assert kept.action == "write", kept
 
 
 async def test_the_memory_ledger_is_not_a_task_working_memory_projects(mem: Mem) -> None:

@@ -83,10 +83,13 @@ def _no_secret_in_headers(meta: ArtifactPutHeaders) -> None:
     """Refuse a put whose schema or producer holds a secret: they are stored in plaintext as the
     object's metadata and returned by every stat, and like an id they are not rewritten (a
     redacted producer names another producer), so nothing is stored (``secret_in_identifier``)."""
-    from agentledger.core.detect.secrets import find_secrets  # noqa: PLC0415 - loaded with the writer's detectors
+    # The package, not its ``secrets`` module: the writer's warm-up imports the package in a
+    # worker thread, and importing a submodule first here takes the locks in the other order
+    # (submodule, then package), which importlib breaks by handing one side a half-run module.
+    from agentledger.core import detect  # noqa: PLC0415 - loaded with the writer's detectors
 
     for header, value in ((H_PRODUCER, meta.producer), (H_SCHEMA, meta.schema)):
-        if find_secrets(value):
+        if detect.find_secrets(value):
             raise ContractError(f"{header} holds a secret; nothing was stored (name the producer otherwise)",
                                 code="secret_in_identifier", path=f"headers.{header}")
 

@@ -298,6 +298,7 @@ class Decider:
         for i, p in enumerate(proposals):
             if p.proposal_id not in stored and p.proposal_id not in new and p.proposal_id not in forgotten:
                 new[p.proposal_id] = (i, p)
+        await self._check_episodes(tenant, new)
         problems = await evidence_problems(self._artifacts, tenant, [p.evidence for _, p in new.values()])
         fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
@@ -342,6 +343,20 @@ class Decider:
             given.add(pid)
         self.decided += len(decisions)
         return out
+
+    async def _check_episodes(self, tenant: str, new: dict[str, tuple[int, Proposal]]) -> None:
+        """``not_found`` for an episode that names no record of the tenant: a promoted fact
+        records what it was derived from, so that a forget follows it, and a lineage to
+        nothing is a claim nobody can check."""
+        named = sorted({rid for _, p in new.values() for rid in p.episodes})
+        if not named:
+            return
+        known = await self.store.record_groups(self._pool, tenant, named)
+        for i, p in new.values():
+            for j, rid in enumerate(p.episodes):
+                if rid not in known:
+                    raise NotFoundError(f"episode {rid!r} is not a memory record of this tenant",
+                                        path=f"$.proposals[{i}].episodes[{j}]")
 
     async def _judge_all(self, fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]],
                          identity_key: bytes) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agentledger.bench import (
+    agents_session,
     appends,
     checkpoints,
     consolidation,
@@ -62,6 +63,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "starts": starts.bench_starts,
     "recall": recall.bench_recall,
     "memory_bulk": memory_bulk.bench_memory_bulk,
+    "agents_session": agents_session.bench_agents_session,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context, consolidation, poisoning and witness run in-process).

@@ -160,10 +160,12 @@ def marker_key_of(settings: Settings) -> bytes:
             key = _unb64(stored.read_bytes().strip())
         else:
             # Imported here: the detectors' package is heavy, and this runs once per installation.
-            from agentledger.core.detect.secrets import derive_marker_key  # noqa: PLC0415
+            # The package first (as a service's warm-up thread imports it), never a submodule
+            # first, which takes the import locks in the other order.
+            from agentledger.core import detect  # noqa: PLC0415
 
             kek_of(settings)  # made, or moved out of the data folder, as the writer would
-            key = derive_marker_key(load_kek(path))
+            key = detect.secrets.derive_marker_key(load_kek(path))
             write_private(stored, _b64(key).decode())
         _MARKER_KEYS[path] = key
     return key
