@@ -39,6 +39,7 @@ from agentledger.bench import (
     starts,
     sustained,
 )
+from agentledger.bench import langgraph as langgraph_bench
 from agentledger.bench import witness as witness_bench
 from agentledger.bench.common import PROFILES, Stack, bench_stack
 from agentledger.config import Settings
@@ -64,6 +65,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "recall": recall.bench_recall,
     "memory_bulk": memory_bulk.bench_memory_bulk,
     "agents_session": agents_session.bench_agents_session,
+    "langgraph": langgraph_bench.bench_langgraph,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context, consolidation, poisoning and witness run in-process).
