@@ -764,6 +764,9 @@ DOCUMENTS_TASK = "_documents"
 # are the proof, and hold no personal data).
 FORGET_KINDS = frozenset({"forget_requested", "forget_completed"})
 FORGET_TASK = "_forget"
+# Sequence numbers a cut ledger would hand out again are taken by empty messages on
+# ``<prefix>.ledger._numbering._gap`` (``stores.witness.fill_numbering``): no tenant's, no event.
+GAP_TENANT, GAP_TASK = "_numbering", "_gap"
 RESERVED_TASK_PREFIX = "_"
 
 

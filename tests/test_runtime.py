@@ -32,6 +32,7 @@ from agentledger.runtime.state import (
     write_runtime,
 )
 from agentledger.security import auth
+from agentledger.stores.witness import StartCheck
 from helpers import assert_eventually
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -293,9 +294,9 @@ def test_up_starts_everything_and_down_stops_everything(
         prepared.append(f"stream {settings.nats_url}")
 
     monkeypatch.setitem(sys.modules, "agentledger.stores.db", types.SimpleNamespace(migrate=migrate))
-    async def check_up(settings: Settings, *, accept_rollback: bool) -> list[str]:
+    async def check_up(settings: Settings, *, accept_rollback: bool) -> StartCheck:
         prepared.append(f"witness {settings.nats_url} accept_rollback={accept_rollback}")
-        return []
+        return StartCheck()
 
     monkeypatch.setitem(sys.modules, "agentledger.stores.ledger",
                         types.SimpleNamespace(ensure_stream=ensure_stream))

@@ -72,6 +72,7 @@ from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.parts import Parts, Warming
 from agentledger.shell.service import Shape, Shell
 from agentledger.stores import artifacts, witness
+from agentledger.stores.fences import Fences
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
 from agentledger.stores.ledger import ensure_stream, ledger_subject, subject_key
 from agentledger.stores.numbering import Numbering
@@ -134,6 +135,7 @@ class LedgerWriter(Shell):
         # settled: an append that takes the lane later waits for them too, since one refused
         # because the task moved is checked again and committed in the place it was taken.
         self._direct: dict[Key, set[asyncio.Future[None]]] = {}
+        self._fences = Fences()
 
     async def open(self, parts: Parts) -> None:
         s = self.settings
@@ -146,6 +148,8 @@ class LedgerWriter(Shell):
         # Created after the high-water mark kept outside the stream, which then stays ahead of it.
         await ensure_stream(s, nc)
         await parts.live_part(Numbering(nc, s))
+        # Tasks whose ledger is behind its witness: never appended to (``stores.fences``).
+        await self._fences.load(nc, s)
         marker_key_of(s)  # made with the ring on first start: task keys are wrapped under it
         self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
                                 cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
@@ -443,6 +447,7 @@ class LedgerWriter(Shell):
             events.append(event)
         check_reserved(events, operator=caller.is_operator)
         check_batch(events)
+        self._fences.check(events[0].tenant, events[0].task_id, "$.events[0].task_id")
         if self.settings.redact_secrets:
             events = self._redacted(events)
         return events, request.expected_last_seq, request.lease_secret
@@ -585,6 +590,7 @@ class LedgerWriter(Shell):
                 caller = await self._tenants.caller(req.headers)
                 r = decode_lease_request(req.data)
                 caller.require_tenant(r.tenant, "$.tenant")
+                self._fences.check(r.tenant, r.task_id)  # a grant is a ledger event of the task
                 if r.task_id.startswith(RESERVED_TASK_PREFIX) and not caller.is_operator:
                     raise ContractError(f"task ids starting with {RESERVED_TASK_PREFIX!r} are reserved "
                                         "for the runtime", code="reserved_task", path="$.task_id")

@@ -20,7 +20,7 @@ import msgspec
 import structlog
 
 from agentledger.contracts.codec import MAX_DEPTH, contract_error, nesting_path
-from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK, AnyEvent, kind_of
+from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, GAP_TASK, MEMORY_TASK, AnyEvent, kind_of
 from agentledger.core import ledger_chain
 from agentledger.core.ledger_chain import GENESIS, Head, KeyOf
 from agentledger.core.reducer import apply, duplicate
@@ -126,9 +126,9 @@ def _open(key: Key, data: bytes, seq: int, headers: dict[str, str], *, rejection
 
 
 def is_service_ledger(key: Key | None) -> bool:
-    """Whether a ledger subject's (tenant, task) is a tenant's memory, document or forget ledger
-    (not a task)."""
-    return key is not None and key[1] in (MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK)
+    """Whether a ledger subject's (tenant, task) is a tenant's memory, document or forget ledger,
+    or the numbering's filler (not a task)."""
+    return key is not None and key[1] in (MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK, GAP_TASK)
 
 
 def decode_message(key: Key | None, data: bytes, seq: int, headers: dict[str, str] | None, *,

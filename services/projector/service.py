@@ -83,6 +83,7 @@ from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
 from agentledger.stores import db
+from agentledger.stores.fences import Fences
 from agentledger.stores.ledger import ensure_stream, get_message, ledger_subject, task_last_seq
 
 __all__ = ["DURABLE", "Projector", "changed_subject", "get_subject", "rejected_subject"]
@@ -198,11 +199,15 @@ class Projector(Shell):
         self.integrity_violations = 0
         # What each task's row reached in this process: an older copy put back is refused.
         self._rollback = RollbackGuard()
+        self._fences = Fences()
 
     # ---- lifecycle ------------------------------------------------------------------
 
     async def open(self, parts: Parts) -> None:
         await self._ensure_stream()
+        assert self._nc is not None
+        # Tasks whose ledger is behind its witness: their views are not served (``stores.fences``).
+        await self._fences.load(self._nc, self.settings)
 
     def endpoints(self) -> list[RawEndpoint]:
         # Its own wire form: a view too large for one reply is sent in chunks.
@@ -479,6 +484,7 @@ class Projector(Shell):
         ``readable``: the data subjects whose values the caller may see opened (None: all)."""
         assert self._pool is not None
         _check_read_request(ref)
+        self._fences.check(ref.tenant, ref.task_id)
         gap = renumbered(self._span)
         if gap is not None:
             raise gap

@@ -124,10 +124,10 @@ async def _accept_rollback(settings: Settings) -> list[str]:
     if isolating():
         service_users.writer_home(settings).prepare()
         settings = service_users.with_witness(settings)
-    lost = await witness.check_up(settings, accept_rollback=True)
+    found = await witness.check_up(settings, accept_rollback=True)
     if isolating():
         service_users.hand_witness_to_writer(settings)
-    return lost
+    return found.accepted
 
 
 def _nats_servers(settings: Settings, identity: auth.AuthStore) -> EmbeddedNats | EmbeddedCluster:

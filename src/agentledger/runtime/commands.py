@@ -215,21 +215,34 @@ async def _prepare(settings: Settings, *, accept_rollback: bool = False, serve_t
 
 
 async def _check_witness(settings: Settings, *, accept_rollback: bool) -> None:
-    """Refuse a ledger behind its witness (``stores.witness.check_at_start``); log what an
-    accepted rollback lost."""
+    """Contain a ledger behind its witness (``stores.witness.check_at_start``): say which tasks
+    are fenced and what to do, or what an accepted rollback lost."""
     from agentledger.stores.witness import check_up  # noqa: PLC0415 - needs the servers, as above
 
     if isolating():
         # The writer runs as its own user and keeps the witness in its home.
         service_users.writer_home(settings).prepare()
         settings = service_users.with_witness(settings)
-    lost = await check_up(settings, accept_rollback=accept_rollback)
+    found = await check_up(settings, accept_rollback=accept_rollback)
     if isolating():
         service_users.hand_witness_to_writer(settings)
-    if lost:
-        log.warning("up.rollback_accepted", lost=len(lost))
-        print("agentledger: rollback accepted and recorded in the witness; lost:\n  " + "\n  ".join(lost),
-              file=sys.stderr)
+    if found.accepted:
+        log.warning("up.rollback_accepted", lost=len(found.accepted))
+        print("agentledger: rollback accepted and recorded in the witness; lost:\n  "
+              + "\n  ".join(found.accepted), file=sys.stderr)
+    if found.fenced:
+        log.error("up.tasks_fenced", tasks=len(found.fenced), filled=found.filled)
+        print(f"agentledger: {len(found.fenced)} task(s) fenced, their ledger behind its witness (every "
+              "other task is served; they answer integrity_violation):\n  " + "\n  ".join(found.fenced.values())
+              + f"\nThe witness ({settings.witness_path}) records what the writer had committed. Put the newer "
+              "copy of the data folder back (or the NATS store that holds these events) and run `agentledger "
+              "up` again; only if that copy is gone for good, `agentledger up --accept-rollback` serves them "
+              "as they are and records in the witness what was lost (docs/operations.md).", file=sys.stderr)
+    if found.stream:
+        log.error("up.ledger_cut", filled=found.filled)
+        print(f"agentledger: {found.stream}; no task's chain is short, so nothing is fenced "
+              f"({found.filled} sequence(s) taken so that none is handed out twice); `agentledger verify` "
+              "audits the whole ledger", file=sys.stderr)
 
 
 async def wait_for_cluster(settings: Settings, size: int, deadline: float) -> None:

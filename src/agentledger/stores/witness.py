@@ -40,6 +40,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import blake3
@@ -48,7 +49,7 @@ import nats.js.errors
 from nats.aio.client import Client
 
 from agentledger.config import Settings
-from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, MEMORY_TASK
+from agentledger.contracts.events import DOCUMENTS_TASK, FORGET_TASK, GAP_TASK, GAP_TENANT, MEMORY_TASK
 from agentledger.core import ledger_chain
 from agentledger.core.integrity import WITNESS
 from agentledger.core.ledger_chain import Head
@@ -57,12 +58,13 @@ from agentledger.projection.stream import read_ordered
 from agentledger.security import auth
 from agentledger.security.integrity_keys import IntegrityKeys, keys_of
 from agentledger.security.private_files import write_private
+from agentledger.stores import fences
 from agentledger.stores.ledger import get_message, ledger_subject, subject_key
 
 # How often a writer publishes what it committed.
 WITNESS_INTERVAL_S = 5.0
 _VERSION = 1
-_SERVICE_TASKS = frozenset({MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK})
+_SERVICE_TASKS = frozenset({MEMORY_TASK, DOCUMENTS_TASK, FORGET_TASK, GAP_TASK})
 # Direct gets ``behind`` keeps in flight.
 _IN_FLIGHT = 64
 
@@ -434,15 +436,36 @@ async def forgotten_tasks(nc: Client, settings: Settings, tenant: str) -> tuple[
     return whole, tasks
 
 
+@dataclass
+class Losses:
+    """What the ledger lacks that the witness saw: ``tasks``, a line per task behind (``tenant/
+    task`` → the witnessed and present index); ``stream``, the line when the stream numbers
+    below what was witnessed (``numbered`` now, ``witnessed`` then)."""
+
+    numbered: int
+    witnessed: int
+    tasks: dict[str, str] = field(default_factory=dict)
+    stream: str | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        return sorted([*self.tasks.values(), *([self.stream] if self.stream else [])])
+
+
 async def behind(nc: Client, settings: Settings, body: Body) -> list[str]:
     """What the ledger lacks that the witness saw: each a line naming the task (or the stream)
     with the witnessed and the present index; empty when the ledger is at or past it."""
-    lines: list[str] = []
+    return (await losses(nc, settings, body)).lines
+
+
+async def losses(nc: Client, settings: Settings, body: Body) -> Losses:
+    """``behind``'s findings, per task and for the stream."""
     info = await nc.jetstream().stream_info(settings.stream)
     numbered = max(int(info.state.last_seq), int(info.state.first_seq) - 1)
+    found = Losses(numbered=numbered, witnessed=body.last_seq)
     if numbered < body.last_seq:
-        lines.append(f"the ledger stream numbers up to seq {numbered}, but the witness saw seq "
-                     f"{body.last_seq} committed: the store was rolled back or cut back")
+        found.stream = (f"the ledger stream numbers up to seq {numbered}, but the witness saw seq "
+                        f"{body.last_seq} committed: the store was rolled back or cut back")
     key_of = keys_of(settings).mac_key_of
     gate = asyncio.Semaphore(_IN_FLIGHT)
     missing: dict[str, list[tuple[str, int]]] = {}
@@ -453,25 +476,47 @@ async def behind(nc: Client, settings: Settings, body: Body) -> list[str]:
             return
         async with gate:
             try:
-                found = await last_head(nc, settings, key_of, tenant, task_id, witnessed=Head(*witnessed))
+                got = await last_head(nc, settings, key_of, tenant, task_id, witnessed=Head(*witnessed))
             except IntegrityViolationError as exc:
-                lines.append(f"task {name}: {exc.message}")
+                found.tasks[name] = f"task {name}: {exc.message}"
                 return
-        if found is None:
+        if got is None:
             missing.setdefault(tenant, []).append((task_id, witnessed[0]))
             return
-        head, _ = found
+        head, _ = got
         if ledger_chain.behind(head, Head(*witnessed)):
-            lines.append(f"task {name}: the ledger ends at index {head.index}, the witness saw index "
-                         f"{witnessed[0]} committed")
+            found.tasks[name] = (f"task {name}: the ledger ends at index {head.index}, the witness saw index "
+                                 f"{witnessed[0]} committed")
 
     await asyncio.gather(*(one(name, head) for name, head in body.heads.items()))
     for tenant, tasks in missing.items():
         whole, forgotten = await forgotten_tasks(nc, settings, tenant)
-        lines.extend(f"task {tenant}/{task_id}: not in the ledger, the witness saw index {index} committed "
-                     "(and no forget request names it)"
-                     for task_id, index in tasks if not whole and task_id not in forgotten)
-    return sorted(lines)
+        for task_id, index in tasks:
+            if not whole and task_id not in forgotten:
+                found.tasks[f"{tenant}/{task_id}"] = (
+                    f"task {tenant}/{task_id}: not in the ledger, the witness saw index {index} committed "
+                    "(and no forget request names it)")
+    return found
+
+
+async def fill_numbering(settings: Settings, numbered: int, witnessed: int) -> int:
+    """Take the sequences a cut ledger would hand out again (``numbered`` + 1 to ``witnessed``)
+    with empty messages on the numbering's filler subject, as the writer (only it may publish
+    to the ledger): a sequence an ack, a watermark or a fencing token already holds is never
+    given to another event. Returns how many were published."""
+    gap = witnessed - numbered
+    if gap <= 0:
+        return 0
+    nc = await auth.connect(settings, auth.WRITER)
+    try:
+        js = nc.jetstream()
+        subject = ledger_subject(settings.prefix, GAP_TENANT, GAP_TASK)
+        for _ in range(gap):
+            await js.publish(subject, b"", stream=settings.stream,
+                             headers={"Agentledger-Gap": f"taken: the witness saw seq {witnessed}"})
+    finally:
+        await nc.close()
+    return gap
 
 
 async def current_heads(nc: Client, settings: Settings) -> tuple[dict[str, Head], int]:
@@ -495,37 +540,52 @@ async def current_heads(nc: Client, settings: Settings) -> tuple[dict[str, Head]
     return heads, max(int(info.state.last_seq), int(info.state.first_seq) - 1)
 
 
-async def check_at_start(nc: Client, settings: Settings, *, accept_rollback: bool = False) -> list[str]:
-    """``up``'s check before any service runs: raise ``IntegrityViolationError`` naming what is
-    missing when the ledger is behind its witness (unless ``accept_rollback``, which records
-    the loss in the witness and returns its lines). A first start writes the first witness."""
+@dataclass
+class StartCheck:
+    """``up``'s finding: ``accepted``, the lines an accepted rollback lost (recorded in the
+    witness); ``fenced``, the tasks held (``tenant/task`` → why) while the rest is served;
+    ``stream``, a loss of the stream no task explains (reported, nothing fenced); ``filled``,
+    the sequences taken so that none is handed out twice."""
+
+    accepted: list[str] = field(default_factory=list)
+    fenced: dict[str, str] = field(default_factory=dict)
+    stream: str | None = None
+    filled: int = 0
+
+
+async def check_at_start(nc: Client, settings: Settings, *, accept_rollback: bool = False) -> StartCheck:
+    """``up``'s check before any service runs. A ledger behind its witness is contained, not
+    refused: each task the witness names is fenced (``stores.fences``; every other task is
+    served), and the sequences a cut stream would hand out again are taken
+    (``fill_numbering``). With ``accept_rollback`` the loss is recorded in the witness, the
+    heads move to what the ledger holds and nothing stays fenced. A first start writes the
+    first witness."""
     keys = keys_of(settings)
     body = read(settings, keys)
     if body is None:
         heads, last = await current_heads(nc, settings)
         publish(settings, heads, last)
-        return []
-    lost = await behind(nc, settings, body)
-    if not lost:
-        return []
+        await fences.write(nc, settings, {})
+        return StartCheck()
+    found = await losses(nc, settings, body)
+    filled = await fill_numbering(settings, found.numbered, found.witnessed)
     if not accept_rollback:
-        raise IntegrityViolationError(
-            "the ledger is behind its witness, so it is not served:\n  " + "\n  ".join(lost) +
-            f"\nThe witness ({settings.witness_path}) records what the writer had committed. Put "
-            "the newer copy of the data folder back (or the NATS store that holds these events) "
-            "and start again; only if that copy is gone for good, `agentledger up "
-            "--accept-rollback` serves this ledger and records in the witness what was lost.",
-            where="witness")
+        await fences.write(nc, settings, found.tasks)
+        return StartCheck(fenced=found.tasks, stream=found.stream if not found.tasks else None, filled=filled)
+    await fences.write(nc, settings, {})
+    lost = found.lines
+    if not lost:
+        return StartCheck(filled=filled)
     heads, last = await current_heads(nc, settings)
     with _locked(settings):
         accepted = Accepted(at=_now(), last_seq_witnessed=body.last_seq, last_seq_present=last, lost=lost)
         _write(settings, keys, Body(version=_VERSION, stream=settings.stream, last_seq=last, written_at=_now(),
                                     heads={name: (h.index, h.tag) for name, h in heads.items() if h.tag},
                                     accepted=[*body.accepted, accepted]))
-    return lost
+    return StartCheck(accepted=lost, filled=filled)
 
 
-async def check_up(settings: Settings, *, accept_rollback: bool = False) -> list[str]:
+async def check_up(settings: Settings, *, accept_rollback: bool = False) -> StartCheck:
     """``check_at_start`` on a connection of its own (``up``, before any service runs)."""
     nc = await auth.connect(settings, auth.OPERATOR_ROLE)
     try:
