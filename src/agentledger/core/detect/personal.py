@@ -140,10 +140,7 @@ def _phones(text: str, regions: Sequence[str]) -> Iterator[Finding]:
                 number = phonenumbers.parse(raw, region)
             except phonenumbers.NumberParseException:
                 continue
-            # A number in a range no operator has yet (the ones kept for films and examples,
-            # +44 7700 900…) is still what the writer gave as a phone when a word says so.
-            if phonenumbers.is_valid_number(number) or (international and named
-                                                         and phonenumbers.is_possible_number(number)):
+            if phonenumbers.is_valid_number(number):
                 yield Finding("phone", *m.span(1), f"phonenumbers.{region or 'intl'}")
                 break
 
