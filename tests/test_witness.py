@@ -109,13 +109,18 @@ def test_up_contains_a_restored_older_copy_of_the_data_folder(
         assert "newer copy" in err and "agentledger replay" not in err
         urls = resolve_urls(settings)
         asyncio.run(_contained(urls))
+        monkeypatch.setenv("AGENTLEDGER_DATA_DIR", str(data))
+        monkeypatch.setenv("AGENTLEDGER_PREFIX", PREFIX)
+        monkeypatch.setenv("AGENTLEDGER_SERVER_ROOT", str(server_root))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main(["status"])
+        assert exited.value.code == 0
+        assert f"fenced        {TENANT}/t1: task {TENANT}/t1: the ledger ends at index 4" in capsys.readouterr().out
         assert asyncio.run(_last_seq(urls)) >= witnessed_seq
         commands.down(settings)
 
         # The command line starts too, exit 0, and says the same.
-        monkeypatch.setenv("AGENTLEDGER_DATA_DIR", str(data))
-        monkeypatch.setenv("AGENTLEDGER_PREFIX", PREFIX)
-        monkeypatch.setenv("AGENTLEDGER_SERVER_ROOT", str(server_root))
         capsys.readouterr()
         with pytest.raises(SystemExit) as exited:
             main(["up"])

@@ -61,6 +61,7 @@ from agentledger.services.checkpointer.store import CheckpointStore, migrate_che
 from agentledger.services.projector.rebuild import LIVE_SCHEMA
 from agentledger.services.projector.store import Store as ProjectionStore
 from agentledger.services.projector.store import check_loaded
+from agentledger.shell import metrics
 from agentledger.shell.endpoints import Endpoint
 from agentledger.shell.parts import Parts
 from agentledger.shell.service import Pool, Shape, Shell
@@ -346,6 +347,7 @@ class Checkpointer(Shell):
         checkpoint_id = await self.store.save(cp, events=state.events_applied)
         self._remember((state.tenant, state.task_id), policy.of_state(state))
         self.saves += 1
+        metrics.CHECKPOINT_SAVES.inc()
         return int(checkpoint_id)
 
     # ---- endpoints ------------------------------------------------------------------------------
@@ -369,6 +371,7 @@ class Checkpointer(Shell):
 
         async def evaluate() -> tuple[bytes, bool]:
             reply = await resumer.resume(body)
+            metrics.RESUMES.inc(status=reply.status or "none")
             log.info("checkpointer.resume", status=reply.status, executor=body.executor,
                      reasons=[r.code for r in reply.reasons], replayed=reply.replayed_events)
             return self._fitting(reply), reply.lease is not None

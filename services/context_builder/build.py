@@ -122,6 +122,7 @@ from agentledger.services.context_builder.keys import SigningKey
 from agentledger.services.context_builder.sources import Sources
 from agentledger.services.context_builder.store import ContextStore, GenerationRow
 from agentledger.services.memory_policy.propose import binding_of
+from agentledger.shell import metrics
 from agentledger.stores.artifacts import ArtifactStore
 
 log = structlog.get_logger()
@@ -479,7 +480,7 @@ class Builder:
     # ---- build --------------------------------------------------------------------------------------
 
     async def build(self, caller: Caller, request: BuildRequest) -> bytes:
-        with self._in_flight(request.tenant):
+        with self._in_flight(request.tenant), metrics.outcome(metrics.CONTEXT_BUILDS, tenant=request.tenant):
             return await self._build_request(caller, request)
 
     async def _build_request(self, caller: Caller, request: BuildRequest) -> bytes:
@@ -591,6 +592,7 @@ class Builder:
         then what it stored is erased and the build answers ``forgotten``. ``stored``: the frozen
         input of a compacted build, marked on the row as still to be erased."""
         r = job.request
+        metrics.context_built(gen)
         if await self.store.complete(tenant=r.tenant, task_id=r.task_id, generation_id=gen.generation_id,
                                      epoch=job.state.epoch, forgets=job.forgets, digest=gen.digest, uri=uri,
                                      staged=staged, staged_subjects=staged_subjects, frozen_kept=bool(stored)):

@@ -90,6 +90,7 @@ from agentledger.replies import Replies
 from agentledger.security.integrity_keys import IntegrityKeys
 from agentledger.security.task_seal import SEALED, TaskKey, seal_body
 from agentledger.services.ledger_writer.quotas import estimated_bytes, is_erasure, message_bytes
+from agentledger.shell import metrics
 from agentledger.stores.ledger import DIGEST, MSG_ID, event_digest, msg_id
 
 log = structlog.get_logger()
@@ -225,6 +226,69 @@ class _BatchFailed(Exception):  # noqa: N818 - internal signal, never escapes th
         self.description = description
 
 
+class _Turns:
+    """The committer's queue: units by tenant, taken one tenant after another (round robin).
+
+    Within a tenant (so within a task, whose subject is the tenant's) units leave in the order
+    they came; across tenants, a batch takes one unit of each tenant with units queued in turn,
+    so a tenant with hundreds queued shares each batch with a tenant that has one, instead of
+    filling the batches before it (``shell.turns`` does the same for the requests before they
+    become units)."""
+
+    def __init__(self) -> None:
+        self._by_tenant: dict[str, deque[Unit]] = {}
+        self._ring: deque[str] = deque()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, unit: Unit) -> None:
+        tenant = _tenant_of(unit.subject)
+        queue = self._by_tenant.get(tenant)
+        if queue is None:
+            queue = self._by_tenant[tenant] = deque()
+            self._ring.append(tenant)
+        queue.append(unit)
+        self._count += 1
+
+    def __getitem__(self, index: int) -> Unit:
+        """The next unit to take (only ``[0]``)."""
+        assert index == 0 and self._ring
+        return self._by_tenant[self._ring[0]][0]
+
+    def popleft(self) -> Unit:
+        """Take the next unit; its tenant's next unit waits for every other tenant's turn."""
+        tenant = self._ring.popleft()
+        queue = self._by_tenant[tenant]
+        unit = queue.popleft()
+        self._count -= 1
+        if queue:
+            self._ring.append(tenant)
+        else:
+            del self._by_tenant[tenant]
+        return unit
+
+    def put_back(self, units: list[Unit]) -> None:
+        """Return units taken but not batched to the front of their tenants' queues, in order;
+        their tenants take the next turns."""
+        for unit in reversed(units):
+            tenant = _tenant_of(unit.subject)
+            queue = self._by_tenant.get(tenant)
+            if queue is None:
+                queue = self._by_tenant[tenant] = deque()
+            else:
+                self._ring.remove(tenant)
+            queue.appendleft(unit)
+            self._ring.appendleft(tenant)
+            self._count += 1
+
+
+def _tenant_of(subject: str) -> str:
+    """``<prefix>.ledger.<tenant>.<task>`` → the tenant (its turn's key)."""
+    return subject.rsplit(".", 2)[-2] if subject.count(".") >= 2 else subject
+
+
 class GroupCommitter:
     """Queue of units plus a flusher that commits them in atomic batches."""
 
@@ -248,7 +312,9 @@ class GroupCommitter:
         self._max_batch = max_batch
         self._timeout = timeout
         self._pipeline_below = pipeline_below
-        self._queue: deque[Unit] = deque()
+        # Queued units, taken in turns by tenant (``_Turns``): one tenant's backlog never
+        # fills every batch ahead of another tenant's unit.
+        self._queue = _Turns()
         self._wakeup = asyncio.Event()
         self._slots = asyncio.Semaphore(max_inflight)
         self._inflight: set[asyncio.Task[None]] = set()
@@ -333,6 +399,7 @@ class GroupCommitter:
                     self._held[subject] = self._held.get(subject, 0) + 1
             for subject in subjects:
                 self._flying[subject] = self._flying.get(subject, 0) + 1
+            metrics.BATCH_EVENTS.observe(sum(len(u) for u in batch))
             task = asyncio.create_task(self._commit_batch(batch))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
@@ -379,7 +446,7 @@ class GroupCommitter:
             size += len(unit)
             if subject not in subjects:
                 subjects[subject] = unit.guard or unit.expected_last_seq is not None
-        self._queue.extendleft(reversed(deferred))
+        self._queue.put_back(deferred)
         return batch
 
     def _plain(self, batch: list[Unit]) -> bool:
@@ -738,6 +805,7 @@ class GroupCommitter:
         except NatsTimeout as exc:
             # Outcome unknown; retrying the same ids is safe (dedupe + probe).
             raise UnavailableError("the ledger did not acknowledge in time") from exc
+        metrics.LEDGER_ACK_SECONDS.observe(asyncio.get_running_loop().time() - sent[2] + self._timeout)
         ack: dict[str, Any] = json.loads(reply.data)
         if "error" in ack:
             err = ack["error"]

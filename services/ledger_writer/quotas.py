@@ -68,6 +68,7 @@ from agentledger.config import Settings
 from agentledger.contracts import events as ev
 from agentledger.errors import QuotaExceededError, RateLimitedError, StorageFullError
 from agentledger.security.identity import Caller
+from agentledger.shell import metrics
 from agentledger.shell.tasks import stop_task
 from agentledger.stores.buckets import open_kv
 from agentledger.stores.outages import dependency
@@ -166,6 +167,7 @@ class Door:
             wait = max(-rate.count / self._count_rate if self._count_rate else 0.0,
                        -rate.bytes / self._byte_rate if self._byte_rate else 0.0)
             wait = min(max(wait, MIN_HOLD_S), MAX_HOLD_S)
+            metrics.QUOTA_REFUSALS.inc(quota=f"{self.what}_rate", tenant=tenant)
             raise RateLimitedError(
                 f"tenant {tenant!r} is over its {self.what} rate of {self._count_rate:g}/s "
                 f"({self._settings[0]}) and {self._byte_rate:g} bytes/s ({self._settings[1]}); "
@@ -199,6 +201,7 @@ class Usage:
     def check(self, tenant: str, size: int, code: str) -> None:
         """Refuse ``size`` more bytes of ``tenant`` beyond its quota."""
         if self.limit and self._used.get(tenant, 0) + size > self.limit:
+            metrics.QUOTA_REFUSALS.inc(quota=f"{self.kind}_bytes", tenant=tenant)
             raise QuotaExceededError(
                 f"tenant {tenant!r} has {self._used.get(tenant, 0)} bytes in the {self.kind} "
                 f"store; {size} more would pass its quota of {self.limit} ({self.setting}). "

@@ -68,9 +68,11 @@ from agentledger.services.ledger_writer import artifact_endpoints
 from agentledger.services.ledger_writer.grants import LedgerGrants
 from agentledger.services.ledger_writer.group_commit import GroupCommitter, Unit, make_unit
 from agentledger.services.ledger_writer.quotas import Quotas
+from agentledger.shell import metrics
 from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.parts import Parts, Warming
 from agentledger.shell.service import Shape, Shell
+from agentledger.shell.turns import Turns, parse_weights, turn_key
 from agentledger.stores import artifacts, witness
 from agentledger.stores.fences import Fences
 from agentledger.stores.leases import Lease, LeaseError, LeaseTable
@@ -94,6 +96,8 @@ STREAM_CHECK_TIMEOUT_S = 1.0
 Key = tuple[str, str]
 # A fenced append whose expectation other writers' appends keep overtaking is checked this often.
 FENCE_ATTEMPTS = 8
+# Appends of one tenant that may wait for their turn (``shell.turns``) before more are refused.
+TURN_LIMIT = 10_000
 
 
 def append_subject(prefix: str) -> str:
@@ -101,6 +105,7 @@ def append_subject(prefix: str) -> str:
 
 
 def error_reply(exc: AgentLedgerError) -> bytes:
+    metrics.refused(exc)
     return encode(AppendReply(ok=False, error=error_body(exc)))
 
 
@@ -136,6 +141,10 @@ class LedgerWriter(Shell):
         # because the task moved is checked again and committed in the place it was taken.
         self._direct: dict[Key, set[asyncio.Future[None]]] = {}
         self._fences = Fences()
+        # Appends wait here, per tenant, and are taken in turns (deficit round robin).
+        self._weights = parse_weights(settings.tenant_weights)
+        self._turns = Turns(self._on_append, size=lambda req: len(req.data), limit=TURN_LIMIT,
+                            weight=self._weight)
 
     async def open(self, parts: Parts) -> None:
         s = self.settings
@@ -150,6 +159,7 @@ class LedgerWriter(Shell):
         await parts.live_part(Numbering(nc, s))
         # Tasks whose ledger is behind its witness: never appended to (``stores.fences``).
         await self._fences.load(nc, s)
+        parts.task(self._turns.run(), name="writer-turns", vital=True)
         marker_key_of(s)  # made with the ring on first start: task keys are wrapped under it
         self._keyring = Keyring(nc, s.keys_bucket, kek_of(s), max_bytes=s.max_keys_bytes,
                                 cache_bytes=s.key_cache_bytes, replicas=s.stream_replicas)
@@ -215,13 +225,30 @@ class LedgerWriter(Shell):
     def endpoints(self) -> list[RawEndpoint]:
         # Their own wire form: appends are group-committed and answered by the committer.
         p = self.settings.prefix
-        return [RawEndpoint("append", append_subject(p), self._on_append),
+        return [RawEndpoint("append", append_subject(p), metrics.appends(self._arrive)),
                 *(RawEndpoint(f"lease-{action}", lease_subject(p, action), self._lease_handler(action))
                   for action in ("acquire", "renew", "release")),
                 *self._artifact_endpoints]
 
     def evictor(self) -> evict.Evictor:
         return self._evict
+
+    def _weight(self, key: str) -> float:
+        """A turn key's weight (``Settings.tenant_weights``), by the tenant behind the key."""
+        if not self._weights:
+            return 1.0
+        kind, _, name = key.partition(":")
+        if kind == "acc" and self._tenants is not None:
+            entry = self._tenants.mirrored(name)
+            name = entry.tenant if entry is not None else ""
+        return self._weights.get(name, 1.0)
+
+    async def _arrive(self, req: Request) -> None:
+        """An append as it arrives: queued in its tenant's turn (``shell.turns``), so one
+        tenant's backlog never stands between another's append and the writer."""
+        if not self._turns.put(turn_key(req.headers), req):
+            await req.respond(error_reply(UnavailableError(
+                f"{TURN_LIMIT} appends of this tenant are already waiting for the writer; retry")))
 
     async def _on_append(self, req: Request) -> None:
         """An append, once the secret detectors are warm: while they warm, appends wait for

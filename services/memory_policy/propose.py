@@ -83,6 +83,7 @@ from agentledger.security.identity import Caller, PermissionDeniedError
 from agentledger.security.sealing import marker_key_of
 from agentledger.services.memory_policy.projection import MemoryProjection
 from agentledger.services.memory_policy.store import DecisionRow, MemoryStore, decode_row
+from agentledger.shell import metrics
 from agentledger.stores.artifacts import ArtifactStore, evidence_problems
 
 # How long a call waits for its own projection to hold what it appended.
@@ -178,6 +179,23 @@ def check_source(p: Proposal, bound: Bindings | None, path: str) -> None:
         raise PermissionDeniedError("this agent may not claim source 'user_confirmed' for this scope: it "
                                     "is not bound to the user it would speak for",
                                     code="source_not_allowed", path=f"{path}.source.kind")
+
+
+# The longest the proposal path decides without giving the event loop back (``_Turn``).
+YIELD_S = 0.005
+
+
+class _Turn:
+    """Gives the event loop back once ``YIELD_S`` of deciding has passed: a 200-proposal request
+    is about 0.7 s of detectors, and another tenant's read would otherwise wait all of it."""
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+
+    async def share(self) -> None:
+        if time.perf_counter() - self._since >= YIELD_S:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
 
 
 def fingerprint(tenant: str, p: Proposal, key: bytes) -> str:
@@ -301,7 +319,9 @@ class Decider:
         await self._check_episodes(tenant, new)
         problems = await evidence_problems(self._artifacts, tenant, [p.evidence for _, p in new.values()])
         fresh: dict[str, tuple[int, Proposal, ev.MemoryProposed, Prepared]] = {}
+        turn = _Turn()
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
+            await turn.share()
             proposed = _proposed(tenant, p, producer, identity_key)
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key, judge_findings=self._reads_findings))
@@ -312,6 +332,7 @@ class Decider:
         pairs: list[tuple[bytes, bytes]] = []
         decisions: dict[str, ev.MemoryDecided] = {}
         for i, p, proposed, pre in fresh.values():
+            await turn.share()
             group = groups.get(pre.group_key) or KeyGroup(*pre.group_key)
             pid = p.proposal_id
             decision = decide(proposed, tenant=tenant, event_id=event_id("p", pid), group=group, now=now,
@@ -342,6 +363,7 @@ class Decider:
                                     seq=seqs.get(event_id("d", pid), 0), duplicate=pid in given))
             given.add(pid)
         self.decided += len(decisions)
+        metrics.memory_decided(tenant, decisions.values())
         return out
 
     async def _check_episodes(self, tenant: str, new: dict[str, tuple[int, Proposal]]) -> None:
@@ -431,6 +453,7 @@ class Decider:
         held = await self._pool.fetchval(
             "SELECT count(*) FROM memory_records WHERE tenant = $1 AND status <> 'forgotten'", tenant)
         if held + new > cap:
+            metrics.QUOTA_REFUSALS.inc(quota="memory_records", tenant=tenant)
             raise QuotaExceededError(
                 f"tenant {tenant!r} has {held} memory records; this request would add {new}, past "
                 f"its quota of {cap} (AGENTLEDGER_TENANT_MAX_MEMORY_RECORDS). Nothing was stored",

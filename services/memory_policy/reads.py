@@ -90,6 +90,7 @@ from agentledger.services.memory_policy.fold import Vectors, search_text
 from agentledger.services.memory_policy.propose import binding_of, check_scope
 from agentledger.services.memory_policy.record_reach import PUT_BACK, RecordReach
 from agentledger.services.memory_policy.store import TEXT_CONFIG, decode_row, decode_trace, vector_text
+from agentledger.shell import metrics
 
 log = structlog.get_logger()
 _receipt_decoder = msgspec.json.Decoder(ReadReceipt)
@@ -546,6 +547,7 @@ class Reader:
                            [c.record_id for c in found], created, receipt.expires_at, data,
                            sorted(set(receipt.selected)),
                            receipt_tag(keys.current, keys.mac_key, receipt.receipt_id, receipt.tenant, data))
+        metrics.memory_read(receipt)
         items = [item_of(c.row, now, value=c.value, erased=c.erased, score_=round(c.score, 6), review=c.review,
                          tokens_=cost[c.record_id]) for c in picked]
         return ReadReply(ok=True, items=items, receipt=receipt, rendered=selection.rendered)

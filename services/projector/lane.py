@@ -119,6 +119,7 @@ from agentledger.services.projector.store import (
     task_row,
     turn_row,
 )
+from agentledger.shell import metrics
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
 from agentledger.stores import db
 from agentledger.stores.ledger import chain_head_at, chain_key_of, ledger_wildcard, partition_of, subject_key
@@ -630,6 +631,8 @@ class Lane(ProjectionLoop[TaskRow]):
         except Exception:  # noqa: BLE001 - a lost ack means a redelivery, which is a no-op
             self.log.warning("projector.ack_failed", seq=last.metadata.sequence.stream)
         rejected, self._rejected = self._rejected, []
+        metrics.projected(self.partition, self.durable, last)
+        metrics.rejected(r[5] for r in rejected)
         for row in rows:
             self._rollback.note((row[0], row[1]), row[2])
         try:

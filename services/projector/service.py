@@ -77,6 +77,7 @@ from agentledger.services.projector.lane import (
 from agentledger.services.projector.rebuild import LIVE_SCHEMA, SubjectKeys
 from agentledger.services.projector.rollback_guard import RollbackGuard, put_back
 from agentledger.services.projector.store import Layout, LayoutError, Store, check_view_row
+from agentledger.shell import metrics
 from agentledger.shell.bounded import ByteLRU
 from agentledger.shell.endpoints import RawEndpoint, failed
 from agentledger.shell.lifecycle import SERVER_AWAY_ERRORS
@@ -477,6 +478,7 @@ class Projector(Shell):
             with structlog.contextvars.bound_contextvars(tenant=ref.tenant, task=ref.task_id):
                 return await self._read(ref, readable)
         except AgentLedgerError as exc:
+            metrics.refused(exc)
             return _error(exc.code, exc.message, exc.path, exc.retryable)
 
     async def _read(self, ref: TaskRef, readable: frozenset[str] | None = None) -> WorkingMemoryReply:

@@ -42,6 +42,7 @@ from agentledger.projection.live import LedgerProjection
 from agentledger.security.sealing import Keyring
 from agentledger.services.tombstone_fanout.registry import ForgetContext, Handler, Rechecked
 from agentledger.services.tombstone_fanout.store import ForgetStore, RequestRow
+from agentledger.shell import metrics
 from agentledger.shell.tasks import stop_task
 from agentledger.stores.artifacts import ArtifactStore
 
@@ -190,8 +191,10 @@ class Saga:
                         result = ev.IndexReceipt(index=index, status="not_applicable",
                                                  completed_at=datetime.now(UTC))
                     else:
+                        started = time.perf_counter()
                         counts = await handler.apply(ctx, step.plan)
                         counts = await self.recheck(handler, ctx, counts)
+                        metrics.FORGET_STEP_SECONDS.observe(time.perf_counter() - started, index=index)
                         result = ev.IndexReceipt(index=index, status="done", completed_at=datetime.now(UTC),
                                                  counts=counts)
                     await self.store.save_result(self._pool, tenant, rid, result)
@@ -208,6 +211,7 @@ class Saga:
                 payload=ev.ForgetCompleted(receipt=receipt))])
             await self._log.wait_for(max(seqs), PROJECTION_WAIT_S)
             log.info("forget.completed", digest=receipt.digest)
+            metrics.FORGET_COMPLETED.inc()
         return receipt
 
     async def recheck(self, handler: Handler, ctx: ForgetContext,
@@ -275,6 +279,7 @@ class Worker:
             failed = False
             try:
                 pending = await self.saga.store.pending(self.saga._pool)
+                metrics.FORGET_SAGAS.set(len(pending), state="pending")
             except Exception as exc:  # noqa: BLE001 - PostgreSQL away: wait and look again
                 log.warning("forget.pending_unreadable", error=type(exc).__name__)
                 pending, failed = [], True
@@ -295,5 +300,6 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await self.saga.store.note_error(self.saga._pool, row.tenant,
                                                          row.request_id, detail)
+            metrics.FORGET_SAGAS.set(len(self.errors), state="failing")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._log.new_requests.wait(), timeout=self.RETRY_S if failed else 5.0)

@@ -97,6 +97,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     # Memory records of one tenant (every status but forgotten): a proposal request that would
     # go beyond it is refused whole, `memory_quota_exceeded`.
     tenant_max_memory_records: int = 100_000
+    # Shares of the writer's time when tenants wait for it at once (`shell/turns.py`):
+    # "acme=3,beta=1"; a tenant not named weighs 1. Only the proportions matter, and only while
+    # tenants contend: a tenant alone is served at full speed whatever its weight.
+    tenant_weights: str = ""
     # How long `agentledger up` waits for the stack: it fails when no process it started has
     # made progress (written to its log) for up_stall_s, or at up_timeout_s whatever happens, so
     # a slow, busy machine is waited for and a wedged start is not.
@@ -160,6 +164,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     server_root: Path | None = None
     # Touched by a service process once it is ready (the supervisor sets one per child).
     ready_file: Path | None = None
+    # The scrape endpoint of every service process and of the supervisor (shell/metrics.py): its
+    # host and port (0: any free port, recorded in runtime.json; -1: none; a fixed port suits one
+    # process per host, not `up`, whose processes would all ask for it), and the most tenants
+    # named in metric labels (0: no tenant label; past the cap a tenant counts as "other").
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
+    metrics_tenants: int = 0
     # Embedder of the memory service: "wordllama" (offline, bundled weights) or "openai" (an
     # OpenAI-compatible `/embeddings` endpoint at embeddings_url, e.g. "http://host:8080/v1").
     embedder: str = "wordllama"
@@ -244,6 +255,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if self.tenant_append_burst_s <= 0:
             raise ContractError(f"tenant_append_burst_s {self.tenant_append_burst_s} must be above 0",
                                 code="invalid_config", path="AGENTLEDGER_TENANT_APPEND_BURST_S")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ContractError(f"metrics_port {self.metrics_port} must be -1 (none), 0 (any free port) "
+                                "or a port", code="invalid_config", path="AGENTLEDGER_METRICS_PORT")
+        if self.metrics_tenants < 0:
+            raise ContractError(f"metrics_tenants {self.metrics_tenants} must be 0 (no tenant label) or more",
+                                code="invalid_config", path="AGENTLEDGER_METRICS_TENANTS")
         if not 1 <= self.projector_partitions <= MAX_PARTITIONS:
             raise ContractError(f"projector_partitions {self.projector_partitions} must be 1 to "
                                 f"{MAX_PARTITIONS}", code="invalid_config",
@@ -342,7 +359,8 @@ _INT = {"stream_replicas", "cluster_size", "projector_partitions", "instances",
         "rebuild_memory_bytes",
         "max_leases_per_tenant", "max_leases_bytes", "embeddings_dims", "tenant_max_connections",
         "tenant_max_subscriptions", "tenant_max_payload_bytes", "ledger_reserve_bytes",
-        "tenant_max_ledger_bytes", "tenant_max_artifact_bytes", "tenant_max_memory_records"}
+        "tenant_max_ledger_bytes", "tenant_max_artifact_bytes", "tenant_max_memory_records",
+        "metrics_port", "metrics_tenants"}
 _FLOAT = {"projector_linger_ms", "dedupe_window_s", "embeddings_timeout_s", "memory_receipt_ttl_s",
           "memory_judge_timeout_s",
           "context_compactor_timeout_s", "context_catch_up_s", "tenant_append_events_per_s",

@@ -26,6 +26,7 @@ from agentledger.bench import (
     context,
     detector,
     detector_external,
+    fairness,
     forget,
     forget_task,
     ledger,
@@ -66,6 +67,7 @@ BENCHES: dict[str, Callable[[Stack], Awaitable[None]]] = {
     "memory_bulk": memory_bulk.bench_memory_bulk,
     "agents_session": agents_session.bench_agents_session,
     "langgraph": langgraph_bench.bench_langgraph,
+    "fairness": fairness.bench_fairness,
 }
 # Benchmarks that start stacks of their own (`agentledger up`, single node and cluster), or
 # need none (reducer, context, consolidation, poisoning and witness run in-process).

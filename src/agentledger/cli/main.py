@@ -27,16 +27,16 @@ from agentledger.contracts.codec import MAX_DEPTH, encode_request, nesting_path
 from agentledger.demo.context import render_compaction, run_compaction
 from agentledger.demo.memory import render_lab, run_lab
 from agentledger.demo.scenario import render, render_resume, run_demo
-from agentledger.errors import AgentLedgerError, ContractError
+from agentledger.errors import AgentLedgerError, ContractError, RuntimeStateError
 from agentledger.eval import command as eval_command
 from agentledger.runtime.commands import down, up
 from agentledger.runtime.service_users import with_witness
-from agentledger.runtime.state import read_runtime, resolve_urls, supervisor_alive
+from agentledger.runtime.state import RuntimeInfo, read_runtime, resolve_urls, supervisor_alive
 from agentledger.security import auth
 from agentledger.services.context_builder import docs_replay
 from agentledger.services.memory_policy import replay as memory_replay
 from agentledger.services.projector import rebuild
-from agentledger.stores import ledger_audit
+from agentledger.stores import fences, ledger_audit
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -62,17 +62,50 @@ def cmd_up(args: argparse.Namespace) -> int:
     else:
         info = up(settings, accept_rollback=args.accept_rollback)
         print("agentledger is up")
-    print(f"  NATS          {info.nats_url}")
+    _print_runtime(info)
+    return 0
+
+
+async def _fenced(settings: Settings) -> dict[str, str]:
+    """The tasks ``up`` fenced, their ledger behind its witness (``stores.fences``)."""
+    nc = await auth.connect(settings, auth.OPERATOR_ROLE)
+    try:
+        return await fences.read(nc, settings)
+    finally:
+        await nc.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+
+    info = read_runtime(_settings(args).runtime_file)
+    if not supervisor_alive(info):
+        raise RuntimeStateError(f"agentledger is not up: its supervisor (pid {info.supervisor_pid}) is gone; "
+                                "run `agentledger down` and `agentledger up`")
+    print("agentledger is up")
+    _print_runtime(info)
+    for name, why in asyncio.run(_fenced(_connected(args))).items():
+        print(f"  fenced        {name}: {why}")
+    return 0
+
+
+def _print_runtime(info: RuntimeInfo) -> None:
+    """What runs where: the servers, each process's pid and the port of its scrape endpoint."""
+    def scrape(name: str) -> str:
+        port = info.metrics_ports.get(name)
+        return f"  metrics http://127.0.0.1:{port}/metrics" if port is not None else ""
+
+    monitor = f"  monitor http://127.0.0.1:{info.nats_monitor_port}/varz" if info.nats_monitor_port else ""
+    print(f"  NATS          {info.nats_url}{monitor}")
     for node in info.nats_nodes:
-        print(f"    {node.name:<11} {node.url} pid {node.pid}")
+        node_monitor = f"  monitor http://127.0.0.1:{node.monitor_port}/varz" if node.monitor_port else ""
+        print(f"    {node.name:<11} {node.url} pid {node.pid}{node_monitor}")
     print(f"  PostgreSQL    {info.database_url}")
     print(f"  data          {info.data_dir}")
-    print(f"  supervisor    pid {info.supervisor_pid}")
+    print(f"  supervisor    pid {info.supervisor_pid}{scrape('supervisor')}")
     for name, pid in info.services.items():
-        print(f"  {name:<13} pid {pid}")
+        print(f"  {name:<13} pid {pid}{scrape(name)}")
     print(f"  runtime       {Path(info.data_dir) / 'runtime.json'}")
     print(f"  logs          {Path(info.data_dir) / 'logs'}")
-    return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -472,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve a ledger that is behind its witness (its newer copy is gone for good); "
                         "what was lost is recorded in the witness (docs/security.md)")
     p.set_defaults(fn=cmd_up)
-    sub.add_parser("down", help="stop everything `up` started").set_defaults(fn=cmd_down)
+    for name, about, fn in (("down", "stop everything `up` started", cmd_down),
+                            ("status", "what runs where: pids and metrics ports", cmd_status)):
+        sub.add_parser(name, help=about).set_defaults(fn=fn)
     sub.add_parser("demo", help="run the seeds' crash-and-replan scenario").set_defaults(fn=cmd_demo)
     p = sub.add_parser("append", help="append events (JSON from a file or - for stdin)")
     p.add_argument("file")

@@ -57,6 +57,7 @@ from agentledger.projection.stream import (
     stream_seq,
     subject_filter,
 )
+from agentledger.shell import metrics
 from agentledger.stores import db
 from agentledger.stores.ledger import chain_key_of
 
@@ -215,6 +216,7 @@ class LedgerProjection(ProjectionLoop[None], Generic[StoreT]):
         await self.commit_bisecting(sorted(batch.items()))
         try:
             await batch[max(batch)].ack()
+            metrics.consumed(self.durable, batch[max(batch)])
         except Exception:  # noqa: BLE001 - a lost ack is a redelivery, which the watermark skips
             log.warning(f"{self.log_name}.ack_failed")
         self._progress.set()

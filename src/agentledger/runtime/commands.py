@@ -142,7 +142,8 @@ def up(settings: Settings, *, foreground: bool = False,
                                           server_root=settings.server_root).start()
                 undo.callback(cluster.stop)
                 started.append(cluster)
-                nats_nodes = [NatsNode(name=node.name, url=node.url, pid=cluster.node(node.name).pid)
+                nats_nodes = [NatsNode(name=node.name, url=node.url, pid=cluster.node(node.name).pid,
+                                       monitor_port=cluster.node(node.name).monitor_port)
                               for node in cluster.record.nodes]
                 settings = msgspec.structs.replace(settings, nats_url=cluster.url,
                                                    stream_replicas=cluster_replicas(settings))

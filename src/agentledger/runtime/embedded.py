@@ -167,6 +167,10 @@ class EmbeddedNats(ServerProcess):
         self.conf_file = self.dir / "nats-server.conf"
         self.pid_file = self.dir / "nats-server.pid"
         self.log_file = self.dir / "nats-server.log"
+        # The port of the monitoring endpoints (/varz, /jsz, /healthz), on loopback: the last
+        # start's when it is free, else a free one, recorded here for runtime.json.
+        self.monitor_file = self.dir / "monitor.port"
+        self._monitor: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -174,6 +178,14 @@ class EmbeddedNats(ServerProcess):
         if self.port is None:
             raise RuntimeStateError("embedded NATS has not been started")
         return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def monitor_port(self) -> int | None:
+        """The loopback port of this server's monitoring endpoints, as its last start chose it."""
+        try:
+            return int(self.monitor_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     @property
     def pid(self) -> int | None:
@@ -197,6 +209,9 @@ class EmbeddedNats(ServerProcess):
                                     "run `agentledger down`")
         # "jetstream": the store of the layout before servers had homes of their own moves along.
         self.port = self.home.prepare(self.port, adopt=("jetstream",))
+        recorded = self.monitor_port
+        self._monitor = recorded if recorded is not None and port_free(recorded) else free_port()
+        self.home.write_file(self.monitor_file, f"{self._monitor}\n", mode=0o644)
         binary = (self.home.install(NATS_BIN.name, {NATS_BIN.name: NATS_BIN}) / NATS_BIN.name
                   if self.home.isolated else NATS_BIN)
         # Files root writes into the home go through it: owned by the server's user, no symlinks.
@@ -236,6 +251,8 @@ class EmbeddedNats(ServerProcess):
         return "\n".join([
             *(self.node.config_lines() if self.node else []),
             f"listen: 127.0.0.1:{self.port}",
+            # Monitoring (/varz, /jsz, /healthz) on loopback only: it names accounts and streams.
+            *([f"http: 127.0.0.1:{self._monitor}"] if self._monitor else []),
             "max_payload: 8MB",
             f"pid_file: {json.dumps(str(self.pid_file))}",
             "jetstream {",

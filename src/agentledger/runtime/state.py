@@ -29,6 +29,8 @@ class NatsNode(msgspec.Struct, kw_only=True, frozen=True):
     name: str
     url: str
     pid: int | None = None
+    # Its monitoring endpoints' loopback port (/varz, /jsz, /healthz).
+    monitor_port: int | None = None
 
 
 class RuntimeInfo(msgspec.Struct, kw_only=True, frozen=True):
@@ -47,6 +49,11 @@ class RuntimeInfo(msgspec.Struct, kw_only=True, frozen=True):
     postgres_pid: int | None = None
     # Service name -> pid of its live process; a crashed service is absent until restarted.
     services: dict[str, int] = {}
+    # Process name ("supervisor" and each service) -> the port of its scrape endpoint
+    # (shell/metrics.py), from when it reported ready; absent while it restarts.
+    metrics_ports: dict[str, int] = {}
+    # The embedded single server's monitoring port (/varz, /jsz, /healthz) on loopback.
+    nats_monitor_port: int | None = None
     started_at: datetime
 
 

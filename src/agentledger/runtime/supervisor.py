@@ -42,6 +42,7 @@ from agentledger.runtime.postgres import EmbeddedPostgres
 from agentledger.runtime.service_users import ServiceProcess, ServiceUsers
 from agentledger.runtime.state import NatsNode, RuntimeInfo, settings_env, write_runtime
 from agentledger.security.auth import AuthStore
+from agentledger.shell import metrics
 
 log = structlog.get_logger(__name__)
 
@@ -152,6 +153,9 @@ class Supervisor:
         ready = self._ready_file(child)
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
+        metrics.port_file(ready).unlink(missing_ok=True)
+        self._info = msgspec.structs.replace(self._info, metrics_ports={
+            k: v for k, v in self._info.metrics_ports.items() if k != child.name})
         argv, env = child.argv, {**self._env, "AGENTLEDGER_READY_FILE": str(ready)}
         options: ServiceProcess = {}
         try:
@@ -194,6 +198,7 @@ class Supervisor:
                         # Restarted and serving again: the next crash starts the backoff afresh.
                         child.ready, child.failures = True, 0
                         log.info("service_ready", child=child.name, pid=child.proc.pid)
+                        changed |= self._note_metrics_port(child)
                     elif child.ready and (silent := self._silent_s(child)) > self._liveness_timeout:
                         # Alive as a pid, dead as a service: the next poll sees the exit and restarts it.
                         log.error("service_unresponsive", child=child.name, pid=child.proc.pid,
@@ -210,9 +215,21 @@ class Supervisor:
                 # Restarted in this pass, not the next one: a poll (POLL_S) less of outage.
             if time.monotonic() >= child.restart_at:
                 log.info("service_restarting", child=child.name, attempt=child.failures)
+                metrics.SUPERVISOR_RESTARTS.inc(process=child.name)
                 self._spawn(child)
                 changed = True
         return changed
+
+    def _note_metrics_port(self, child: _Child) -> bool:
+        """Record the port a ready service's scrape endpoint bound (it wrote it beside its ready
+        file, shell/metrics.py); whether runtime.json changes."""
+        ports = dict(self._info.metrics_ports)
+        port = metrics.read_port(self._ready_file(child))
+        if port is None or ports.get(child.name) == port:
+            return False
+        ports[child.name] = port
+        self._info = msgspec.structs.replace(self._info, metrics_ports=ports)
+        return True
 
     def _check_frozen(self) -> None:
         """SIGKILL an embedded server the prober has not heard from for too long (then it is dead)."""
@@ -379,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     settings = from_env(data_dir=args.data_dir.absolute())
     logs.configure(settings.log_level, service="supervisor")
+    # Its own scrape endpoint (restarts by process); no port file: it writes runtime.json itself.
+    endpoint = metrics.open_endpoint(msgspec.structs.replace(settings, ready_file=None))
     servers: dict[str, Callable[[], int | None]] = {}
     if args.nats_pid is not None:
         servers["nats"] = lambda: EmbeddedNats(settings.data_dir, auth=AuthStore(settings.auth_root),
@@ -394,10 +413,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                                                        server_root=settings.server_root).start().pid
     services = msgspec.json.decode(args.services, type=list[tuple[str, list[str]]])
     users = ServiceUsers.of(settings, [name for name, _ in services])
+    monitor = (EmbeddedNats(settings.data_dir, server_root=settings.server_root).monitor_port
+               if args.nats_pid is not None else None)
     info = RuntimeInfo(nats_url=settings.nats_url, database_url=settings.database_url,
                        data_dir=str(settings.data_dir), supervisor_pid=os.getpid(),
                        nats_pid=args.nats_pid, postgres_pid=args.postgres_pid,
-                       nats_nodes=nodes, started_at=datetime.now(UTC))
+                       nats_nodes=nodes, started_at=datetime.now(UTC), nats_monitor_port=monitor,
+                       metrics_ports={} if endpoint.port is None else {"supervisor": endpoint.port})
     Supervisor(services, env={**os.environ, **settings_env(settings)},
                log_dir=settings.data_dir / "logs", runtime_file=settings.runtime_file,
                info=info, stop_timeout=args.stop_timeout, servers=servers,

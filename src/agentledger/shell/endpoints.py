@@ -34,6 +34,7 @@ from agentledger.contracts.api import ErrorBody
 from agentledger.contracts.codec import check_request, contract_error, encode, error_body
 from agentledger.errors import AgentLedgerError
 from agentledger.security.identity import Caller, TenantRegistry
+from agentledger.shell import metrics
 from agentledger.stores.outages import dependency, outage
 
 log = structlog.get_logger()
@@ -151,6 +152,7 @@ class Endpoints:
             log.warning(f"{name}.respond_failed", endpoint=action)
 
     def _error_body(self, exc: Exception) -> ErrorBody:
+        metrics.refused(exc)
         if isinstance(exc, AgentLedgerError):
             return error_body(exc)
         return error_body(failed(exc, self._log_name, f"the {self._who} failed to answer", self._unavailable))

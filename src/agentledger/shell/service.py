@@ -16,10 +16,11 @@ A service is a ``Shell`` subclass that declares
 * ``serving(parts)``, rarely: what needs its live micro service (the projector's
   share of the partitions, found by its instance id).
 
-The shell does the rest, the same way for every service: connect to NATS with the service's
-role, start the tenant registry (and the bindings mirror), migrate and open the pool, ``open``,
-add the micro service and its endpoints (typed ones answer through ``Endpoints``: decoded, the
-caller held to the body's tenant, typed errors), answer cache evictions, ``serving``, flush,
+The shell does the rest, the same way for every service: open the process's scrape endpoint
+(``metrics``), connect to NATS with the service's role, start the tenant registry (and the
+bindings mirror), migrate and open the pool, ``open``, add the micro service and its endpoints
+(typed ones answer through ``Endpoints``: decoded, the caller held to the body's tenant, typed
+errors), answer cache evictions, ``serving``, flush,
 then warm the parts named with ``parts.warm`` in a worker thread (one named with ``now`` began
 as it was named): the endpoints answer from the moment they are added (``$SRV.PING`` too), and a
 typed request that needs a part still warming waits for it briefly, then gets a retryable
@@ -51,7 +52,7 @@ from agentledger.config import Settings
 from agentledger.erasure import evict
 from agentledger.security import auth
 from agentledger.security.identity import Caller, TenantRegistry
-from agentledger.shell import lifecycle
+from agentledger.shell import lifecycle, metrics
 from agentledger.shell.endpoints import Endpoint, Endpoints, Handler, RawEndpoint
 from agentledger.shell.parts import Parts
 from agentledger.stores import db
@@ -139,6 +140,7 @@ class Shell:
         self._parts: Parts | None = None
         self._failed: asyncio.Future[None] | None = None
         self._stopped = False
+        self.metrics: metrics.Endpoint | None = None
 
     # ---- what a service declares -------------------------------------------------------
 
@@ -172,6 +174,9 @@ class Shell:
 
     async def _open(self, parts: Parts) -> None:
         shape, s = self.shape, self.settings
+        # The process's scrape endpoint, first opened and so last released (shell/metrics.py).
+        self.metrics = metrics.open_endpoint(s)
+        parts.on_stop(self.metrics.close)
         nc = self._nc = await auth.connect(s, shape.role or shape.name, max_reconnect_attempts=-1,
                                            error_cb=self._nats_error, closed_cb=self._nats_closed)
         parts.on_stop(self._close_nats)

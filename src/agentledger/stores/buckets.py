@@ -102,6 +102,10 @@ class KVMirror(Generic[T]):
         except msgspec.DecodeError:
             self._entries.pop(key, None)
 
+    def mirrored(self, key: str) -> T | None:
+        """The entry as mirrored now, without asking the bucket (None: not mirrored)."""
+        return self._entries.get(key)
+
     async def lookup(self, key: str) -> T | None:
         found = self._entries.get(key)
         if found is not None or self._kv is None:
