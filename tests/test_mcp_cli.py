@@ -47,9 +47,9 @@ def test_a_token_table_is_checked_before_the_server_starts(tmp_path: Path) -> No
     creds.write_text("not read until the first call")
     settings = Settings(data_dir=tmp_path)
     table = tmp_path / "tokens.json"
-    write_token_table(table, [("t-1", "acme", creds)])
+    write_token_table(table, [("tok-7Qx2-first", "acme", creds)])
     assert table.stat().st_mode & 0o077 == 0
-    assert "t-1" not in table.read_text() and token_digest("t-1") in table.read_text()
+    assert "tok-7Qx2-first" not in table.read_text() and token_digest("tok-7Qx2-first") in table.read_text()
     TokenIdentities.load(settings, table)
     for body, code, path in [
         ('{"tokens": [{"sha256": "abc", "tenant": "acme", "creds": "a.creds"}]}', "invalid_value",
@@ -72,10 +72,10 @@ async def test_the_verifier_accepts_exactly_the_tokens_in_the_table(tmp_path: Pa
     creds = tmp_path / "a.creds"
     creds.write_text("x")
     table = tmp_path / "tokens.json"
-    write_token_table(table, [("t-1", "acme", creds), ("t-2", "globex", creds)])
+    write_token_table(table, [("tok-7Qx2-first", "acme", creds), ("tok-7Qx2-second", "globex", creds)])
     verifier = TokenIdentities.load(Settings(data_dir=tmp_path), table)
-    one = await verifier.verify_token("t-1")
-    assert one is not None and one.client_id == token_digest("t-1") and one.claims == {"tenant": "acme"}
-    assert (await verifier.verify_token("t-2")).claims == {"tenant": "globex"}  # type: ignore[union-attr]
-    for other in ("", "t-3", "t-1 ", token_digest("t-1")):
+    one = await verifier.verify_token("tok-7Qx2-first")
+    assert one is not None and one.client_id == token_digest("tok-7Qx2-first") and one.claims == {"tenant": "acme"}
+    assert (await verifier.verify_token("tok-7Qx2-second")).claims == {"tenant": "globex"}  # type: ignore[union-attr]
+    for other in ("", "tok-7Qx2-third", "tok-7Qx2-first ", token_digest("tok-7Qx2-first")):
         assert await verifier.verify_token(other) is None

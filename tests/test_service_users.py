@@ -185,8 +185,9 @@ def test_a_service_reads_its_own_credentials_and_no_one_elses(stack: Settings) -
     for name, expected in HOME_FILES.items():
         home = Path(who[name].env["HOME"])
         written = set().union(*WRITTEN_FILES.values())
+        # The ready file and, beside it, the scrape endpoint's port are the service's own words.
         files = {p.name: p.stat() for p in home.iterdir()
-                 if not p.name.endswith(".ready") and p.name not in written}
+                 if not p.name.endswith((".ready", ".ready.metrics")) and p.name not in written}
         assert set(files) == expected, name
         for own in written & {p.name for p in home.iterdir()}:
             st = (home / own).stat()

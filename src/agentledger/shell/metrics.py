@@ -258,7 +258,7 @@ def _count_append(request: bytes, reply: bytes, seconds: float) -> None:
         outcome, code = ("retry" if error.retryable else "refused"), error.code or "none"
         try:
             events = len(_events_decoder.decode(request).events)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # refused because it was not readable
             events = 0
     APPEND_REQUESTS.inc(outcome=outcome, code=code)
     APPEND_EVENTS.inc(events, outcome=outcome, code=code)

@@ -28,10 +28,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+import structlog
 
 from agentledger.errors import ContractError
 from agentledger.security.identity import REQUEST_INFO
 from agentledger.security.on_behalf import ON_BEHALF_OF
+
+log = structlog.get_logger()
 
 # Bytes of requests a tenant of weight 1 may be served per visit.
 QUANTUM = 64 * 1024
@@ -130,7 +133,10 @@ class Turns:
                 item = queue.popleft()
                 self._deficit[key] -= max(1, self._size(item))
                 self.taken += 1
-                await self._handle(item)
+                try:
+                    await self._handle(item)
+                except Exception:
+                    log.exception("turns.handler_failed", key=key)
                 # Let the connection read what arrived meanwhile: a handler that never waits
                 # would otherwise take a whole backlog before a newer request is even queued.
                 await asyncio.sleep(0)
