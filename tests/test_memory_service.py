@@ -271,6 +271,23 @@ async def test_a_personal_value_is_sealed_and_read_only_when_allowed(mem: Mem) -
     assert [i.value for i in shown.items] == [f"contact me at {email}"]
 
 
+async def test_a_refused_proposal_keeps_neither_its_key_nor_its_source_reference(mem: Mem) -> None:
+    """A proposal denied or rejected makes no record, so no forget can reach its ledger messages:
+    they keep nothing that may quote the value, neither the value nor its key nor its source's
+    reference (issue 48, item 5: a denied proposal's ``source.ref`` stayed in ``_memory``)."""
+    ref, key = "chat with Alice Moreau about her order", "alice moreau card"
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    first = await _stream_last(mem)
+    body = proposal("refused-1", f"her token is {secret}", key=key, source="tool_output")
+    body["source"]["ref"] = ref
+    denied = (await mem.c.memory_propose(TENANT, [body])).decisions[0]
+    assert denied.action == "deny", denied
+    js = mem.c.nc.jetstream()
+    for seq in range(first + 1, await _stream_last(mem) + 1):
+        data = (await js.get_msg(mem.stack.settings.stream, seq)).data
+        assert b"Alice Moreau" not in data and b"alice moreau" not in data and secret.encode() not in data
+
+
 async def test_updates_without_keys_or_versions_consolidate(mem: Mem) -> None:
     """Issue 22: later statements of one attribute, no key, no version, through the service: the
     newest is the one read back. Issue 44: two addresses are two values, both read back (by the

@@ -468,7 +468,11 @@ class Decider:
         if personal:
             subject = p.data_subject or (p.scope.id if p.scope.level == "user" else None)
         if record is None:
-            proposed = msgspec.structs.replace(proposed, value=None)  # nothing of a refused value
+            # Nothing of a refused value, nor of what may quote it: its key (often the value's
+            # words) and its source's reference (a page's title, "chat with <name>"). No record
+            # is made, so no forget could ever reach them in the ledger.
+            proposed = msgspec.structs.replace(proposed, value=None, key=None,
+                                               source=msgspec.structs.replace(proposed.source, ref=""))
         common: dict[str, Any] = {"tenant": tenant, "task_id": ev.MEMORY_TASK, "producer": producer,
                                   "occurred_at": now, "schema_version": 1, "data_subject": subject}
         out = (encode(ev.MemoryProposedEvent(event_id=event_id("p", p.proposal_id), payload=proposed,
