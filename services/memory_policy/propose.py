@@ -206,7 +206,7 @@ def fingerprint(tenant: str, p: Proposal, key: bytes) -> str:
     return blake3.blake3(b"proposal\0" + tenant.encode() + b"\0" + body, key=key).hexdigest()[:32]
 
 
-def _proposed(tenant: str, p: Proposal, producer: str, key: bytes) -> ev.MemoryProposed:
+def _proposed(tenant: str, p: Proposal, producer: str, print_: str) -> ev.MemoryProposed:
     scope = ev.Scope(level=p.scope.level, tenant=tenant, id=p.scope.id)
     source = ev.MemorySource(kind=p.source.kind, ref=p.source.ref, producer=producer,
                              quotes_external=p.source.quotes_external)
@@ -214,17 +214,17 @@ def _proposed(tenant: str, p: Proposal, producer: str, key: bytes) -> ev.MemoryP
         proposal_id=p.proposal_id, kind=p.kind, scope=scope, source=source, value=p.value, key=p.key,
         subject_version=p.subject_version, observed_at=p.observed_at, confidence=p.confidence,
         origin_task=p.origin_task, evidence=list(p.evidence), episodes=list(p.episodes),
-        fingerprint=fingerprint(tenant, p, key))
+        fingerprint=print_)
 
 
-def _check_reuse(tenant: str, proposals: Sequence[Proposal], stored: dict[str, str | None], key: bytes,
+def _check_reuse(proposals: Sequence[Proposal], prints: Sequence[str], stored: dict[str, str | None],
                  path: str | None) -> None:
     """``proposal_id_conflict`` for a proposal id decided before (``stored``: its fingerprint;
     None for a proposal decided before fingerprints were kept) or given twice in this request
-    with other content: its first decision is not the answer to a different proposal."""
+    with other content (``prints``: each proposal's): its first decision is not the answer to
+    a different proposal."""
     seen = dict(stored)
-    for i, p in enumerate(proposals):
-        mine = fingerprint(tenant, p, key)
+    for i, (p, mine) in enumerate(zip(proposals, prints, strict=True)):
         theirs = seen.setdefault(p.proposal_id, mine)
         if theirs is not None and theirs != mine:
             raise ProposalIdConflictError(f"proposal id {p.proposal_id!r} was used for another proposal: a new "
@@ -307,8 +307,8 @@ class Decider:
         stored = await self.store.decisions(self._pool, tenant, pids)
         # Keys a personal value's digest: one installation, one digest per value (``keys.value_digest``).
         identity_key = marker_key_of(self.settings)
-        _check_reuse(tenant, proposals, await self.store.fingerprints(self._pool, tenant, sorted(stored)),
-                     identity_key, path)
+        prints = [fingerprint(tenant, p, identity_key) for p in proposals]
+        _check_reuse(proposals, prints, await self.store.fingerprints(self._pool, tenant, sorted(stored)), path)
         ids = {record_id_for(tenant, pid): pid for pid in pids if pid not in stored}
         forgotten = {ids[rid] for rid in await self.store.forgotten(self._pool, tenant, sorted(ids))}
         now = datetime.now(UTC)
@@ -322,7 +322,7 @@ class Decider:
         turn = _Turn()
         for (pid, (i, p)), problem in zip(new.items(), problems, strict=True):
             await turn.share()
-            proposed = _proposed(tenant, p, producer, identity_key)
+            proposed = _proposed(tenant, p, producer, prints[i])
             fresh[pid] = (i, p, proposed, prepare(proposed, personal=p.personal, evidence_problem=problem,
                                                   identity_key=identity_key, judge_findings=self._reads_findings))
         if self._judge is not None:

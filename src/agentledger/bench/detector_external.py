@@ -134,9 +134,10 @@ def bench_detector_external(gitleaks: str | Path | None) -> None:
         secrets = [(rule, text) for rule, text, secret in cases if secret]
         benign = [(rule, text) for rule, text, secret in cases if not secret]
         ours, misses = _scored(secrets, lambda t: bool(find_secrets(t)))
-        theirs, _ = _scored(secrets, _detect_secrets())
+        scan = _detect_secrets()
+        theirs, _ = _scored(secrets, scan)
         fp = 1 - _scored(benign, lambda t: not find_secrets(t))[0]
-        fp_theirs = 1 - _scored(benign, lambda t: not _detect_secrets()(t))[0]
+        fp_theirs = 1 - _scored(benign, lambda t: not scan(t))[0]
         emit("detector_external_secret_recall", round(ours, 3), "share", round(theirs, 3),
              round(ours / theirs, 2) if theirs else None, target=TARGET_SECRET_RECALL, n=len(secrets),
              baseline_name="detect-secrets default plugins", misses=sorted(set(misses))[:12])
